@@ -1,0 +1,206 @@
+/* dissect CPU backends: "cpu" (f32) and "cpu64" (f64). Memory is plain host memory; the math
+ * ops live in cpu_ops.c (built once per real type). */
+#include "cpu_ops.h"
+#include "common/common.h"
+
+#include <omp.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* OpenBLAS extension; weak so that another CBLAS still links (then it is simply not called). */
+void openblas_set_num_threads(int) __attribute__((weak));
+
+size_t dx_dtype_size(dx_dtype dt)
+{
+    switch (dt) {
+    case DX_F32: return 4;
+    case DX_F64: return 8;
+    case DX_BF16: return 2;
+    }
+    return 0;
+}
+
+const char *dx_dtype_name(dx_dtype dt)
+{
+    switch (dt) {
+    case DX_F32: return "f32";
+    case DX_F64: return "f64";
+    case DX_BF16: return "bf16";
+    }
+    return "?";
+}
+
+const char *dx_mem_cat_name(dx_mem_cat c)
+{
+    switch (c) {
+    case DX_MEM_PARAMS: return "params";
+    case DX_MEM_GRADS: return "grads";
+    case DX_MEM_OPTIM: return "optim";
+    case DX_MEM_ACTIVATIONS: return "activations";
+    case DX_MEM_OTHER: return "other";
+    case DX_MEM_NCAT: break;
+    }
+    return "?";
+}
+
+void dx_mem_account(dx_mem_stats *s, dx_mem_cat cat, long long delta)
+{
+    if ((int)cat < 0 || cat >= DX_MEM_NCAT) cat = DX_MEM_OTHER;
+    s->current[cat] = (size_t)((long long)s->current[cat] + delta);
+    s->current_total = (size_t)((long long)s->current_total + delta);
+    if (s->current[cat] > s->peak[cat]) s->peak[cat] = s->current[cat];
+    if (s->current_total > s->peak_total) s->peak_total = s->current_total;
+}
+
+/* ---- memory: a 64-byte header before each block records its size and category ---- */
+
+#define DX_ALIGN 64
+
+typedef struct {
+    size_t bytes;
+    int cat;
+} cpu_hdr;
+
+static void *cpu_alloc(dx_backend *be, size_t bytes, dx_mem_cat cat)
+{
+    if ((int)cat < 0 || cat >= DX_MEM_NCAT) cat = DX_MEM_OTHER;
+    size_t total = DX_ALIGN + ((bytes + DX_ALIGN - 1) / DX_ALIGN) * DX_ALIGN;
+    if (bytes > SIZE_MAX - 2 * DX_ALIGN) total = 0;
+    unsigned char *base = total ? aligned_alloc(DX_ALIGN, total) : NULL;
+    if (!base) {
+        dx_fail("%s backend: cannot allocate %zu bytes for %s", be->name, bytes,
+                dx_mem_cat_name(cat));
+        return NULL;
+    }
+    cpu_hdr *h = (cpu_hdr *)base;
+    h->bytes = bytes;
+    h->cat = (int)cat;
+    dx_mem_account(&be->mem, cat, (long long)bytes);
+    return base + DX_ALIGN;
+}
+
+static void cpu_free(dx_backend *be, void *p)
+{
+    if (!p) return;
+    unsigned char *base = (unsigned char *)p - DX_ALIGN;
+    cpu_hdr *h = (cpu_hdr *)base;
+    dx_mem_account(&be->mem, (dx_mem_cat)h->cat, -(long long)h->bytes);
+    free(base);
+}
+
+static void cpu_zero(dx_backend *be, void *p, size_t bytes)
+{
+    (void)be;
+    if (bytes) memset(p, 0, bytes);
+}
+
+static void cpu_copy(dx_backend *be, void *dst, const void *src, size_t bytes)
+{
+    (void)be;
+    if (bytes) memcpy(dst, src, bytes);
+}
+
+static int cpu_upload(dx_backend *be, void *dst, const void *host_src, size_t bytes)
+{
+    (void)be;
+    if (bytes) memcpy(dst, host_src, bytes);
+    return 0;
+}
+
+static int cpu_download(dx_backend *be, void *host_dst, const void *src, size_t bytes)
+{
+    (void)be;
+    if (bytes) memcpy(host_dst, src, bytes);
+    return 0;
+}
+
+static uint16_t f32_to_bf16(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40); /* quiet NaN */
+    u += 0x7fffu + ((u >> 16) & 1u); /* round to nearest even */
+    return (uint16_t)(u >> 16);
+}
+
+static float bf16_to_f32(uint16_t b)
+{
+    uint32_t u = (uint32_t)b << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+static int cpu_upload_f32(dx_backend *be, void *dst, dx_dtype dt, const float *src, size_t n)
+{
+    switch (dt) {
+    case DX_F32:
+        if (n) memcpy(dst, src, n * sizeof(float));
+        return 0;
+    case DX_F64:
+        for (size_t i = 0; i < n; i++) ((double *)dst)[i] = src[i];
+        return 0;
+    case DX_BF16:
+        for (size_t i = 0; i < n; i++) ((uint16_t *)dst)[i] = f32_to_bf16(src[i]);
+        return 0;
+    }
+    return dx_fail("%s backend: upload_f32: unknown dtype %d", be->name, (int)dt);
+}
+
+static int cpu_download_f32(dx_backend *be, float *dst, const void *src, dx_dtype dt, size_t n)
+{
+    switch (dt) {
+    case DX_F32:
+        if (n) memcpy(dst, src, n * sizeof(float));
+        return 0;
+    case DX_F64:
+        for (size_t i = 0; i < n; i++) dst[i] = (float)((const double *)src)[i];
+        return 0;
+    case DX_BF16:
+        for (size_t i = 0; i < n; i++) dst[i] = bf16_to_f32(((const uint16_t *)src)[i]);
+        return 0;
+    }
+    return dx_fail("%s backend: download_f32: unknown dtype %d", be->name, (int)dt);
+}
+
+static void cpu_sync(dx_backend *be) { (void)be; }
+
+static void cpu_destroy(dx_backend *be) { free(be); }
+
+static dx_backend *cpu_create(int nthreads, int f64)
+{
+    const char *name = f64 ? "cpu64" : "cpu";
+    if (nthreads < 1) {
+        dx_fail("%s backend: nthreads must be >= 1 (got %d)", name, nthreads);
+        return NULL;
+    }
+    dx_backend *be = calloc(1, sizeof *be);
+    if (!be) {
+        dx_fail("%s backend: out of memory", name);
+        return NULL;
+    }
+    be->name = name;
+    be->act = be->acc = f64 ? DX_F64 : DX_F32;
+    be->nthreads = nthreads;
+    be->impl = NULL;
+    be->alloc = cpu_alloc;
+    be->free = cpu_free;
+    be->zero = cpu_zero;
+    be->copy = cpu_copy;
+    be->upload = cpu_upload;
+    be->download = cpu_download;
+    be->upload_f32 = cpu_upload_f32;
+    be->download_f32 = cpu_download_f32;
+    be->sync = cpu_sync;
+    be->destroy = cpu_destroy;
+    if (f64) DX_CPU_OPS_FILL(be, dx_cpu_f64_);
+    else DX_CPU_OPS_FILL(be, dx_cpu_f32_);
+    omp_set_num_threads(nthreads);
+    if (openblas_set_num_threads) openblas_set_num_threads(nthreads);
+    return be;
+}
+
+dx_backend *dx_backend_cpu_create(int nthreads) { return cpu_create(nthreads, 0); }
+
+dx_backend *dx_backend_cpu64_create(int nthreads) { return cpu_create(nthreads, 1); }

@@ -1,0 +1,187 @@
+/* dissect kernels: the backend interface.
+ *
+ * Every op of the Llama-2 training step is reached through one table of function pointers
+ * (dx_backend), with one CPU implementation (kernels/cpu, OpenBLAS + OpenMP) and, later, one
+ * CUDA implementation. The model code never touches element types itself: buffers are `void *`
+ * in the backend's memory and hold one of two dtypes the backend declares:
+ *
+ *   act  (X): activations, working (compute) copy of parameters, activation gradients.
+ *   acc  (A): accumulator dtype: fp32 master weights, parameter gradients, AdamW moments,
+ *             logits, RMSNorm reciprocal std, attention log-sum-exp, loss sums.
+ *
+ *   backend   act    acc
+ *   cpu       f32    f32      (the engine on CPU)
+ *   cpu64     f64    f64      (same code built for double: reference for gradient checks)
+ *   cuda      bf16   f32      (later)
+ *
+ * All tensors are dense, row-major, with the shapes given per op. Token ids and targets are
+ * int32 in backend memory. "(+=)" marks outputs that are accumulated into (parameter gradients
+ * always accumulate, so gradient accumulation over micro-batches is free); other outputs are
+ * overwritten. Unless stated, an output may not alias an input.
+ *
+ * Errors: ops assume valid shapes (the model checks them once); allocation and transfer
+ * functions return NULL / -1 with dx_fail() set.
+ */
+#ifndef DX_KERNELS_H
+#define DX_KERNELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef enum { DX_F32 = 0, DX_F64 = 1, DX_BF16 = 2 } dx_dtype;
+
+/* Bytes per element of a dtype. */
+size_t dx_dtype_size(dx_dtype dt);
+const char *dx_dtype_name(dx_dtype dt);
+
+/* Categories for the allocator's byte counters (reported per step and per rank). */
+typedef enum {
+    DX_MEM_PARAMS = 0,  /* working (compute-dtype) parameters */
+    DX_MEM_GRADS,       /* parameter gradients */
+    DX_MEM_OPTIM,       /* fp32 master weights and AdamW moments */
+    DX_MEM_ACTIVATIONS, /* activations saved for backward and workspaces */
+    DX_MEM_OTHER,
+    DX_MEM_NCAT
+} dx_mem_cat;
+
+const char *dx_mem_cat_name(dx_mem_cat c);
+
+typedef struct {
+    size_t current[DX_MEM_NCAT]; /* bytes held now, per category */
+    size_t peak[DX_MEM_NCAT];    /* high-water mark per category */
+    size_t current_total, peak_total;
+} dx_mem_stats;
+
+/* AdamW hyper-parameters for one update (Loshchilov & Hutter 2019, "Decoupled Weight Decay
+ * Regularization", Alg. 2, as in torch.optim.AdamW):
+ *   g  = grad * grad_scale
+ *   p  = p * (1 - lr * weight_decay)
+ *   m  = beta1 m + (1 - beta1) g ;  v = beta2 v + (1 - beta2) g^2
+ *   p -= lr * (m / (1 - beta1^step)) / (sqrt(v / (1 - beta2^step)) + eps)                */
+typedef struct {
+    double lr, beta1, beta2, eps, weight_decay;
+    double grad_scale; /* e.g. the global-norm clipping factor min(1, max_norm / norm) */
+    long step;         /* 1-based update count, for bias correction */
+} dx_adamw_hparams;
+
+typedef struct dx_backend dx_backend;
+
+struct dx_backend {
+    const char *name; /* "cpu", "cpu64", "cuda" */
+    dx_dtype act;     /* X */
+    dx_dtype acc;     /* A */
+    int nthreads;     /* host threads the backend may use */
+    dx_mem_stats mem; /* maintained by alloc/free */
+    void *impl;       /* backend private state */
+
+    /* ---- memory ---- */
+    /* Allocates `bytes` (64-byte aligned, uninitialised) counted under `cat`. NULL + dx_fail on
+     * failure (message names the category and size). */
+    void *(*alloc)(dx_backend *be, size_t bytes, dx_mem_cat cat);
+    /* Frees a pointer from alloc (NULL is a no-op) and uncounts it. */
+    void (*free)(dx_backend *be, void *p);
+    /* Fills `bytes` bytes with zero. */
+    void (*zero)(dx_backend *be, void *p, size_t bytes);
+    /* Byte copy within backend memory (regions may not overlap). */
+    void (*copy)(dx_backend *be, void *dst, const void *src, size_t bytes);
+    /* Host -> backend and backend -> host byte copies. */
+    int (*upload)(dx_backend *be, void *dst, const void *host_src, size_t bytes);
+    int (*download)(dx_backend *be, void *host_dst, const void *src, size_t bytes);
+    /* Converts n host floats into dtype dt (act or acc) in backend memory, and back. */
+    int (*upload_f32)(dx_backend *be, void *dst, dx_dtype dt, const float *host_src, size_t n);
+    int (*download_f32)(dx_backend *be, float *host_dst, const void *src, dx_dtype dt, size_t n);
+    /* Waits until all work queued on the backend has finished (no-op on CPU). */
+    void (*sync)(dx_backend *be);
+
+    /* ---- math ---- */
+    /* C[M,N] = alpha * op(A) @ op(B) + beta * C, row-major; op(A) is [M,K] (A is [K,M] when
+     * trans_a), op(B) is [K,N] (B is [N,K] when trans_b); lda/ldb/ldc are row strides in
+     * elements. A, B: X. C: X if c_acc == 0, A if c_acc == 1 (fp32 accumulation either way).
+     * Linear layer y = x W^T (W [out,in], HF layout): gemm(0,1, BT,out,in, 1, x,in, W,in, 0, y,out). */
+    void (*gemm)(dx_backend *be, int trans_a, int trans_b, int M, int N, int K, float alpha,
+                 const void *A, int lda, const void *B, int ldb, float beta, void *C, int ldc,
+                 int c_acc);
+
+    /* RMSNorm (Zhang & Sennrich 2019; HF LlamaRMSNorm):
+     *   rstd[i] = 1 / sqrt(mean_j x[i,j]^2 + eps) ;  y[i,j] = w[j] * (x[i,j] * rstd[i])
+     * y X[N,D], rstd A[N], x X[N,D], w X[D]. */
+    void (*rmsnorm_fwd)(dx_backend *be, void *y, void *rstd, const void *x, const void *w,
+                        int N, int D, float eps);
+    /* Backward of rmsnorm_fwd. With xh = x * rstd and g = dy * w:
+     *   dx[i,:] (+=) rstd[i] * (g - xh * mean_j(g[i,j] * xh[i,j])) ;  dw (+=) sum_i dy * xh
+     * dx X[N,D] (+=, the residual stream's gradient), dw A[D] (+=), dy X[N,D]. */
+    void (*rmsnorm_bwd)(dx_backend *be, void *dx, void *dw, const void *dy, const void *x,
+                        const void *w, const void *rstd, int N, int D);
+
+    /* Rotary position embedding (Su et al. 2021, RoFormer), HF "rotate_half" convention, in
+     * place on x X[B,T,H,Dh] (Dh even), position of token t = t:
+     *   for i < Dh/2: f = t * theta^(-2i/Dh); (a, b) = (x[i], x[i+Dh/2])
+     *   x[i] = a cos f - b sin f ; x[i+Dh/2] = b cos f + a sin f
+     * rope_bwd applies the inverse rotation (the transpose) in place to the gradient. */
+    void (*rope_fwd)(dx_backend *be, void *x, int B, int T, int H, int Dh, float theta);
+    void (*rope_bwd)(dx_backend *be, void *dx, int B, int T, int H, int Dh, float theta);
+
+    /* Causal scaled-dot-product attention with grouped-query heads (Ainslie et al. 2023): query
+     * head h reads kv head h / (H / Hkv). s = q.k / sqrt(Dh), keys j <= i only;
+     *   lse[b,h,i] = log sum_j exp(s_ij) ;  o[b,i,h,:] = sum_j exp(s_ij - lse) v[b,j,h',:]
+     * q X[B,T,H,Dh], k,v X[B,T,Hkv,Dh], o X[B,T,H,Dh], lse A[B,H,T]. No T x T matrix is kept. */
+    void (*attention_fwd)(dx_backend *be, void *o, void *lse, const void *q, const void *k,
+                          const void *v, int B, int T, int H, int Hkv, int Dh);
+    /* Backward (FlashAttention-2 form, Dao 2023): with p_ij = exp(s_ij - lse_i),
+     * D_i = do_i . o_i, dp_ij = do_i . v_j, ds_ij = p_ij (dp_ij - D_i):
+     *   dq_i = sum_j ds_ij k_j / sqrt(Dh) ; dk_j = sum_i ds_ij q_i / sqrt(Dh) ; dv_j = sum_i p_ij do_i
+     * summing over the query heads of each kv group for dk, dv. dq, dk, dv overwritten. */
+    void (*attention_bwd)(dx_backend *be, void *dq, void *dk, void *dv, const void *dout,
+                          const void *q, const void *k, const void *v, const void *o,
+                          const void *lse, int B, int T, int H, int Hkv, int Dh);
+
+    /* SwiGLU (Shazeer 2020): h = silu(g) * u, silu(g) = g / (1 + exp(-g)); all X[n]. */
+    void (*swiglu_fwd)(dx_backend *be, void *h, const void *g, const void *u, size_t n);
+    /* dg = dh * u * s (1 + g (1 - s)), du = dh * silu(g), s = sigmoid(g); overwritten. */
+    void (*swiglu_bwd)(dx_backend *be, void *dg, void *du, const void *dh, const void *g,
+                       const void *u, size_t n);
+
+    /* out X[N,D] = table X[V,D] rows ids int32[N]. */
+    void (*embedding_fwd)(dx_backend *be, void *out, const int32_t *ids, const void *table,
+                          int N, int D);
+    /* dtable A[V,D] (+=) rows ids of dout X[N,D]. */
+    void (*embedding_bwd)(dx_backend *be, void *dtable, const void *dout, const int32_t *ids,
+                          int N, int D);
+
+    /* Softmax cross-entropy over logits A[N,V] against targets int32[N] (target < 0: ignored,
+     * adds no loss and no gradient):
+     *   loss_i = logsumexp(logits_i) - logits_i[t_i] ;  loss_sum A[1] (+=) sum_i loss_i
+     *   dlogits X[N,V] = dscale * (softmax(logits_i) - onehot(t_i))   (if dlogits != NULL)
+     * dlogits may alias logits only when act == acc. */
+    void (*cross_entropy)(dx_backend *be, void *loss_sum, void *dlogits, const void *logits,
+                          const int32_t *targets, int N, int V, float dscale);
+
+    /* y = a + b, all X[n]; y may alias a or b. */
+    void (*add)(dx_backend *be, void *y, const void *a, const void *b, size_t n);
+
+    /* AdamW step on n elements (see dx_adamw_hparams): master, grad, m, v A[n] (master, m, v
+     * updated in place); work X[n] (may be NULL) receives the updated master cast to X. */
+    void (*adamw)(dx_backend *be, void *master, void *work, const void *grad, void *m, void *v,
+                  size_t n, const dx_adamw_hparams *hp);
+
+    /* out A[1] (+=) sum_i x[i]^2, x A[n]. */
+    void (*sumsq)(dx_backend *be, void *out, const void *x, size_t n);
+
+    /* x A[n] *= s. */
+    void (*scale)(dx_backend *be, void *x, size_t n, float s);
+
+    /* dst X[n] = (X) src A[n]. */
+    void (*acc_to_act)(dx_backend *be, void *dst, const void *src, size_t n);
+
+    /* Releases the backend and everything it holds. */
+    void (*destroy)(dx_backend *be);
+};
+
+/* CPU backends. nthreads >= 1 sets OpenMP and OpenBLAS threads. Return NULL + dx_fail. */
+dx_backend *dx_backend_cpu_create(int nthreads);   /* act = acc = f32 */
+dx_backend *dx_backend_cpu64_create(int nthreads); /* act = acc = f64 */
+
+/* Shared helper for backends: updates be->mem after an allocation (+bytes) or free (-bytes). */
+void dx_mem_account(dx_mem_stats *s, dx_mem_cat cat, long long delta);
+
+#endif

@@ -1,0 +1,53 @@
+/* dissect comm: collectives over a group of ranks, independent of what the bytes mean.
+ *
+ * One interface, several implementations: MPI over host memory (this file's dx_comm_mpi_*),
+ * NCCL over device memory on its own stream (later). A group is a set of ranks (the world, or a
+ * DP / TP / PP group split from it). All calls are collective over the group unless noted and
+ * return 0 or -1 with dx_fail() naming the operation and rank.
+ */
+#ifndef DX_COMM_H
+#define DX_COMM_H
+
+#include <stddef.h>
+
+#include "../../kernels/kernels.h"
+
+typedef struct dx_comm dx_comm;
+
+struct dx_comm {
+    int rank; /* rank within this group */
+    int size; /* ranks in this group */
+    void *impl;
+
+    /* buf[count] of dt summed over the group, in place. */
+    int (*all_reduce_sum)(dx_comm *c, void *buf, size_t count, dx_dtype dt);
+    /* recv[size * count] = concatenation of every rank's send[count] in rank order. */
+    int (*all_gather)(dx_comm *c, const void *send, void *recv, size_t count, dx_dtype dt);
+    /* recv[count] = sum over ranks of send[rank * count .. (rank + 1) * count). */
+    int (*reduce_scatter_sum)(dx_comm *c, const void *send, void *recv, size_t count,
+                              dx_dtype dt);
+    /* buf[bytes] from root to every rank. */
+    int (*broadcast)(dx_comm *c, void *buf, size_t bytes, int root);
+    /* recv[size * bytes] on root = every rank's send[bytes] in rank order (recv ignored elsewhere). */
+    int (*gather)(dx_comm *c, const void *send, void *recv, size_t bytes, int root);
+    int (*barrier)(dx_comm *c);
+    /* Maximum of an int over the group (used to agree on errors: any rank's -1 -> all see 1). */
+    int (*max_int)(dx_comm *c, int value, int *out);
+    void (*destroy)(dx_comm *c);
+};
+
+/* MPI: initialises MPI if needed (MPI_Init_thread, FUNNELED). The world group. */
+dx_comm *dx_comm_mpi_world(int *argc, char ***argv);
+/* Splits a group (MPI_Comm_split): ranks with equal color form a group, ordered by key. */
+dx_comm *dx_comm_mpi_split(dx_comm *parent, int color, int key);
+/* Finalises MPI (after every group is destroyed). */
+void dx_comm_mpi_finalize(void);
+/* Aborts every rank of the job with exit code `code` (last resort, e.g. on a hang). */
+void dx_comm_mpi_abort(int code);
+
+/* Agrees on an error across the group: every rank passes its rc (0 or -1); returns -1 on every
+ * rank if any rank failed, else 0. A rank that did not fail gets the message
+ * "rank R failed" for the lowest failing rank R (the failing rank keeps its own message). */
+int dx_comm_agree(dx_comm *c, int rc);
+
+#endif

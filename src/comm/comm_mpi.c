@@ -1,0 +1,173 @@
+/* MPI implementation of the dx_comm interface (host memory). */
+#include "comm.h"
+
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/common.h"
+
+typedef struct {
+    MPI_Comm comm;
+    int owns; /* free the communicator on destroy */
+} mpi_impl;
+
+static MPI_Comm C(dx_comm *c) { return ((mpi_impl *)c->impl)->comm; }
+
+static int mpi_type(dx_dtype dt, MPI_Datatype *t)
+{
+    switch (dt) {
+    case DX_F32: *t = MPI_FLOAT; return 0;
+    case DX_F64: *t = MPI_DOUBLE; return 0;
+    default: *t = MPI_DATATYPE_NULL; return dx_fail("MPI comm: dtype %s not supported on host collectives", dx_dtype_name(dt));
+    }
+}
+
+static int check(int err, const char *op, int rank)
+{
+    if (err == MPI_SUCCESS) return 0;
+    char msg[MPI_MAX_ERROR_STRING];
+    int len = 0;
+    MPI_Error_string(err, msg, &len);
+    return dx_fail("rank %d: MPI %s failed: %s", rank, op, msg);
+}
+
+/* MPI counts are int: split large transfers into chunks of at most 1 Gi elements. */
+#define CHUNK ((size_t)1 << 30)
+
+static int m_all_reduce_sum(dx_comm *c, void *buf, size_t count, dx_dtype dt)
+{
+    MPI_Datatype t;
+    if (mpi_type(dt, &t)) return -1;
+    size_t es = dx_dtype_size(dt);
+    for (size_t off = 0; off < count; off += CHUNK) {
+        size_t n = count - off < CHUNK ? count - off : CHUNK;
+        int err = MPI_Allreduce(MPI_IN_PLACE, (char *)buf + off * es, (int)n, t, MPI_SUM, C(c));
+        if (check(err, "all-reduce", c->rank)) return -1;
+    }
+    return 0;
+}
+
+static int m_all_gather(dx_comm *c, const void *send, void *recv, size_t count, dx_dtype dt)
+{
+    MPI_Datatype t;
+    if (mpi_type(dt, &t)) return -1;
+    if (count > CHUNK) return dx_fail("rank %d: all-gather of %zu elements per rank exceeds MPI's int count", c->rank, count);
+    const void *s = send;
+    if (send == (const char *)recv + (size_t)c->rank * count * dx_dtype_size(dt)) s = MPI_IN_PLACE;
+    return check(MPI_Allgather(s, (int)count, t, recv, (int)count, t, C(c)), "all-gather", c->rank);
+}
+
+static int m_reduce_scatter_sum(dx_comm *c, const void *send, void *recv, size_t count, dx_dtype dt)
+{
+    MPI_Datatype t;
+    if (mpi_type(dt, &t)) return -1;
+    if (count > CHUNK) return dx_fail("rank %d: reduce-scatter of %zu elements per rank exceeds MPI's int count", c->rank, count);
+    return check(MPI_Reduce_scatter_block(send, recv, (int)count, t, MPI_SUM, C(c)),
+                 "reduce-scatter", c->rank);
+}
+
+static int m_broadcast(dx_comm *c, void *buf, size_t bytes, int root)
+{
+    for (size_t off = 0; off < bytes || off == 0; off += CHUNK) {
+        size_t n = bytes - off < CHUNK ? bytes - off : CHUNK;
+        if (check(MPI_Bcast((char *)buf + off, (int)n, MPI_BYTE, root, C(c)), "broadcast", c->rank))
+            return -1;
+        if (bytes == 0) break;
+    }
+    return 0;
+}
+
+static int m_gather(dx_comm *c, const void *send, void *recv, size_t bytes, int root)
+{
+    if (bytes > CHUNK) return dx_fail("rank %d: gather of %zu bytes exceeds MPI's int count", c->rank, bytes);
+    return check(MPI_Gather(send, (int)bytes, MPI_BYTE, recv, (int)bytes, MPI_BYTE, root, C(c)),
+                 "gather", c->rank);
+}
+
+static int m_barrier(dx_comm *c) { return check(MPI_Barrier(C(c)), "barrier", c->rank); }
+
+static int m_max_int(dx_comm *c, int value, int *out)
+{
+    return check(MPI_Allreduce(&value, out, 1, MPI_INT, MPI_MAX, C(c)), "all-reduce(max)", c->rank);
+}
+
+static void m_destroy(dx_comm *c)
+{
+    if (!c) return;
+    mpi_impl *m = c->impl;
+    if (m->owns) MPI_Comm_free(&m->comm);
+    free(m);
+    free(c);
+}
+
+static dx_comm *wrap(MPI_Comm comm, int owns)
+{
+    dx_comm *c = calloc(1, sizeof *c);
+    mpi_impl *m = calloc(1, sizeof *m);
+    if (!c || !m) {
+        free(c);
+        free(m);
+        dx_fail("MPI comm: out of memory");
+        return NULL;
+    }
+    m->comm = comm;
+    m->owns = owns;
+    c->impl = m;
+    MPI_Comm_rank(comm, &c->rank);
+    MPI_Comm_size(comm, &c->size);
+    c->all_reduce_sum = m_all_reduce_sum;
+    c->all_gather = m_all_gather;
+    c->reduce_scatter_sum = m_reduce_scatter_sum;
+    c->broadcast = m_broadcast;
+    c->gather = m_gather;
+    c->barrier = m_barrier;
+    c->max_int = m_max_int;
+    c->destroy = m_destroy;
+    return c;
+}
+
+dx_comm *dx_comm_mpi_world(int *argc, char ***argv)
+{
+    int inited = 0;
+    MPI_Initialized(&inited);
+    if (!inited) {
+        int provided;
+        if (MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS) {
+            dx_fail("MPI_Init_thread failed");
+            return NULL;
+        }
+    }
+    /* errors come back as codes, never abort silently */
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    return wrap(MPI_COMM_WORLD, 0);
+}
+
+dx_comm *dx_comm_mpi_split(dx_comm *parent, int color, int key)
+{
+    MPI_Comm sub;
+    if (check(MPI_Comm_split(C(parent), color, key, &sub), "comm split", parent->rank)) return NULL;
+    MPI_Comm_set_errhandler(sub, MPI_ERRORS_RETURN);
+    return wrap(sub, 1);
+}
+
+void dx_comm_mpi_finalize(void)
+{
+    int fin = 0;
+    MPI_Finalized(&fin);
+    if (!fin) MPI_Finalize();
+}
+
+void dx_comm_mpi_abort(int code) { MPI_Abort(MPI_COMM_WORLD, code); }
+
+int dx_comm_agree(dx_comm *c, int rc)
+{
+    /* encode "failed" as the rank + 1 (0 = ok) and take the minimum failing rank via max of
+     * (size - rank) */
+    int mine = rc ? c->size - c->rank : 0, worst = 0;
+    if (c->max_int(c, mine, &worst)) return -1;
+    if (worst == 0) return 0;
+    if (!rc) dx_fail("rank %d failed (see its message above)", c->size - worst);
+    return -1;
+}

@@ -1,0 +1,117 @@
+#define _POSIX_C_SOURCE 200809L
+#include "common.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static _Thread_local char dx_err_buf[1024];
+
+int dx_fail(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(dx_err_buf, sizeof dx_err_buf, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+int dx_fail_prefix(const char *fmt, ...)
+{
+    char msg[sizeof dx_err_buf];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    if (n < 0) n = 0;
+    size_t used = (size_t)n < sizeof msg - 3 ? (size_t)n : sizeof msg - 3;
+    memcpy(msg + used, ": ", 3);
+    used += 2;
+    size_t rest = strlen(dx_err_buf);
+    if (rest > sizeof msg - 1 - used) rest = sizeof msg - 1 - used;
+    memcpy(msg + used, dx_err_buf, rest);
+    msg[used + rest] = 0;
+    memcpy(dx_err_buf, msg, used + rest + 1);
+    return -1;
+}
+
+const char *dx_last_error(void) { return dx_err_buf; }
+
+uint64_t dx_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+uint64_t dx_wall_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+uint64_t dx_hash64(uint64_t x)
+{
+    x += 0x9e3779b97f4a7c15ull;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+
+double dx_uniform(uint64_t seed, uint64_t stream, uint64_t index)
+{
+    uint64_t h = dx_hash64(dx_hash64(dx_hash64(seed) ^ stream) ^ index);
+    /* 53 random bits, shifted off zero so log() is finite */
+    return ((double)(h >> 11) + 0.5) * (1.0 / 9007199254740992.0);
+}
+
+double dx_normal(uint64_t seed, uint64_t stream, uint64_t index)
+{
+    double u1 = dx_uniform(seed, stream, 2 * index);
+    double u2 = dx_uniform(seed, stream, 2 * index + 1);
+    return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
+}
+
+char *dx_strdup(const char *s)
+{
+    if (!s) return NULL;
+    size_t n = strlen(s) + 1;
+    char *d = malloc(n);
+    if (d) memcpy(d, s, n);
+    return d;
+}
+
+char *dx_read_file(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        dx_fail("%s: cannot open: %s", path, strerror(errno));
+        return NULL;
+    }
+    size_t cap = 1 << 16, n = 0;
+    char *buf = malloc(cap + 1);
+    while (buf) {
+        size_t got = fread(buf + n, 1, cap - n, f);
+        n += got;
+        if (n < cap) break;
+        cap *= 2;
+        char *nb = realloc(buf, cap + 1);
+        if (!nb) { free(buf); buf = NULL; }
+        else buf = nb;
+    }
+    int err = ferror(f);
+    fclose(f);
+    if (!buf || err) {
+        free(buf);
+        dx_fail("%s: read error", path);
+        return NULL;
+    }
+    buf[n] = 0;
+    if (len) *len = n;
+    return buf;
+}

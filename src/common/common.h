@@ -1,0 +1,53 @@
+/* dissect: small shared utilities (errors, clocks, deterministic random numbers).
+ *
+ * Errors: every fallible function in dissect returns 0 on success and -1 on failure, after
+ * calling dx_fail() with a message that names the input at fault (file, key, rank, tensor).
+ * The message is thread-local; main() prints it and exits non-zero.
+ */
+#ifndef DX_COMMON_H
+#define DX_COMMON_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define DX_VERSION "0.1.0"
+
+#if defined(__GNUC__)
+#define DX_PRINTF(a, b) __attribute__((format(printf, a, b)))
+#else
+#define DX_PRINTF(a, b)
+#endif
+
+/* Sets the current error message (printf-style) and returns -1, so callers can write
+ * `return dx_fail("config %s: key '%s' ...", path, key);`. */
+int dx_fail(const char *fmt, ...) DX_PRINTF(1, 2);
+
+/* Prefixes the current error message with "prefix: " and returns -1. */
+int dx_fail_prefix(const char *fmt, ...) DX_PRINTF(1, 2);
+
+/* The last message set by dx_fail on this thread ("" if none). */
+const char *dx_last_error(void);
+
+/* Monotonic clock in nanoseconds (CLOCK_MONOTONIC). */
+uint64_t dx_now_ns(void);
+
+/* Wall clock in nanoseconds since the Unix epoch (CLOCK_REALTIME). */
+uint64_t dx_wall_ns(void);
+
+/* Counter-based random numbers: the value depends only on (seed, stream, index), so tensors
+ * initialise identically whatever the parallel layout. SplitMix64 finaliser (Steele et al. 2014)
+ * over a mixed key; normals by Box-Muller on two such uniforms. */
+uint64_t dx_hash64(uint64_t x);
+/* Uniform in (0, 1). */
+double dx_uniform(uint64_t seed, uint64_t stream, uint64_t index);
+/* Standard normal N(0, 1). */
+double dx_normal(uint64_t seed, uint64_t stream, uint64_t index);
+
+/* Duplicates a string with malloc (NULL on NULL). */
+char *dx_strdup(const char *s);
+
+/* Reads a whole file into a malloc'd NUL-terminated buffer; *len gets the byte count (may be
+ * NULL). Returns NULL and sets the error (naming the path) on failure. */
+char *dx_read_file(const char *path, size_t *len);
+
+#endif

@@ -1,0 +1,822 @@
+/* dissect run configuration: JSON parsing (cJSON), flag overrides, validation, serialisation.
+ *
+ * The accepted keys are described once, by the schema tables below; the file parser
+ * (dx_config_parse) and the flag parser (dx_config_set) both end in apply_value(), so the type
+ * and range checks and their messages are the same for both.
+ */
+#include "config.h"
+
+#include "common/common.h"
+
+#include <cjson/cJSON.h>
+#include <ctype.h>
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+/* Largest seed that a JSON number (an IEEE double) holds exactly. */
+#define SEED_MAX 9007199254740992.0 /* 2^53 */
+
+/* ------------------------------------------------------------------------------------------ */
+/* Model presets                                                                               */
+
+typedef struct {
+    const char *name;
+    int vocab, hidden, inter, layers, heads, kv_heads, max_pos;
+    double eps;
+} preset_def;
+
+static const preset_def presets[] = {
+    {"tiny", 64, 32, 88, 2, 4, 2, 64, 1e-5},
+    {"brown-small", 4096, 256, 688, 4, 8, 4, 512, 1e-5},
+    {"tinyllama-1.1b", 32000, 2048, 5632, 22, 32, 4, 2048, 1e-5},
+    {"llama2-7b", 32000, 4096, 11008, 32, 32, 32, 4096, 1e-5},
+    {"llama2-13b", 32000, 5120, 13824, 40, 40, 40, 4096, 1e-5},
+    {"llama2-70b", 32000, 8192, 28672, 80, 64, 8, 4096, 1e-5},
+};
+#define N_PRESETS (sizeof presets / sizeof presets[0])
+
+static const preset_def *find_preset(const char *name)
+{
+    for (size_t i = 0; name && i < N_PRESETS; i++)
+        if (strcmp(name, presets[i].name) == 0) return &presets[i];
+    return NULL;
+}
+
+int dx_model_preset(dx_model_config *m, const char *name)
+{
+    const preset_def *p = find_preset(name);
+    if (p) {
+        memset(m, 0, sizeof *m);
+        snprintf(m->preset, sizeof m->preset, "%s", p->name);
+        m->vocab_size = p->vocab;
+        m->hidden_size = p->hidden;
+        m->intermediate_size = p->inter;
+        m->num_hidden_layers = p->layers;
+        m->num_attention_heads = p->heads;
+        m->num_key_value_heads = p->kv_heads;
+        m->max_position_embeddings = p->max_pos;
+        m->rms_norm_eps = p->eps;
+        m->rope_theta = 10000.0;
+        m->initializer_range = 0.02;
+        return 0;
+    }
+    char known[256] = "";
+    for (size_t i = 0; i < N_PRESETS; i++) {
+        size_t n = strlen(known);
+        snprintf(known + n, sizeof known - n, "%s%s", i ? ", " : "", presets[i].name);
+    }
+    return dx_fail("unknown model preset '%s' (known: %s)", name ? name : "(null)", known);
+}
+
+int64_t dx_model_num_params(const dx_model_config *m)
+{
+    int64_t V = m->vocab_size, D = m->hidden_size, I = m->intermediate_size;
+    int64_t L = m->num_hidden_layers, H = m->num_attention_heads, Hkv = m->num_key_value_heads;
+    int64_t Dh = H > 0 ? D / H : 0;
+    int64_t per_layer = 2 * D                 /* attention and MLP RMSNorm weights */
+                        + D * (H * Dh)        /* q_proj */
+                        + 2 * D * (Hkv * Dh)  /* k_proj, v_proj */
+                        + (H * Dh) * D        /* o_proj */
+                        + 3 * D * I;          /* gate, up, down */
+    return V * D + L * per_layer + D + V * D;
+}
+
+int64_t dx_model_num_params_nonembed(const dx_model_config *m)
+{
+    return dx_model_num_params(m) - (int64_t)m->vocab_size * m->hidden_size;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Defaults                                                                                    */
+
+void dx_config_defaults(dx_config *c)
+{
+    memset(c, 0, sizeof *c);
+    dx_model_preset(&c->model, "brown-small");
+    c->seq_length = 128;
+    c->micro_batch = 8;
+    c->grad_accum = 1;
+    c->global_batch = 0;
+    c->train_batch_size_set = 0;
+    c->train_iters = 1000;
+    c->lr = 1e-3;
+    c->min_lr = 1e-4;
+    c->beta1 = 0.9;
+    c->beta2 = 0.95;
+    c->adam_eps = 1e-8;
+    c->weight_decay = 0.1;
+    c->grad_clip = 1.0;
+    c->lr_warmup_iters = 100;
+    c->lr_decay_iters = 0;
+    c->seed = 1234;
+    c->zero_stage = 0;
+    c->eval_interval = 100;
+    c->eval_iters = 10;
+    c->log_interval = 1;
+    c->sample_tokens = 64;
+    c->sample_temperature = 0.8;
+    c->trace_level = DX_TRACE_STEP;
+    snprintf(c->device, sizeof c->device, "cpu");
+    snprintf(c->source, sizeof c->source, "defaults");
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Schema                                                                                      */
+
+typedef enum {
+    K_OBJECT,  /* nested object: children */
+    K_INT,     /* int field */
+    K_LONG,    /* long field (int range) */
+    K_SEED,    /* uint64_t field, 0..2^53 */
+    K_DOUBLE,  /* double field */
+    K_STRING,  /* char[size] field */
+    K_ENUM,    /* string handled by a function */
+    K_BETAS,   /* [beta1, beta2] */
+    K_TBS,     /* train_batch_size: int + "given" flag */
+    K_COMMENT, /* string, ignored */
+} key_kind;
+
+/* Range flags */
+#define R_LO 1u      /* value >= lo */
+#define R_LO_OPEN 2u /* value > lo */
+#define R_HI 4u      /* value <= hi */
+#define R_HI_OPEN 8u /* value < hi */
+#define K_FIRST 16u  /* applied before its siblings (model.preset) */
+
+typedef int (*enum_fn)(dx_config *c, const char *value, const char *source, const char *path);
+
+typedef struct key_spec {
+    const char *name;
+    key_kind kind;
+    size_t offset; /* into dx_config */
+    size_t size;   /* K_STRING buffer size */
+    unsigned flags;
+    double lo, hi;
+    const struct key_spec *children; /* K_OBJECT: terminated by name == NULL */
+    enum_fn set_enum;                /* K_ENUM */
+} key_spec;
+
+static int set_preset(dx_config *c, const char *value, const char *source, const char *path)
+{
+    dx_model_config m;
+    if (dx_model_preset(&m, value) < 0) return dx_fail_prefix("%s: key '%s'", source, path);
+    c->model = m;
+    return 0;
+}
+
+static int set_optimizer_type(dx_config *c, const char *value, const char *source,
+                              const char *path)
+{
+    (void)c;
+    if (strcasecmp(value, "AdamW") != 0)
+        return dx_fail("%s: key '%s': unsupported optimizer '%s' (only \"AdamW\")", source, path,
+                       value);
+    return 0;
+}
+
+static const char *const trace_level_names[] = {"step", "module", "op"};
+
+static int set_trace_level(dx_config *c, const char *value, const char *source, const char *path)
+{
+    for (int i = 0; i < 3; i++)
+        if (strcmp(value, trace_level_names[i]) == 0) {
+            c->trace_level = (dx_trace_level)i;
+            return 0;
+        }
+    return dx_fail("%s: key '%s': must be \"step\", \"module\" or \"op\", got '%s'", source, path,
+                   value);
+}
+
+static int set_device(dx_config *c, const char *value, const char *source, const char *path)
+{
+    if (strcmp(value, "cpu") != 0 && strcmp(value, "cuda") != 0)
+        return dx_fail("%s: key '%s': must be \"cpu\" or \"cuda\", got '%s'", source, path, value);
+    snprintf(c->device, sizeof c->device, "%s", value);
+    return 0;
+}
+
+#define OFF(f) offsetof(dx_config, f)
+#define MOFF(f) (offsetof(dx_config, model) + offsetof(dx_model_config, f))
+#define STR(f) OFF(f), sizeof(((dx_config *)0)->f)
+#define POS_INT(n, k, off) {n, k, off, 0, R_LO, 1, 0, NULL, NULL}
+#define NONNEG(n, k, off) {n, k, off, 0, R_LO, 0, 0, NULL, NULL}
+#define POS_DBL(n, off) {n, K_DOUBLE, off, 0, R_LO_OPEN, 0, 0, NULL, NULL}
+#define NONNEG_DBL(n, off) {n, K_DOUBLE, off, 0, R_LO, 0, 0, NULL, NULL}
+#define END {NULL, K_OBJECT, 0, 0, 0, 0, 0, NULL, NULL}
+
+static const key_spec model_keys[] = {
+    {"preset", K_ENUM, 0, 0, K_FIRST, 0, 0, NULL, set_preset},
+    POS_INT("vocab_size", K_INT, MOFF(vocab_size)),
+    POS_INT("hidden_size", K_INT, MOFF(hidden_size)),
+    POS_INT("intermediate_size", K_INT, MOFF(intermediate_size)),
+    POS_INT("num_hidden_layers", K_INT, MOFF(num_hidden_layers)),
+    POS_INT("num_attention_heads", K_INT, MOFF(num_attention_heads)),
+    POS_INT("num_key_value_heads", K_INT, MOFF(num_key_value_heads)),
+    POS_INT("max_position_embeddings", K_INT, MOFF(max_position_embeddings)),
+    POS_DBL("rms_norm_eps", MOFF(rms_norm_eps)),
+    POS_DBL("rope_theta", MOFF(rope_theta)),
+    POS_DBL("initializer_range", MOFF(initializer_range)),
+    END,
+};
+
+static const key_spec data_keys[] = {
+    {"train", K_STRING, STR(train_path), 0, 0, 0, NULL, NULL},
+    {"valid", K_STRING, STR(valid_path), 0, 0, 0, NULL, NULL},
+    {"tokenizer", K_STRING, STR(tokenizer_path), 0, 0, 0, NULL, NULL},
+    END,
+};
+
+static const key_spec optimizer_params_keys[] = {
+    POS_DBL("lr", OFF(lr)),
+    {"betas", K_BETAS, 0, 0, 0, 0, 0, NULL, NULL},
+    POS_DBL("eps", OFF(adam_eps)),
+    NONNEG_DBL("weight_decay", OFF(weight_decay)),
+    END,
+};
+
+static const key_spec optimizer_keys[] = {
+    {"type", K_ENUM, 0, 0, 0, 0, 0, NULL, set_optimizer_type},
+    {"params", K_OBJECT, 0, 0, 0, 0, 0, optimizer_params_keys, NULL},
+    END,
+};
+
+static const key_spec zero_keys[] = {
+    {"stage", K_INT, OFF(zero_stage), 0, R_LO | R_HI, 0, 3, NULL, NULL},
+    END,
+};
+
+static const key_spec trace_keys[] = {
+    {"path", K_STRING, STR(trace_path), 0, 0, 0, NULL, NULL},
+    {"level", K_ENUM, 0, 0, 0, 0, 0, NULL, set_trace_level},
+    END,
+};
+
+static const key_spec sample_keys[] = {
+    NONNEG("tokens", K_INT, OFF(sample_tokens)),
+    POS_DBL("temperature", OFF(sample_temperature)),
+    END,
+};
+
+static const key_spec top_keys[] = {
+    {"comment", K_COMMENT, 0, 0, 0, 0, 0, NULL, NULL},
+    {"model", K_OBJECT, 0, 0, 0, 0, 0, model_keys, NULL},
+    {"data", K_OBJECT, 0, 0, 0, 0, 0, data_keys, NULL},
+    POS_INT("seq_length", K_INT, OFF(seq_length)),
+    POS_INT("train_micro_batch_size_per_gpu", K_INT, OFF(micro_batch)),
+    POS_INT("gradient_accumulation_steps", K_INT, OFF(grad_accum)),
+    {"train_batch_size", K_TBS, OFF(global_batch), 0, R_LO, 0, 0, NULL, NULL},
+    POS_INT("train_iters", K_LONG, OFF(train_iters)),
+    NONNEG("lr_warmup_iters", K_LONG, OFF(lr_warmup_iters)),
+    NONNEG("lr_decay_iters", K_LONG, OFF(lr_decay_iters)),
+    NONNEG_DBL("min_lr", OFF(min_lr)),
+    NONNEG_DBL("gradient_clipping", OFF(grad_clip)),
+    {"seed", K_SEED, OFF(seed), 0, R_LO | R_HI, 0, SEED_MAX, NULL, NULL},
+    NONNEG("eval_interval", K_LONG, OFF(eval_interval)), /* 0 = never */
+    POS_INT("eval_iters", K_LONG, OFF(eval_iters)),
+    POS_INT("log_interval", K_LONG, OFF(log_interval)),
+    {"optimizer", K_OBJECT, 0, 0, 0, 0, 0, optimizer_keys, NULL},
+    {"zero_optimization", K_OBJECT, 0, 0, 0, 0, 0, zero_keys, NULL},
+    {"trace", K_OBJECT, 0, 0, 0, 0, 0, trace_keys, NULL},
+    {"device", K_ENUM, 0, 0, 0, 0, 0, NULL, set_device},
+    {"sample", K_OBJECT, 0, 0, 0, 0, 0, sample_keys, NULL},
+    END,
+};
+
+static const key_spec root_spec = {"", K_OBJECT, 0, 0, 0, 0, 0, top_keys, NULL};
+
+/* ------------------------------------------------------------------------------------------ */
+/* Applying values                                                                             */
+
+static const char *json_type_name(const cJSON *v)
+{
+    if (cJSON_IsNumber(v)) return "number";
+    if (cJSON_IsString(v)) return "string";
+    if (cJSON_IsBool(v)) return "boolean";
+    if (cJSON_IsNull(v)) return "null";
+    if (cJSON_IsArray(v)) return "array";
+    if (cJSON_IsObject(v)) return "object";
+    return "invalid value";
+}
+
+static const char *kind_name(key_kind k)
+{
+    switch (k) {
+    case K_OBJECT: return "object";
+    case K_INT:
+    case K_LONG:
+    case K_SEED:
+    case K_TBS: return "integer";
+    case K_DOUBLE: return "number";
+    case K_STRING:
+    case K_ENUM:
+    case K_COMMENT: return "string";
+    case K_BETAS: return "array of 2 numbers";
+    }
+    return "?";
+}
+
+static void join_path(char *out, size_t cap, const char *prefix, const char *name)
+{
+    if (prefix && *prefix)
+        snprintf(out, cap, "%s.%s", prefix, name);
+    else
+        snprintf(out, cap, "%s", name);
+}
+
+/* Range check of a numeric value against spec->flags/lo/hi. */
+static int check_range(const key_spec *s, double v, int integer, const char *source,
+                       const char *path)
+{
+    unsigned f = s->flags;
+    int bad = ((f & R_LO) && !(v >= s->lo)) || ((f & R_LO_OPEN) && !(v > s->lo)) ||
+              ((f & R_HI) && !(v <= s->hi)) || ((f & R_HI_OPEN) && !(v < s->hi));
+    if (!bad) return 0;
+    char want[96];
+    if (integer && (f & R_LO) && (f & R_HI))
+        snprintf(want, sizeof want, "must be in %.16g..%.16g", s->lo, s->hi);
+    else if ((f & (R_LO | R_LO_OPEN)) && (f & (R_HI | R_HI_OPEN)))
+        snprintf(want, sizeof want, "must be in %c%.16g, %.16g%c", (f & R_LO) ? '[' : '(', s->lo,
+                 s->hi, (f & R_HI) ? ']' : ')');
+    else if (f & R_LO)
+        snprintf(want, sizeof want, "must be >= %.16g", s->lo);
+    else if (f & R_LO_OPEN)
+        snprintf(want, sizeof want, "must be > %.16g", s->lo);
+    else if (f & R_HI)
+        snprintf(want, sizeof want, "must be <= %.16g", s->hi);
+    else
+        snprintf(want, sizeof want, "must be < %.16g", s->hi);
+    return dx_fail("%s: key '%s': %s, got %.16g", source, path, want, v);
+}
+
+static int apply_object(dx_config *c, const key_spec *spec, const cJSON *obj, const char *path,
+                        const char *source);
+
+static int apply_value(dx_config *c, const key_spec *s, const cJSON *v, const char *path,
+                       const char *source)
+{
+    char *base = (char *)c;
+    switch (s->kind) {
+    case K_OBJECT:
+        return apply_object(c, s, v, path, source);
+
+    case K_INT:
+    case K_LONG:
+    case K_SEED:
+    case K_TBS: {
+        if (!cJSON_IsNumber(v))
+            return dx_fail("%s: key '%s': expected integer, got %s", source, path,
+                           json_type_name(v));
+        double d = v->valuedouble;
+        if (!isfinite(d) || d != floor(d))
+            return dx_fail("%s: key '%s': expected integer, got %.16g", source, path, d);
+        double lo = s->kind == K_SEED ? 0.0 : (double)INT_MIN;
+        double hi = s->kind == K_SEED ? SEED_MAX : (double)INT_MAX;
+        if (d < lo || d > hi)
+            return dx_fail("%s: key '%s': integer %.16g out of range (%.16g..%.16g)", source,
+                           path, d, lo, hi);
+        if (check_range(s, d, 1, source, path) < 0) return -1;
+        if (s->kind == K_INT)
+            *(int *)(base + s->offset) = (int)d;
+        else if (s->kind == K_LONG)
+            *(long *)(base + s->offset) = (long)d;
+        else if (s->kind == K_SEED)
+            *(uint64_t *)(base + s->offset) = (uint64_t)d;
+        else {
+            *(int *)(base + s->offset) = (int)d;
+            c->train_batch_size_set = d != 0;
+        }
+        return 0;
+    }
+
+    case K_DOUBLE: {
+        if (!cJSON_IsNumber(v))
+            return dx_fail("%s: key '%s': expected number, got %s", source, path,
+                           json_type_name(v));
+        double d = v->valuedouble;
+        if (!isfinite(d)) return dx_fail("%s: key '%s': must be a finite number", source, path);
+        if (check_range(s, d, 0, source, path) < 0) return -1;
+        *(double *)(base + s->offset) = d;
+        return 0;
+    }
+
+    case K_STRING:
+    case K_ENUM:
+    case K_COMMENT: {
+        if (!cJSON_IsString(v) || !v->valuestring)
+            return dx_fail("%s: key '%s': expected string, got %s", source, path,
+                           json_type_name(v));
+        if (s->kind == K_COMMENT) return 0;
+        if (s->kind == K_ENUM) return s->set_enum(c, v->valuestring, source, path);
+        size_t n = strlen(v->valuestring);
+        if (n >= s->size)
+            return dx_fail("%s: key '%s': string too long (%zu bytes, at most %zu)", source, path,
+                           n, s->size - 1);
+        memcpy(base + s->offset, v->valuestring, n + 1);
+        return 0;
+    }
+
+    case K_BETAS: {
+        if (!cJSON_IsArray(v) || cJSON_GetArraySize(v) != 2)
+        {
+            if (cJSON_IsArray(v))
+                return dx_fail("%s: key '%s': expected array of 2 numbers, got an array of %d",
+                               source, path, cJSON_GetArraySize(v));
+            return dx_fail("%s: key '%s': expected array of 2 numbers, got %s", source, path,
+                           json_type_name(v));
+        }
+        double b[2];
+        for (int i = 0; i < 2; i++) {
+            const cJSON *e = cJSON_GetArrayItem(v, i);
+            if (!cJSON_IsNumber(e))
+                return dx_fail("%s: key '%s[%d]': expected number, got %s", source, path, i,
+                               json_type_name(e));
+            b[i] = e->valuedouble;
+            if (!(b[i] >= 0.0 && b[i] < 1.0))
+                return dx_fail("%s: key '%s[%d]': must be in [0, 1), got %.16g", source, path, i,
+                               b[i]);
+        }
+        c->beta1 = b[0];
+        c->beta2 = b[1];
+        return 0;
+    }
+    }
+    return dx_fail("%s: key '%s': internal error (unknown key kind)", source, path);
+}
+
+static const key_spec *find_child(const key_spec *parent, const char *name)
+{
+    if (parent->kind != K_OBJECT || !parent->children) return NULL;
+    for (const key_spec *k = parent->children; k->name; k++)
+        if (strcmp(k->name, name) == 0) return k;
+    return NULL;
+}
+
+static int apply_object(dx_config *c, const key_spec *spec, const cJSON *obj, const char *path,
+                        const char *source)
+{
+    if (!cJSON_IsObject(obj)) {
+        if (!*path)
+            return dx_fail("%s: expected a JSON object at the top level, got %s", source,
+                           json_type_name(obj));
+        return dx_fail("%s: key '%s': expected object, got %s", source, path,
+                       json_type_name(obj));
+    }
+    char sub[512];
+    /* Unknown and duplicate keys first, so no key is applied from a rejected object. */
+    for (const cJSON *e = obj->child; e; e = e->next) {
+        const char *name = e->string ? e->string : "";
+        join_path(sub, sizeof sub, path, name);
+        if (!find_child(spec, name)) return dx_fail("%s: unknown key '%s'", source, sub);
+        for (const cJSON *p = obj->child; p != e; p = p->next)
+            if (p->string && strcmp(p->string, name) == 0)
+                return dx_fail("%s: duplicate key '%s'", source, sub);
+    }
+    /* Pass 0: keys applied first (model.preset); pass 1: the others, in file order. */
+    for (int pass = 0; pass < 2; pass++)
+        for (const cJSON *e = obj->child; e; e = e->next) {
+            const key_spec *k = find_child(spec, e->string);
+            if (((k->flags & K_FIRST) != 0) != (pass == 0)) continue;
+            join_path(sub, sizeof sub, path, e->string);
+            if (apply_value(c, k, e, sub, source) < 0) return -1;
+        }
+    return 0;
+}
+
+/* Line and column (1-based) of byte `off` in text. */
+static void line_col(const char *text, size_t off, int *line, int *col)
+{
+    *line = 1;
+    *col = 1;
+    for (size_t i = 0; i < off && text[i]; i++) {
+        if (text[i] == '\n') {
+            (*line)++;
+            *col = 1;
+        } else {
+            (*col)++;
+        }
+    }
+}
+
+static int json_syntax_error(const char *text, const char *end, const char *source,
+                             const char *what)
+{
+    size_t off = end && end >= text ? (size_t)(end - text) : 0;
+    int line, col;
+    line_col(text, off, &line, &col);
+    char near[24] = "";
+    size_t n = 0;
+    for (const char *p = text + off; *p && *p != '\n' && n < sizeof near - 1; p++)
+        near[n++] = isprint((unsigned char)*p) ? *p : '?';
+    near[n] = 0;
+    if (!text[off])
+        return dx_fail("%s: malformed %s: unexpected end of input at line %d, column %d "
+                       "(byte %zu)",
+                       source, what, line, col, off);
+    return dx_fail("%s: malformed %s near line %d, column %d (byte %zu): '%s'", source, what,
+                   line, col, off, near);
+}
+
+/* Parses JSON text; NULL + message on error. */
+static cJSON *parse_json(const char *text, const char *source, const char *what)
+{
+    const char *end = NULL;
+    cJSON *root = cJSON_ParseWithOpts(text, &end, 1);
+    if (!root) {
+        if (!end) end = cJSON_GetErrorPtr();
+        json_syntax_error(text, end, source, what);
+    }
+    return root;
+}
+
+int dx_config_parse(dx_config *c, const char *json_text, const char *source)
+{
+    if (!source) source = "(config)";
+    if (!json_text) return dx_fail("%s: no JSON text", source);
+    cJSON *root = parse_json(json_text, source, "JSON");
+    if (!root) return -1;
+    dx_config tmp = *c;
+    int rc = apply_object(&tmp, &root_spec, root, "", source);
+    cJSON_Delete(root);
+    if (rc < 0) return -1;
+    snprintf(tmp.source, sizeof tmp.source, "%s", source);
+    *c = tmp;
+    return 0;
+}
+
+int dx_config_load(dx_config *c, const char *path)
+{
+    char *text = dx_read_file(path, NULL);
+    if (!text) return -1;
+    int rc = dx_config_parse(c, text, path);
+    free(text);
+    return rc;
+}
+
+/* Strict decimal number: whole string (surrounding blanks allowed), finite. */
+static int parse_number_text(const char *s, double *out)
+{
+    while (isspace((unsigned char)*s)) s++;
+    if (!*s) return -1;
+    errno = 0;
+    char *end;
+    double d = strtod(s, &end);
+    if (end == s) return -1;
+    while (isspace((unsigned char)*end)) end++;
+    if (*end || !isfinite(d)) return -1;
+    *out = d;
+    return 0;
+}
+
+int dx_config_set(dx_config *c, const char *key_path, const char *value, const char *source)
+{
+    if (!source) source = "(flag)";
+    if (!key_path || !*key_path) return dx_fail("%s: empty key path", source);
+    if (!value) return dx_fail("%s: key '%s': missing value", source, key_path);
+
+    /* Walk the schema along the dotted path. */
+    const key_spec *s = &root_spec;
+    const char *p = key_path;
+    while (*p) {
+        const char *dot = strchr(p, '.');
+        size_t n = dot ? (size_t)(dot - p) : strlen(p);
+        char name[128];
+        if (n == 0 || n >= sizeof name) return dx_fail("%s: unknown key '%s'", source, key_path);
+        memcpy(name, p, n);
+        name[n] = 0;
+        s = find_child(s, name);
+        if (!s) return dx_fail("%s: unknown key '%s'", source, key_path);
+        p += n;
+        if (*p == '.') {
+            p++;
+            if (!*p) return dx_fail("%s: unknown key '%s'", source, key_path);
+        }
+    }
+
+    /* Convert the text to a JSON value of the key's type. */
+    cJSON *v = NULL;
+    switch (s->kind) {
+    case K_OBJECT:
+        v = parse_json(value, source, "JSON value");
+        if (!v) return dx_fail_prefix("key '%s'", key_path);
+        break;
+    case K_INT:
+    case K_LONG:
+    case K_SEED:
+    case K_TBS:
+    case K_DOUBLE: {
+        double d;
+        if (parse_number_text(value, &d) < 0)
+            return dx_fail("%s: key '%s': expected %s, got '%s'", source, key_path,
+                           kind_name(s->kind), value);
+        v = cJSON_CreateNumber(d);
+        break;
+    }
+    case K_STRING:
+    case K_ENUM:
+    case K_COMMENT:
+        v = cJSON_CreateString(value);
+        break;
+    case K_BETAS: {
+        const char *q = value;
+        while (isspace((unsigned char)*q)) q++;
+        size_t n = strlen(value);
+        char *text = malloc(n + 3);
+        if (!text) return dx_fail("%s: out of memory", source);
+        if (*q == '[')
+            memcpy(text, value, n + 1);
+        else
+            snprintf(text, n + 3, "[%s]", value);
+        v = cJSON_ParseWithOpts(text, NULL, 1);
+        free(text);
+        if (!v)
+            return dx_fail("%s: key '%s': expected 2 numbers (\"0.9,0.95\"), got '%s'", source,
+                           key_path, value);
+        break;
+    }
+    }
+    if (!v) return dx_fail("%s: out of memory", source);
+
+    dx_config tmp = *c;
+    int rc = apply_value(&tmp, s, v, key_path, source);
+    cJSON_Delete(v);
+    if (rc < 0) return -1;
+    *c = tmp;
+    return 0;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Cross-key checks                                                                            */
+
+int dx_config_finalize(dx_config *c, int dp)
+{
+    const char *src = c->source[0] ? c->source : "config";
+    const dx_model_config *m = &c->model;
+    if (dp < 1) return dx_fail("%s: data-parallel size must be >= 1, got %d", src, dp);
+
+    if (m->num_attention_heads < 1 || m->num_key_value_heads < 1 || m->hidden_size < 1)
+        return dx_fail("%s: key 'model': sizes must be positive", src);
+    if (m->hidden_size % m->num_attention_heads != 0)
+        return dx_fail("%s: key 'model.hidden_size' = %d: must be divisible by "
+                       "model.num_attention_heads (%d)",
+                       src, m->hidden_size, m->num_attention_heads);
+    if (m->num_attention_heads % m->num_key_value_heads != 0)
+        return dx_fail("%s: key 'model.num_key_value_heads' = %d: must divide "
+                       "model.num_attention_heads (%d)",
+                       src, m->num_key_value_heads, m->num_attention_heads);
+    int head_dim = m->hidden_size / m->num_attention_heads;
+    if (head_dim % 2 != 0)
+        return dx_fail("%s: key 'model.hidden_size': head dimension hidden_size / "
+                       "num_attention_heads = %d / %d = %d must be even (rotary embeddings)",
+                       src, m->hidden_size, m->num_attention_heads, head_dim);
+    if (c->seq_length > m->max_position_embeddings)
+        return dx_fail("%s: key 'seq_length' = %d: exceeds model.max_position_embeddings (%d)",
+                       src, c->seq_length, m->max_position_embeddings);
+
+    /* a warm-up longer than the run (short tests) just never reaches the peak lr */
+    long decay = c->lr_decay_iters ? c->lr_decay_iters : c->train_iters;
+    if (c->min_lr > c->lr)
+        return dx_fail("%s: key 'min_lr' = %.16g: exceeds optimizer.params.lr (%.16g)", src,
+                       c->min_lr, c->lr);
+
+    int64_t prod = (int64_t)c->micro_batch * c->grad_accum * dp;
+    if (prod > INT_MAX)
+        return dx_fail("%s: key 'train_batch_size': train_micro_batch_size_per_gpu (%d) x "
+                       "gradient_accumulation_steps (%d) x data-parallel size (%d) is too large",
+                       src, c->micro_batch, c->grad_accum, dp);
+    if (c->train_batch_size_set && c->global_batch != 0) {
+        if (c->global_batch % dp != 0)
+            return dx_fail("%s: key 'train_batch_size': world size %d does not divide "
+                           "train_batch_size %d",
+                           src, dp, c->global_batch);
+        if (c->global_batch != prod)
+            return dx_fail("%s: key 'train_batch_size' = %d does not equal "
+                           "train_micro_batch_size_per_gpu (%d) x gradient_accumulation_steps "
+                           "(%d) x data-parallel size (%d) = %lld",
+                           src, c->global_batch, c->micro_batch, c->grad_accum, dp,
+                           (long long)prod);
+    }
+    c->global_batch = (int)prod;
+    c->lr_decay_iters = decay;
+    return 0;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Serialisation                                                                               */
+
+/* cJSON prints numbers with %1.15g and an approximate comparison, which can lose the last bits
+ * of a double (and of integers above 2^49); numbers are therefore added as raw text: the
+ * shortest of %.15g/%.16g/%.16g that reads back exactly, integers in decimal. */
+static cJSON *add_double(cJSON *obj, const char *name, double v)
+{
+    char buf[40];
+    if (!isfinite(v)) v = 0; /* never produced by the parser */
+    for (int prec = 15; prec <= 17; prec++) {
+        snprintf(buf, sizeof buf, "%.*g", prec, v);
+        if (strtod(buf, NULL) == v) break;
+    }
+    return obj ? cJSON_AddRawToObject(obj, name, buf) : cJSON_CreateRaw(buf);
+}
+
+static cJSON *add_int(cJSON *obj, const char *name, long long v)
+{
+    char buf[32];
+    snprintf(buf, sizeof buf, "%lld", v);
+    return cJSON_AddRawToObject(obj, name, buf);
+}
+
+char *dx_config_to_json(const dx_config *c)
+{
+    cJSON *root = cJSON_CreateObject();
+    if (!root) return NULL;
+    const dx_model_config *m = &c->model;
+    int ok = 1;
+#define CHK(x) ok = ok && ((x) != NULL)
+    cJSON *model = cJSON_AddObjectToObject(root, "model");
+    CHK(model);
+    if (ok) {
+        if (find_preset(m->preset)) /* an unknown name would not parse back */
+            CHK(cJSON_AddStringToObject(model, "preset", m->preset));
+        CHK(add_int(model, "vocab_size", (long long)m->vocab_size));
+        CHK(add_int(model, "hidden_size", (long long)m->hidden_size));
+        CHK(add_int(model, "intermediate_size", (long long)m->intermediate_size));
+        CHK(add_int(model, "num_hidden_layers", (long long)m->num_hidden_layers));
+        CHK(add_int(model, "num_attention_heads", (long long)m->num_attention_heads));
+        CHK(add_int(model, "num_key_value_heads", (long long)m->num_key_value_heads));
+        CHK(add_int(model, "max_position_embeddings", (long long)m->max_position_embeddings));
+        CHK(add_double(model, "rms_norm_eps", m->rms_norm_eps));
+        CHK(add_double(model, "rope_theta", m->rope_theta));
+        CHK(add_double(model, "initializer_range", m->initializer_range));
+    }
+    cJSON *data = cJSON_AddObjectToObject(root, "data");
+    CHK(data);
+    if (ok) {
+        CHK(cJSON_AddStringToObject(data, "train", c->train_path));
+        CHK(cJSON_AddStringToObject(data, "valid", c->valid_path));
+        CHK(cJSON_AddStringToObject(data, "tokenizer", c->tokenizer_path));
+    }
+    CHK(add_int(root, "seq_length", (long long)c->seq_length));
+    CHK(add_int(root, "train_micro_batch_size_per_gpu", (long long)c->micro_batch));
+    CHK(add_int(root, "gradient_accumulation_steps", (long long)c->grad_accum));
+    CHK(add_int(root, "train_batch_size", (long long)c->global_batch));
+    CHK(add_int(root, "train_iters", (long long)c->train_iters));
+    CHK(add_int(root, "lr_warmup_iters", (long long)c->lr_warmup_iters));
+    CHK(add_int(root, "lr_decay_iters", (long long)c->lr_decay_iters));
+    CHK(add_double(root, "min_lr", c->min_lr));
+    CHK(add_double(root, "gradient_clipping", c->grad_clip));
+    CHK(add_int(root, "seed", (long long)c->seed));
+    CHK(add_int(root, "eval_interval", (long long)c->eval_interval));
+    CHK(add_int(root, "eval_iters", (long long)c->eval_iters));
+    CHK(add_int(root, "log_interval", (long long)c->log_interval));
+    cJSON *opt = cJSON_AddObjectToObject(root, "optimizer");
+    CHK(opt);
+    if (ok) {
+        CHK(cJSON_AddStringToObject(opt, "type", "AdamW"));
+        cJSON *params = cJSON_AddObjectToObject(opt, "params");
+        CHK(params);
+        if (ok) {
+            CHK(add_double(params, "lr", c->lr));
+            cJSON *b = cJSON_AddArrayToObject(params, "betas");
+            CHK(b);
+            cJSON *b1 = ok ? add_double(NULL, NULL, c->beta1) : NULL;
+            CHK(b1);
+            if (ok) cJSON_AddItemToArray(b, b1);
+            cJSON *b2 = ok ? add_double(NULL, NULL, c->beta2) : NULL;
+            CHK(b2);
+            if (ok) cJSON_AddItemToArray(b, b2);
+            CHK(add_double(params, "eps", c->adam_eps));
+            CHK(add_double(params, "weight_decay", c->weight_decay));
+        }
+    }
+    cJSON *zero = cJSON_AddObjectToObject(root, "zero_optimization");
+    CHK(zero);
+    if (ok) CHK(add_int(zero, "stage", (long long)c->zero_stage));
+    cJSON *trace = cJSON_AddObjectToObject(root, "trace");
+    CHK(trace);
+    if (ok) {
+        CHK(cJSON_AddStringToObject(trace, "path", c->trace_path));
+        int lv = (int)c->trace_level;
+        CHK(cJSON_AddStringToObject(trace, "level",
+                                    trace_level_names[lv >= 0 && lv < 3 ? lv : 0]));
+    }
+    CHK(cJSON_AddStringToObject(root, "device", c->device));
+    cJSON *sample = cJSON_AddObjectToObject(root, "sample");
+    CHK(sample);
+    if (ok) {
+        CHK(add_int(sample, "tokens", (long long)c->sample_tokens));
+        CHK(add_double(sample, "temperature", c->sample_temperature));
+    }
+#undef CHK
+    char *out = ok ? cJSON_Print(root) : NULL;
+    cJSON_Delete(root);
+    if (!out) return NULL;
+    /* cJSON allocates with its own hooks (malloc by default); hand back a plain malloc copy. */
+    char *copy = dx_strdup(out);
+    cJSON_free(out);
+    return copy;
+}

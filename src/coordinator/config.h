@@ -1,0 +1,119 @@
+/* dissect run configuration: one JSON file, flags override keys.
+ *
+ * Key names follow the projects users already know:
+ *   "model": Hugging Face config.json names (hidden_size, intermediate_size, num_hidden_layers,
+ *            num_attention_heads, num_key_value_heads, vocab_size, rms_norm_eps, rope_theta,
+ *            max_position_embeddings, initializer_range) plus "preset" (a named shape whose keys
+ *            the other model keys override): tiny, brown-small, tinyllama-1.1b, llama2-7b,
+ *            llama2-13b, llama2-70b.
+ *   DeepSpeed: train_micro_batch_size_per_gpu, gradient_accumulation_steps, train_batch_size
+ *            (optional; must equal micro x accumulation x DP), gradient_clipping,
+ *            optimizer {type: "AdamW", params {lr, betas [b1, b2], eps, weight_decay}},
+ *            zero_optimization {stage}.
+ *   Megatron-LM: seq_length, train_iters, lr_warmup_iters, lr_decay_iters, min_lr,
+ *            eval_interval, eval_iters, log_interval, seed.
+ *   dissect: data {train, valid, tokenizer}, trace {path, level}, device, sample {tokens,
+ *            temperature}.
+ * Unknown keys, wrong types and impossible values are errors naming the file and the key path
+ * (e.g. "run.json: key 'model.hidden_size': must be divisible by num_attention_heads").
+ */
+#ifndef DX_CONFIG_H
+#define DX_CONFIG_H
+
+#include <stdint.h>
+
+typedef struct {
+    char preset[64];
+    int vocab_size;
+    int hidden_size;
+    int intermediate_size;
+    int num_hidden_layers;
+    int num_attention_heads;
+    int num_key_value_heads;
+    int max_position_embeddings;
+    double rms_norm_eps;
+    double rope_theta;
+    double initializer_range;
+} dx_model_config;
+
+typedef enum { DX_TRACE_STEP = 0, DX_TRACE_MODULE = 1, DX_TRACE_OP = 2 } dx_trace_level;
+
+typedef struct {
+    dx_model_config model;
+
+    /* data */
+    char train_path[1024];     /* token shard for training (required for train) */
+    char valid_path[1024];     /* token shard for validation ("" = none) */
+    char tokenizer_path[1024]; /* SentencePiece model for decoding samples ("" = none) */
+
+    /* batch */
+    int seq_length;
+    int micro_batch;  /* train_micro_batch_size_per_gpu */
+    int grad_accum;   /* gradient_accumulation_steps */
+    int global_batch; /* train_batch_size: 0 in the file = derived; set by dx_config_finalize */
+    int train_batch_size_set; /* 1 when train_batch_size was given (nonzero) in a file or flag:
+                                 dx_config_finalize then checks it instead of deriving it */
+
+    /* optimisation */
+    long train_iters;
+    double lr, min_lr, beta1, beta2, adam_eps, weight_decay, grad_clip;
+    long lr_warmup_iters, lr_decay_iters; /* decay 0 in the file = train_iters */
+    uint64_t seed;
+
+    /* parallelism */
+    int zero_stage;
+
+    /* evaluation, logging, sampling */
+    long eval_interval, eval_iters, log_interval;
+    int sample_tokens;
+    double sample_temperature;
+
+    /* tracing */
+    char trace_path[1024]; /* "" = no trace file */
+    dx_trace_level trace_level;
+
+    char device[16]; /* "cpu" or "cuda" */
+
+    char source[1024]; /* file the config came from (for messages) */
+} dx_config;
+
+/* Fills *c with defaults (the brown-small model preset, micro-batch 8, seq 128, ...). */
+void dx_config_defaults(dx_config *c);
+
+/* Fills *m with a named model preset. Returns -1 + dx_fail naming the preset if unknown. */
+int dx_model_preset(dx_model_config *m, const char *name);
+
+/* Parses JSON text (from `source`, used in messages) over the current contents of *c.
+ * Returns -1 + dx_fail naming source and key path on malformed JSON, unknown keys, wrong types,
+ * out-of-range values; *c is then unchanged. On success c->source = source.
+ * A top-level "comment" string is accepted and ignored. */
+int dx_config_parse(dx_config *c, const char *json_text, const char *source);
+
+/* Sets one key by dotted path from a string (command-line overrides), with the same type and
+ * range checks as the file, e.g. ("zero_optimization.stage", "2", "--zero-stage"),
+ * ("optimizer.params.lr", "1e-3", "--lr"), ("model.preset", "tiny", "--model").
+ * Integer and number keys take decimal text; string keys take the text as is;
+ * optimizer.params.betas takes "0.9,0.95" or "[0.9, 0.95]"; object keys ("model", "data", ...)
+ * take a JSON object. Setting model.preset replaces the whole model shape, so apply it before
+ * other model.* overrides. Messages name `source` (the flag) and the key path. On error *c is
+ * unchanged. c->source is not changed. */
+int dx_config_set(dx_config *c, const char *key_path, const char *value, const char *source);
+
+/* Reads and parses a file (dx_config_parse on its contents). */
+int dx_config_load(dx_config *c, const char *path);
+
+/* Checks cross-key consistency for a world of `dp` data-parallel ranks and derives
+ * global_batch (micro x accum x dp) and lr_decay_iters. Errors name the key. */
+int dx_config_finalize(dx_config *c, int dp);
+
+/* Serialises the resolved config as JSON (malloc'd string; NULL on OOM). The output parses back
+ * with dx_config_parse to the same struct (except `source`; and train_batch_size is written as
+ * global_batch, so after dx_config_finalize it reads back as given: train_batch_size_set = 1). */
+char *dx_config_to_json(const dx_config *c);
+
+/* Parameter counts of the model (embedding + layers + final norm + untied head). */
+int64_t dx_model_num_params(const dx_model_config *m);
+/* Non-embedding parameters (everything but the token embedding table). */
+int64_t dx_model_num_params_nonembed(const dx_model_config *m);
+
+#endif

@@ -1,0 +1,128 @@
+/* dissect: command-line entry point.
+ *
+ *   mpirun -np N dissect train --config run.json [flags]
+ *
+ * Rank 0 (the coordinator) reads and validates the config, applies flag overrides, checks it
+ * against the world size, and broadcasts it; every rank then trains (see run.h).
+ */
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm/comm.h"
+#include "common/common.h"
+#include "config.h"
+#include "run.h"
+
+/* Flags that override config keys: flag name -> dotted key path. */
+static const struct {
+    const char *flag, *key, *help;
+} overrides[] = {
+    {"model", "model.preset", "model preset (tiny, brown-small, tinyllama-1.1b, llama2-7b, ...)"},
+    {"train-iters", "train_iters", "optimizer steps"},
+    {"micro-batch", "train_micro_batch_size_per_gpu", "sequences per micro-batch per rank"},
+    {"grad-accum", "gradient_accumulation_steps", "micro-batches per step"},
+    {"global-batch", "train_batch_size", "sequences per step over all ranks (checked)"},
+    {"seq-length", "seq_length", "tokens per sequence"},
+    {"lr", "optimizer.params.lr", "peak learning rate"},
+    {"min-lr", "min_lr", "final learning rate of the cosine decay"},
+    {"warmup-iters", "lr_warmup_iters", "linear warm-up steps"},
+    {"weight-decay", "optimizer.params.weight_decay", "AdamW decoupled weight decay"},
+    {"clip-grad", "gradient_clipping", "global gradient-norm clip (0 = off)"},
+    {"seed", "seed", "random seed (init, data order, sampling)"},
+    {"zero-stage", "zero_optimization.stage", "ZeRO stage 0..3"},
+    {"trace", "trace.path", "HDF5 trace file to write"},
+    {"trace-level", "trace.level", "step | module | op"},
+    {"device", "device", "cpu | cuda"},
+    {"eval-interval", "eval_interval", "steps between validation runs (0 = never)"},
+    {"eval-iters", "eval_iters", "validation batches per run"},
+    {"log-interval", "log_interval", "steps between progress lines"},
+    {"train-data", "data.train", "training token shard"},
+    {"valid-data", "data.valid", "validation token shard"},
+    {"tokenizer", "data.tokenizer", "SentencePiece model for decoding samples"},
+    {"sample-tokens", "sample.tokens", "tokens to sample at the end (0 = none)"},
+};
+#define N_OVERRIDES (int)(sizeof overrides / sizeof overrides[0])
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: mpirun -np N dissect train --config FILE [flags]\n"
+               "       dissect --version\n\n"
+               "Trains a Llama-2-family model; rank 0 also coordinates and writes the trace.\n\n"
+               "  --config FILE          JSON config (Hugging Face / DeepSpeed / Megatron-LM key names)\n");
+    for (int i = 0; i < N_OVERRIDES; i++)
+        fprintf(f, "  --%-20s %s (key '%s')\n", overrides[i].flag, overrides[i].help, overrides[i].key);
+}
+
+/* Builds the config on rank 0: defaults, file, flags, finalise for `dp` ranks. */
+static int build_config(dx_config *c, int argc, char **argv, int dp)
+{
+    struct option opts[N_OVERRIDES + 3];
+    for (int i = 0; i < N_OVERRIDES; i++)
+        opts[i] = (struct option){overrides[i].flag, required_argument, NULL, 1000 + i};
+    opts[N_OVERRIDES] = (struct option){"config", required_argument, NULL, 'c'};
+    opts[N_OVERRIDES + 1] = (struct option){"help", no_argument, NULL, 'h'};
+    opts[N_OVERRIDES + 2] = (struct option){NULL, 0, NULL, 0};
+
+    dx_config_defaults(c);
+    /* parse argv[1..] ("train" stands in for the program name); optind = 0 fully resets GNU getopt */
+    argc--;
+    argv++;
+    /* first pass: the config file, so flags override it whatever their order */
+    opterr = 0;
+    optind = 0;
+    int o;
+    while ((o = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
+        if (o == 'c' && dx_config_load(c, optarg)) return -1;
+        if (o == '?') return dx_fail("unknown flag '%s' (see dissect --help)", argv[optind - 1]);
+        if (o == ':') return dx_fail("flag '%s' needs a value", argv[optind - 1]);
+        if (o == 'h') {
+            usage(stdout);
+            exit(0);
+        }
+    }
+    if (optind < argc) return dx_fail("unexpected argument '%s'", argv[optind]);
+    optind = 0;
+    while ((o = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
+        if (o >= 1000) {
+            char src[64];
+            snprintf(src, sizeof src, "--%s", overrides[o - 1000].flag);
+            if (dx_config_set(c, overrides[o - 1000].key, optarg, src)) return -1;
+        }
+    }
+    return dx_config_finalize(c, dp);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc >= 2 && (!strcmp(argv[1], "--version") || !strcmp(argv[1], "version"))) {
+        printf("dissect %s\n", DX_VERSION);
+        return 0;
+    }
+    if (argc >= 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help"))) {
+        usage(stdout);
+        return 0;
+    }
+    if (argc < 2 || strcmp(argv[1], "train")) {
+        fprintf(stderr, "dissect: error: %s\n", argc < 2 ? "missing command" : "unknown command");
+        usage(stderr);
+        return 2;
+    }
+
+    dx_comm *world = dx_comm_mpi_world(&argc, &argv);
+    if (!world) {
+        fprintf(stderr, "dissect: error: %s\n", dx_last_error());
+        return 1;
+    }
+    dx_config cfg;
+    int rc = 0;
+    if (world->rank == 0) rc = build_config(&cfg, argc, argv, world->size);
+    if (dx_agree_and_report(world, rc) == 0 && world->broadcast(world, &cfg, sizeof cfg, 0) == 0)
+        rc = dx_run_train(&cfg, world);
+    else
+        rc = -1;
+    world->destroy(world);
+    dx_comm_mpi_finalize();
+    return rc ? 1 : 0;
+}

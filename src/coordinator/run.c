@@ -1,0 +1,187 @@
+/* The coordinator's training loop; see run.h. */
+#include "run.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/common.h"
+#include "trace.h"
+#include "worker/tokenizer.h"
+#include "worker/worker.h"
+
+int dx_agree_and_report(dx_comm *c, int rc)
+{
+    int mine = rc ? c->size - c->rank : 0, worst = 0;
+    if (c->max_int(c, mine, &worst)) {
+        fprintf(stderr, "dissect: error: rank %d: %s\n", c->rank, dx_last_error());
+        return -1;
+    }
+    if (worst == 0) return 0;
+    if (rc && c->size - worst == c->rank) fprintf(stderr, "dissect: error: %s\n", dx_last_error());
+    return -1;
+}
+
+/* Per-rank figures sent to rank 0 each step. */
+enum { F_FWD, F_BWD, F_OPT, F_COMM, F_STEP, F_PEAK, F_N };
+
+static void fmt_bytes(char *buf, size_t n, double b)
+{
+    if (b >= 1 << 30) snprintf(buf, n, "%.2f GiB", b / (1 << 30));
+    else snprintf(buf, n, "%.1f MiB", b / (1 << 20));
+}
+
+int dx_run_train(const dx_config *c, dx_comm *world)
+{
+    const int rank = world->rank, P = world->size;
+    dx_trace_writer *tw = NULL;
+    char *cfg_json = NULL;
+    int rc = 0;
+
+    /* host names, gathered to rank 0 for the trace metadata */
+    char host[64] = {0};
+    gethostname(host, sizeof host - 1);
+    char *hosts = rank == 0 ? calloc((size_t)P, sizeof host) : NULL;
+    dx_worker *w = NULL;
+    if (world->gather(world, host, hosts, sizeof host, 0)) rc = -1;
+
+    if (!rc) w = dx_worker_create(c, world);
+    if (!w) rc = -1;
+    if (dx_agree_and_report(world, rc)) goto out_err;
+
+    /* the trace file is created before training, so an unwritable path fails now */
+    if (rank == 0 && !rc && c->trace_path[0]) {
+        cfg_json = dx_config_to_json(c);
+        const char **hp = calloc((size_t)P, sizeof *hp);
+        for (int r = 0; hp && r < P; r++) hp[r] = hosts + (size_t)r * sizeof host;
+        const char *levels[] = {"step", "module", "op"};
+        dx_trace_meta meta = {.config_json = cfg_json ? cfg_json : "{}", .world_size = P,
+                              .hosts = hp, .device = c->device,
+                              .trace_level = levels[c->trace_level]};
+        tw = hp ? dx_trace_create(c->trace_path, &meta) : NULL;
+        if (!tw) { dx_fail_prefix("key 'trace.path'"); rc = -1; }
+        free(hp);
+    }
+    if (dx_agree_and_report(world, rc)) goto out_err;
+
+    dx_tokenizer *tok = NULL;
+    if (rank == 0 && c->tokenizer_path[0]) {
+        tok = dx_tokenizer_load(c->tokenizer_path);
+        if (!tok) fprintf(stderr, "dissect: warning: %s; samples will be printed as ids\n", dx_last_error());
+    }
+
+    if (rank == 0) {
+        const dx_model_config *m = &c->model;
+        printf("dissect %s | %s | %d rank%s | model %s: %.2fM params (%d layers, hidden %d, heads %d/%d kv, vocab %d)\n",
+               DX_VERSION, c->device, P, P > 1 ? "s" : "", m->preset[0] ? m->preset : "custom",
+               (double)dx_model_num_params(m) / 1e6, m->num_hidden_layers, m->hidden_size,
+               m->num_attention_heads, m->num_key_value_heads, m->vocab_size);
+        printf("global batch %d sequences x %d tokens (micro-batch %d, accumulation %d, DP %d), ZeRO stage %d, %ld steps, %d thread%s per rank\n",
+               c->global_batch, c->seq_length, c->micro_batch, c->grad_accum, P, c->zero_stage,
+               c->train_iters, dx_worker_backend(w)->nthreads,
+               dx_worker_backend(w)->nthreads > 1 ? "s" : "");
+        fflush(stdout);
+    }
+
+    double mine[F_N], *all = rank == 0 ? calloc((size_t)P * F_N, sizeof(double)) : NULL;
+    double *cols = rank == 0 ? calloc((size_t)P * 5, sizeof(double)) : NULL;
+    int64_t *peaks = rank == 0 ? calloc((size_t)P, sizeof(int64_t)) : NULL;
+    double val_loss = NAN;
+    for (long step = 1; step <= c->train_iters; step++) {
+        dx_step_stats st;
+        if (dx_worker_train_step(w, step, &st)) {
+            /* peers may be blocked in a collective: report and take the job down */
+            fprintf(stderr, "dissect: error: rank %d, step %ld: %s\n", rank, step, dx_last_error());
+            dx_comm_mpi_abort(1);
+        }
+        mine[F_FWD] = st.forward_s;
+        mine[F_BWD] = st.backward_s;
+        mine[F_OPT] = st.optimizer_s;
+        mine[F_COMM] = st.comm_s;
+        mine[F_STEP] = st.step_s;
+        mine[F_PEAK] = (double)st.mem.peak_total;
+        if (world->gather(world, mine, all, sizeof mine, 0)) {
+            fprintf(stderr, "dissect: error: %s\n", dx_last_error());
+            dx_comm_mpi_abort(1);
+        }
+        int do_eval = c->eval_interval > 0 && (step % c->eval_interval == 0 || step == c->train_iters);
+        val_loss = NAN;
+        if (do_eval && dx_worker_eval(w, &val_loss)) {
+            fprintf(stderr, "dissect: error: rank %d, evaluation at step %ld: %s\n", rank, step, dx_last_error());
+            dx_comm_mpi_abort(1);
+        }
+        if (rank != 0) continue;
+
+        double step_s = all[F_STEP], peak = 0;
+        for (int r = 0; r < P; r++) {
+            for (int f = 0; f < 4; f++) cols[f * P + r] = all[r * F_N + f];
+            peaks[r] = (int64_t)all[r * F_N + F_PEAK];
+            if (all[r * F_N + F_PEAK] > peak) peak = all[r * F_N + F_PEAK];
+        }
+        double tps = (double)st.tokens / step_s;
+        if (step % c->log_interval == 0 || step == 1 || step == c->train_iters) {
+            char pk[32];
+            fmt_bytes(pk, sizeof pk, peak);
+            printf("step %5ld/%ld | loss %.4f | lr %.3e | grad norm %.3f | %.0f tokens/s | step %.1f ms | peak mem %s\n",
+                   step, c->train_iters, st.loss, st.lr, st.grad_norm, tps, step_s * 1e3, pk);
+        }
+        if (do_eval && !isnan(val_loss))
+            printf("step %5ld | validation loss %.4f | perplexity %.2f\n", step, val_loss, exp(val_loss));
+        fflush(stdout);
+        if (tw) {
+            dx_step_row row = {.step = step, .loss = st.loss, .grad_norm = st.grad_norm, .lr = st.lr,
+                               .tokens = st.tokens, .step_time_s = step_s, .tokens_per_s = tps,
+                               .val_loss = val_loss, .forward_s = cols, .backward_s = cols + P,
+                               .optimizer_s = cols + 2 * P, .comm_s = cols + 3 * P,
+                               .peak_mem_bytes = peaks};
+            if (dx_trace_append_step(tw, &row) || ((step % 10 == 0) && dx_trace_flush(tw))) {
+                fprintf(stderr, "dissect: error: trace %s: %s\n", c->trace_path, dx_last_error());
+                dx_comm_mpi_abort(1);
+            }
+        }
+    }
+    free(all);
+    free(cols);
+    free(peaks);
+
+    /* a short sample from the trained model */
+    if (c->sample_tokens > 0) {
+        int32_t *ids = malloc(((size_t)c->sample_tokens + 1) * sizeof *ids);
+        int src = ids ? dx_worker_sample(w, c->sample_tokens, c->sample_temperature, c->seed, ids) : -1;
+        if (src) {
+            fprintf(stderr, "dissect: error: rank %d, sampling: %s\n", rank, dx_last_error());
+            rc = -1;
+        } else if (rank == 0) {
+            char *text = tok ? dx_tokenizer_decode(tok, ids + 1, c->sample_tokens) : NULL;
+            if (text) {
+                printf("sample (temperature %.2f): %s\n", c->sample_temperature, text);
+            } else {
+                printf("sample ids (temperature %.2f):", c->sample_temperature);
+                for (int i = 0; i <= c->sample_tokens; i++) printf(" %d", ids[i]);
+                printf("\n");
+            }
+            free(text);
+        }
+        free(ids);
+    }
+    dx_tokenizer_free(tok);
+    dx_worker_destroy(w);
+    if (tw && dx_trace_close(tw)) {
+        fprintf(stderr, "dissect: error: %s\n", dx_last_error());
+        rc = -1;
+    } else if (tw && rank == 0) {
+        printf("trace written to %s\n", c->trace_path);
+    }
+    free(cfg_json);
+    free(hosts);
+    return rc;
+
+out_err:
+    dx_worker_destroy(w);
+    if (tw) dx_trace_close(tw);
+    free(cfg_json);
+    free(hosts);
+    return -1;
+}

@@ -1,0 +1,52 @@
+/* dissect trace file: the coordinator's HDF5 writer (rank 0 only).
+ *
+ * Layout of a trace file (all names stable; units in attribute or field names):
+ *   /                       attributes: format = "dissect-trace", format_version = 1,
+ *                           dissect_version, world_size, created_unix_ns
+ *   /metadata               attributes: config_json (the resolved config), mpi_version,
+ *                           hdf5_version, blas, device, trace_level
+ *   /metadata/hosts         string dataset [world_size]: host name of each rank
+ *   /steps                  extendible chunked compound dataset, one row per step:
+ *       step (int64), loss (f64, mean over the global batch), grad_norm (f64, before clipping),
+ *       lr (f64), tokens (int64, global tokens this step), step_time_s (f64, rank 0's wall time),
+ *       tokens_per_s (f64), val_loss (f64, NaN when not evaluated this step),
+ *       forward_s, backward_s, optimizer_s, comm_s (f64[world_size]: per-rank times),
+ *       peak_mem_bytes (int64[world_size]: per-rank allocator high-water mark)
+ */
+#ifndef DX_TRACE_H
+#define DX_TRACE_H
+
+#include <stdint.h>
+
+typedef struct dx_trace_writer dx_trace_writer;
+
+/* One /steps row. Arrays have world_size entries (owned by the caller). */
+typedef struct {
+    int64_t step;
+    double loss, grad_norm, lr;
+    int64_t tokens;
+    double step_time_s, tokens_per_s, val_loss;
+    const double *forward_s, *backward_s, *optimizer_s, *comm_s;
+    const int64_t *peak_mem_bytes;
+} dx_step_row;
+
+typedef struct {
+    const char *config_json;
+    int world_size;
+    const char *const *hosts; /* world_size host names */
+    const char *device;
+    const char *trace_level;
+} dx_trace_meta;
+
+/* Creates (truncates) the trace file at `path` and writes the metadata; rows are flushed by
+ * dx_trace_flush so a crashed run's file still holds the steps flushed so far.
+ * Returns NULL + dx_fail naming the path if it cannot be created. */
+dx_trace_writer *dx_trace_create(const char *path, const dx_trace_meta *meta);
+/* Appends one /steps row. */
+int dx_trace_append_step(dx_trace_writer *w, const dx_step_row *row);
+/* Flushes to disk (called every few steps). */
+int dx_trace_flush(dx_trace_writer *w);
+/* Flushes and closes (NULL is a no-op). Returns -1 + dx_fail on I/O errors. */
+int dx_trace_close(dx_trace_writer *w);
+
+#endif

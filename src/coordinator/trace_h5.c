@@ -1,0 +1,386 @@
+/* dissect trace file writer (HDF5 C API, serial access; rank 0 only). Layout: see trace.h.
+ *
+ * Strings (attributes and /metadata/hosts) are variable-length UTF-8, which h5py reads as str
+ * (attributes) or via .asstr() (datasets). /steps is a 1-D compound dataset, extendible
+ * (H5S_UNLIMITED), chunked 64 rows, shuffle + deflate. Rows are buffered in memory and written
+ * by dx_trace_flush (or when 64 are pending), followed by H5Fflush, so a crashed run's file
+ * holds every flushed step. NULL per-rank arrays in a row are stored as NaN (times) and -1
+ * (peak_mem_bytes).
+ */
+#include "trace.h"
+
+#include "common/common.h"
+
+#include <errno.h>
+#include <hdf5.h>
+#include <math.h>
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define DX_TRACE_FORMAT_VERSION 1
+#define STEPS_CHUNK 64
+
+/* OpenBLAS's configuration string; weak so that linking against another BLAS still works.
+ * (With --as-needed, a binary that links -lopenblas but calls no BLAS routine does not load it,
+ * and the attribute then says "unknown (not OpenBLAS)".) */
+#if defined(__GNUC__)
+char *openblas_get_config(void) __attribute__((weak));
+#else
+char *openblas_get_config(void);
+#endif
+
+struct dx_trace_writer {
+    char *path;
+    int world;
+    hid_t file, steps;
+    hid_t mem_type, file_type;
+    size_t row_bytes;
+    hsize_t rows_written;
+    unsigned char *pending; /* STEPS_CHUNK rows */
+    size_t n_pending;
+};
+
+/* Row memory layout: all members 8 bytes wide, so a packed layout is also naturally aligned. */
+enum {
+    OFF_STEP = 0,
+    OFF_LOSS = 8,
+    OFF_GRAD_NORM = 16,
+    OFF_LR = 24,
+    OFF_TOKENS = 32,
+    OFF_STEP_TIME = 40,
+    OFF_TOKENS_PER_S = 48,
+    OFF_VAL_LOSS = 56,
+    OFF_PER_RANK = 64, /* forward_s, backward_s, optimizer_s, comm_s, peak_mem_bytes */
+};
+
+static const char *const per_rank_names[5] = {"forward_s", "backward_s", "optimizer_s", "comm_s",
+                                              "peak_mem_bytes"};
+
+/* ------------------------------------------------------------------------------------------ */
+
+static hid_t vlen_str_type(void)
+{
+    hid_t t = H5Tcopy(H5T_C_S1);
+    if (t < 0) return -1;
+    if (H5Tset_size(t, H5T_VARIABLE) < 0 || H5Tset_cset(t, H5T_CSET_UTF8) < 0) {
+        H5Tclose(t);
+        return -1;
+    }
+    return t;
+}
+
+static int write_str_attr(hid_t obj, const char *name, const char *value)
+{
+    const char *v = value ? value : "";
+    hid_t t = vlen_str_type();
+    hid_t sp = H5Screate(H5S_SCALAR);
+    hid_t a = (t >= 0 && sp >= 0) ? H5Acreate2(obj, name, t, sp, H5P_DEFAULT, H5P_DEFAULT) : -1;
+    int rc = (a >= 0 && H5Awrite(a, t, &v) >= 0) ? 0 : -1;
+    if (a >= 0) H5Aclose(a);
+    if (sp >= 0) H5Sclose(sp);
+    if (t >= 0) H5Tclose(t);
+    return rc;
+}
+
+static int write_i64_attr(hid_t obj, const char *name, int64_t value)
+{
+    hid_t sp = H5Screate(H5S_SCALAR);
+    hid_t a = sp >= 0 ? H5Acreate2(obj, name, H5T_STD_I64LE, sp, H5P_DEFAULT, H5P_DEFAULT) : -1;
+    int rc = (a >= 0 && H5Awrite(a, H5T_NATIVE_INT64, &value) >= 0) ? 0 : -1;
+    if (a >= 0) H5Aclose(a);
+    if (sp >= 0) H5Sclose(sp);
+    return rc;
+}
+
+static int write_i32_attr(hid_t obj, const char *name, int32_t value)
+{
+    hid_t sp = H5Screate(H5S_SCALAR);
+    hid_t a = sp >= 0 ? H5Acreate2(obj, name, H5T_STD_I32LE, sp, H5P_DEFAULT, H5P_DEFAULT) : -1;
+    int rc = (a >= 0 && H5Awrite(a, H5T_NATIVE_INT32, &value) >= 0) ? 0 : -1;
+    if (a >= 0) H5Aclose(a);
+    if (sp >= 0) H5Sclose(sp);
+    return rc;
+}
+
+static int write_hosts(hid_t group, int world, const char *const *hosts)
+{
+    const char **v = malloc((size_t)world * sizeof *v);
+    if (!v) return -1;
+    for (int i = 0; i < world; i++) v[i] = (hosts && hosts[i]) ? hosts[i] : "";
+    hsize_t dims[1] = {(hsize_t)world};
+    hid_t t = vlen_str_type();
+    hid_t sp = H5Screate_simple(1, dims, NULL);
+    hid_t d = (t >= 0 && sp >= 0)
+                  ? H5Dcreate2(group, "hosts", t, sp, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)
+                  : -1;
+    int rc = (d >= 0 && H5Dwrite(d, t, H5S_ALL, H5S_ALL, H5P_DEFAULT, v) >= 0) ? 0 : -1;
+    if (d >= 0) H5Dclose(d);
+    if (sp >= 0) H5Sclose(sp);
+    if (t >= 0) H5Tclose(t);
+    free(v);
+    return rc;
+}
+
+/* The /steps compound type: native (memory) or little-endian standard (file). */
+static hid_t steps_type(int world, int file)
+{
+    hid_t i64 = file ? H5T_STD_I64LE : H5T_NATIVE_INT64;
+    hid_t f64 = file ? H5T_IEEE_F64LE : H5T_NATIVE_DOUBLE;
+    hsize_t n = (hsize_t)world;
+    size_t size = OFF_PER_RANK + 5 * 8 * (size_t)world;
+    hid_t t = H5Tcreate(H5T_COMPOUND, size);
+    if (t < 0) return -1;
+    hid_t arr_f64 = H5Tarray_create2(f64, 1, &n);
+    hid_t arr_i64 = H5Tarray_create2(i64, 1, &n);
+    int ok = arr_f64 >= 0 && arr_i64 >= 0;
+    ok = ok && H5Tinsert(t, "step", OFF_STEP, i64) >= 0;
+    ok = ok && H5Tinsert(t, "loss", OFF_LOSS, f64) >= 0;
+    ok = ok && H5Tinsert(t, "grad_norm", OFF_GRAD_NORM, f64) >= 0;
+    ok = ok && H5Tinsert(t, "lr", OFF_LR, f64) >= 0;
+    ok = ok && H5Tinsert(t, "tokens", OFF_TOKENS, i64) >= 0;
+    ok = ok && H5Tinsert(t, "step_time_s", OFF_STEP_TIME, f64) >= 0;
+    ok = ok && H5Tinsert(t, "tokens_per_s", OFF_TOKENS_PER_S, f64) >= 0;
+    ok = ok && H5Tinsert(t, "val_loss", OFF_VAL_LOSS, f64) >= 0;
+    for (int k = 0; ok && k < 5; k++)
+        ok = H5Tinsert(t, per_rank_names[k], OFF_PER_RANK + (size_t)k * 8 * (size_t)world,
+                       k < 4 ? arr_f64 : arr_i64) >= 0;
+    if (arr_f64 >= 0) H5Tclose(arr_f64);
+    if (arr_i64 >= 0) H5Tclose(arr_i64);
+    if (!ok) {
+        H5Tclose(t);
+        return -1;
+    }
+    return t;
+}
+
+static hid_t create_steps(hid_t file, hid_t file_type)
+{
+    hsize_t dims[1] = {0}, maxdims[1] = {H5S_UNLIMITED}, chunk[1] = {STEPS_CHUNK};
+    hid_t sp = H5Screate_simple(1, dims, maxdims);
+    hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
+    hid_t d = -1;
+    if (sp >= 0 && dcpl >= 0 && H5Pset_chunk(dcpl, 1, chunk) >= 0) {
+        if (H5Zfilter_avail(H5Z_FILTER_DEFLATE) > 0) {
+            H5Pset_shuffle(dcpl);
+            H5Pset_deflate(dcpl, 4);
+        }
+        d = H5Dcreate2(file, "steps", file_type, sp, H5P_DEFAULT, dcpl, H5P_DEFAULT);
+    }
+    if (dcpl >= 0) H5Pclose(dcpl);
+    if (sp >= 0) H5Sclose(sp);
+    return d;
+}
+
+static void library_versions(char *mpi, size_t mpi_cap, char *hdf5, size_t hdf5_cap, char *blas,
+                             size_t blas_cap)
+{
+    char buf[MPI_MAX_LIBRARY_VERSION_STRING + 1];
+    int len = 0;
+    if (MPI_Get_library_version(buf, &len) == MPI_SUCCESS) {
+        if (len < 0) len = 0;
+        if (len > MPI_MAX_LIBRARY_VERSION_STRING) len = MPI_MAX_LIBRARY_VERSION_STRING;
+        buf[len] = 0;
+        while (len > 0 && (buf[len - 1] == '\n' || buf[len - 1] == ' ' || buf[len - 1] == '\0'))
+            buf[--len] = 0;
+        snprintf(mpi, mpi_cap, "%s", buf);
+    } else {
+        snprintf(mpi, mpi_cap, "unknown");
+    }
+    unsigned maj = 0, min = 0, rel = 0;
+    if (H5get_libversion(&maj, &min, &rel) >= 0)
+        snprintf(hdf5, hdf5_cap, "%u.%u.%u", maj, min, rel);
+    else
+        snprintf(hdf5, hdf5_cap, "unknown");
+    const char *cfg = openblas_get_config ? openblas_get_config() : NULL;
+    if (cfg) {
+        /* the string normally starts with "OpenBLAS 0.3.x ..." already */
+        snprintf(blas, blas_cap, "%s%s", strncmp(cfg, "OpenBLAS", 8) == 0 ? "" : "OpenBLAS ", cfg);
+        size_t n = strlen(blas);
+        while (n > 0 && (blas[n - 1] == ' ' || blas[n - 1] == '\n')) blas[--n] = 0;
+    } else {
+        snprintf(blas, blas_cap, "unknown (not OpenBLAS)");
+    }
+}
+
+static void close_handles(dx_trace_writer *w)
+{
+    if (w->steps >= 0) H5Dclose(w->steps);
+    if (w->mem_type >= 0) H5Tclose(w->mem_type);
+    if (w->file_type >= 0) H5Tclose(w->file_type);
+    if (w->file >= 0) H5Fclose(w->file);
+    w->steps = w->mem_type = w->file_type = w->file = -1;
+}
+
+static void free_writer(dx_trace_writer *w)
+{
+    free(w->pending);
+    free(w->path);
+    free(w);
+}
+
+dx_trace_writer *dx_trace_create(const char *path, const dx_trace_meta *meta)
+{
+    if (!path || !*path) {
+        dx_fail("trace file: empty path");
+        return NULL;
+    }
+    if (!meta || meta->world_size < 1) {
+        dx_fail("trace file '%s': world_size must be >= 1", path);
+        return NULL;
+    }
+    /* Our messages replace HDF5's automatic error stack printing. */
+    H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
+
+    dx_trace_writer *w = calloc(1, sizeof *w);
+    if (!w) {
+        dx_fail("trace file '%s': out of memory", path);
+        return NULL;
+    }
+    w->file = w->steps = w->mem_type = w->file_type = -1;
+    w->world = meta->world_size;
+    w->path = dx_strdup(path);
+    w->row_bytes = OFF_PER_RANK + 5 * 8 * (size_t)w->world;
+    w->pending = malloc(STEPS_CHUNK * w->row_bytes);
+    if (!w->path || !w->pending) {
+        free_writer(w);
+        dx_fail("trace file '%s': out of memory", path);
+        return NULL;
+    }
+
+    errno = 0;
+    w->file = H5Fcreate(path, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    if (w->file < 0) {
+        int e = errno;
+        free_writer(w);
+        if (e)
+            dx_fail("trace file '%s': cannot create: %s", path, strerror(e));
+        else
+            dx_fail("trace file '%s': cannot create", path);
+        return NULL;
+    }
+
+    const char *what = "root attributes";
+    int ok = write_str_attr(w->file, "format", "dissect-trace") == 0 &&
+             write_i32_attr(w->file, "format_version", DX_TRACE_FORMAT_VERSION) == 0 &&
+             write_str_attr(w->file, "dissect_version", DX_VERSION) == 0 &&
+             write_i32_attr(w->file, "world_size", w->world) == 0 &&
+             write_i64_attr(w->file, "created_unix_ns", (int64_t)dx_wall_ns()) == 0;
+    if (ok) {
+        what = "/metadata";
+        char mpi[MPI_MAX_LIBRARY_VERSION_STRING + 1], hdf5[64], blas[512];
+        library_versions(mpi, sizeof mpi, hdf5, sizeof hdf5, blas, sizeof blas);
+        hid_t g = H5Gcreate2(w->file, "metadata", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+        ok = g >= 0 && write_str_attr(g, "config_json", meta->config_json) == 0 &&
+             write_str_attr(g, "mpi_version", mpi) == 0 &&
+             write_str_attr(g, "hdf5_version", hdf5) == 0 &&
+             write_str_attr(g, "blas", blas) == 0 &&
+             write_str_attr(g, "device", meta->device) == 0 &&
+             write_str_attr(g, "trace_level", meta->trace_level) == 0;
+        if (ok) {
+            what = "/metadata/hosts";
+            ok = write_hosts(g, w->world, meta->hosts) == 0;
+        }
+        if (g >= 0) H5Gclose(g);
+    }
+    if (ok) {
+        what = "/steps";
+        w->mem_type = steps_type(w->world, 0);
+        w->file_type = steps_type(w->world, 1);
+        ok = w->mem_type >= 0 && w->file_type >= 0 &&
+             (w->steps = create_steps(w->file, w->file_type)) >= 0;
+    }
+    if (ok) {
+        what = "flush";
+        ok = H5Fflush(w->file, H5F_SCOPE_LOCAL) >= 0;
+    }
+    if (!ok) {
+        close_handles(w);
+        free_writer(w);
+        dx_fail("trace file '%s': cannot write %s", path, what);
+        return NULL;
+    }
+    return w;
+}
+
+/* Writes the pending rows at the end of /steps. */
+static int write_pending(dx_trace_writer *w)
+{
+    if (w->n_pending == 0) return 0;
+    hsize_t start[1] = {w->rows_written}, count[1] = {(hsize_t)w->n_pending};
+    hsize_t newsize[1] = {w->rows_written + w->n_pending};
+    int ok = H5Dset_extent(w->steps, newsize) >= 0;
+    hid_t fs = ok ? H5Dget_space(w->steps) : -1;
+    hid_t ms = ok ? H5Screate_simple(1, count, NULL) : -1;
+    ok = ok && fs >= 0 && ms >= 0 &&
+         H5Sselect_hyperslab(fs, H5S_SELECT_SET, start, NULL, count, NULL) >= 0 &&
+         H5Dwrite(w->steps, w->mem_type, ms, fs, H5P_DEFAULT, w->pending) >= 0;
+    if (ms >= 0) H5Sclose(ms);
+    if (fs >= 0) H5Sclose(fs);
+    if (!ok)
+        return dx_fail("trace file '%s': cannot write /steps rows %llu..%llu", w->path,
+                       (unsigned long long)w->rows_written,
+                       (unsigned long long)(w->rows_written + w->n_pending - 1));
+    w->rows_written += w->n_pending;
+    w->n_pending = 0;
+    return 0;
+}
+
+static void put_f64(unsigned char *row, size_t off, double v) { memcpy(row + off, &v, 8); }
+static void put_i64(unsigned char *row, size_t off, int64_t v) { memcpy(row + off, &v, 8); }
+
+int dx_trace_append_step(dx_trace_writer *w, const dx_step_row *r)
+{
+    if (!w || !r) return dx_fail("trace: append to a NULL writer or row");
+    if (w->file < 0) return dx_fail("trace file '%s': already closed", w->path);
+    if (w->n_pending == STEPS_CHUNK && write_pending(w) < 0) return -1;
+    unsigned char *row = w->pending + w->n_pending * w->row_bytes;
+    put_i64(row, OFF_STEP, r->step);
+    put_f64(row, OFF_LOSS, r->loss);
+    put_f64(row, OFF_GRAD_NORM, r->grad_norm);
+    put_f64(row, OFF_LR, r->lr);
+    put_i64(row, OFF_TOKENS, r->tokens);
+    put_f64(row, OFF_STEP_TIME, r->step_time_s);
+    put_f64(row, OFF_TOKENS_PER_S, r->tokens_per_s);
+    put_f64(row, OFF_VAL_LOSS, r->val_loss);
+    const double *per_rank[4] = {r->forward_s, r->backward_s, r->optimizer_s, r->comm_s};
+    size_t W = (size_t)w->world;
+    for (int k = 0; k < 4; k++)
+        for (size_t i = 0; i < W; i++) /* missing arrays are recorded as NaN */
+            put_f64(row, OFF_PER_RANK + ((size_t)k * W + i) * 8, per_rank[k] ? per_rank[k][i] : NAN);
+    for (size_t i = 0; i < W; i++)
+        put_i64(row, OFF_PER_RANK + (4 * W + i) * 8, r->peak_mem_bytes ? r->peak_mem_bytes[i] : -1);
+    w->n_pending++;
+    return 0;
+}
+
+int dx_trace_flush(dx_trace_writer *w)
+{
+    if (!w) return 0;
+    if (w->file < 0) return dx_fail("trace file '%s': already closed", w->path);
+    if (write_pending(w) < 0) return -1;
+    if (H5Fflush(w->file, H5F_SCOPE_LOCAL) < 0)
+        return dx_fail("trace file '%s': cannot flush", w->path);
+    return 0;
+}
+
+int dx_trace_close(dx_trace_writer *w)
+{
+    if (!w) return 0;
+    int rc = 0;
+    if (w->file >= 0) {
+        rc = dx_trace_flush(w);
+        int data_rc = 0;
+        if (w->steps >= 0 && H5Dclose(w->steps) < 0) data_rc = -1;
+        w->steps = -1;
+        hid_t file = w->file;
+        w->file = -1;
+        close_handles(w);
+        if (H5Fclose(file) < 0 || data_rc < 0) {
+            if (rc == 0) rc = dx_fail("trace file '%s': error while closing", w->path);
+        }
+    }
+    free_writer(w);
+    return rc;
+}

@@ -1,0 +1,245 @@
+/* One rank's training loop pieces; see worker.h. */
+#include "worker.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/common.h"
+#include "data.h"
+#include "model.h"
+#include "zero/zero.h"
+
+struct dx_worker {
+    dx_config cfg;
+    dx_comm *dp;
+    dx_backend *be;
+    dx_model *model;
+    dx_zero *zero;
+    dx_shard train, valid;
+    int have_train, have_valid;
+    dx_batcher tb, vb;
+    int32_t *h_in, *h_tg; /* host micro-batch [micro * T] */
+    int32_t *d_in, *d_tg; /* backend copies */
+    void *d_loss;         /* A[1] */
+    float *h_logits;      /* one row of logits [V] for sampling */
+};
+
+int dx_default_threads(void)
+{
+    const char *omp = getenv("OMP_NUM_THREADS");
+    if (omp && atoi(omp) > 0) return atoi(omp);
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    const char *ls = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+    if (!ls) ls = getenv("SLURM_NTASKS_PER_NODE");
+    long local = ls ? atol(ls) : 1;
+    if (local < 1) local = 1;
+    long t = cores / local;
+    return t < 1 ? 1 : (int)t;
+}
+
+double dx_lr_at(const dx_config *c, long step)
+{
+    long warm = c->lr_warmup_iters, decay = c->lr_decay_iters > 0 ? c->lr_decay_iters : c->train_iters;
+    if (warm > 0 && step <= warm) return c->lr * (double)step / (double)warm;
+    if (step >= decay) return c->min_lr;
+    double progress = (double)(step - warm) / (double)(decay - warm);
+    return c->min_lr + 0.5 * (c->lr - c->min_lr) * (1.0 + cos(M_PI * progress));
+}
+
+dx_backend *dx_worker_backend(dx_worker *w) { return w->be; }
+
+void dx_worker_destroy(dx_worker *w)
+{
+    if (!w) return;
+    dx_zero_destroy(w->zero);
+    dx_model_destroy(w->model);
+    if (w->be) {
+        w->be->free(w->be, w->d_in);
+        w->be->free(w->be, w->d_tg);
+        w->be->free(w->be, w->d_loss);
+        w->be->destroy(w->be);
+    }
+    if (w->have_train) { dx_batcher_free(&w->tb); dx_shard_close(&w->train); }
+    if (w->have_valid) { dx_batcher_free(&w->vb); dx_shard_close(&w->valid); }
+    free(w->h_in);
+    free(w->h_tg);
+    free(w->h_logits);
+    free(w);
+}
+
+dx_worker *dx_worker_create(const dx_config *c, dx_comm *world)
+{
+    dx_worker *w = calloc(1, sizeof *w);
+    if (!w) { dx_fail("rank %d: out of memory", world->rank); return NULL; }
+    w->cfg = *c;
+    w->dp = world;
+    const int T = c->seq_length, B = c->micro_batch, V = c->model.vocab_size;
+
+    if (!strcmp(c->device, "cpu")) {
+        w->be = dx_backend_cpu_create(dx_default_threads());
+    } else {
+        dx_fail("key 'device': \"%s\" is not available in this build (built without CUDA)", c->device);
+        goto fail;
+    }
+    if (!w->be) goto fail;
+
+    if (c->train_path[0]) {
+        if (dx_shard_open(&w->train, c->train_path, V)) goto fail;
+        w->have_train = 1;
+        if (dx_batcher_init(&w->tb, &w->train, T, c->seed)) goto fail;
+    }
+    if (c->valid_path[0]) {
+        if (dx_shard_open(&w->valid, c->valid_path, V)) goto fail;
+        w->have_valid = 1;
+        /* a fixed validation order, independent of the training seed */
+        if (dx_batcher_init(&w->vb, &w->valid, T, 0)) goto fail;
+    }
+
+    w->model = dx_model_create(&c->model, w->be, B, T);
+    if (!w->model) goto fail;
+    w->zero = dx_zero_create(w->model, w->be, w->dp, c->zero_stage, c->seed);
+    if (!w->zero) goto fail;
+
+    size_t n = (size_t)B * T;
+    w->h_in = malloc(n * sizeof(int32_t));
+    w->h_tg = malloc(n * sizeof(int32_t));
+    w->h_logits = malloc((size_t)V * sizeof(float));
+    w->d_in = w->be->alloc(w->be, n * sizeof(int32_t), DX_MEM_OTHER);
+    w->d_tg = w->be->alloc(w->be, n * sizeof(int32_t), DX_MEM_OTHER);
+    w->d_loss = w->be->alloc(w->be, dx_dtype_size(w->be->acc), DX_MEM_OTHER);
+    if (!w->h_in || !w->h_tg || !w->h_logits || !w->d_in || !w->d_tg || !w->d_loss) {
+        dx_fail("out of memory for batch buffers");
+        goto fail;
+    }
+    return w;
+fail:
+    dx_fail_prefix("rank %d", world->rank);
+    dx_worker_destroy(w);
+    return NULL;
+}
+
+/* Reads the backend loss scalar as double. */
+static int read_scalar(dx_backend *be, const void *p, double *out)
+{
+    if (be->acc == DX_F64) return be->download(be, out, p, sizeof *out);
+    float f;
+    if (be->download_f32(be, &f, p, be->acc, 1)) return -1;
+    *out = f;
+    return 0;
+}
+
+static int upload_batch(dx_worker *w, dx_batcher *b, uint64_t g0, int n)
+{
+    size_t bytes = (size_t)n * w->cfg.seq_length * sizeof(int32_t);
+    dx_batcher_fill(b, g0, n, w->h_in, w->h_tg);
+    if (w->be->upload(w->be, w->d_in, w->h_in, bytes)) return -1;
+    return w->be->upload(w->be, w->d_tg, w->h_tg, bytes);
+}
+
+int dx_worker_train_step(dx_worker *w, long step, dx_step_stats *st)
+{
+    const dx_config *c = &w->cfg;
+    dx_backend *be = w->be;
+    const int B = c->micro_batch, T = c->seq_length, A = c->grad_accum;
+    const uint64_t G = (uint64_t)B * (uint64_t)A * (uint64_t)w->dp->size;
+    const double global_tokens = (double)G * T;
+    if (!w->have_train) return dx_fail("rank %d: no training data (key 'data.train')", w->dp->rank);
+
+    memset(st, 0, sizeof *st);
+    uint64_t t_step = dx_now_ns();
+    dx_zero_take_comm_seconds(w->zero);
+    dx_zero_zero_grad(w->zero);
+    be->zero(be, w->d_loss, dx_dtype_size(be->acc));
+
+    for (int j = 0; j < A; j++) {
+        uint64_t g0 = (uint64_t)(step - 1) * G + (uint64_t)w->dp->rank * B * A + (uint64_t)j * B;
+        if (upload_batch(w, &w->tb, g0, B)) return -1;
+        uint64_t t0 = dx_now_ns();
+        if (dx_model_forward(w->model, w->d_in, w->d_tg, B, T, w->d_loss, 1,
+                             (float)(1.0 / global_tokens)))
+            return -1;
+        be->sync(be);
+        uint64_t t1 = dx_now_ns();
+        if (dx_model_backward(w->model)) return -1;
+        be->sync(be);
+        uint64_t t2 = dx_now_ns();
+        st->forward_s += (double)(t1 - t0) * 1e-9;
+        st->backward_s += (double)(t2 - t1) * 1e-9;
+    }
+    double hook_comm = dx_zero_take_comm_seconds(w->zero); /* ZeRO-2/3 collectives in fwd/bwd */
+
+    if (dx_zero_reduce_grads(w->zero)) return -1;
+    double loss_sum;
+    if (read_scalar(be, w->d_loss, &loss_sum)) return -1;
+    uint64_t t_c = dx_now_ns();
+    if (w->dp->size > 1 && w->dp->all_reduce_sum(w->dp, &loss_sum, 1, DX_F64)) return -1;
+    double loss_comm = (double)(dx_now_ns() - t_c) * 1e-9;
+    double reduce_comm = dx_zero_take_comm_seconds(w->zero);
+
+    uint64_t t_o = dx_now_ns();
+    dx_adamw_hparams hp = {.lr = dx_lr_at(c, step), .beta1 = c->beta1, .beta2 = c->beta2,
+                           .eps = c->adam_eps, .weight_decay = c->weight_decay, .step = step};
+    double norm;
+    if (dx_zero_step(w->zero, &hp, c->grad_clip, &norm)) return -1;
+    be->sync(be);
+    uint64_t t_end = dx_now_ns();
+    double opt_comm = dx_zero_take_comm_seconds(w->zero);
+
+    st->loss = loss_sum / global_tokens;
+    st->grad_norm = norm;
+    st->lr = hp.lr;
+    st->tokens = (int64_t)global_tokens;
+    st->comm_s = hook_comm + reduce_comm + loss_comm + opt_comm;
+    st->optimizer_s = (double)(t_end - t_o) * 1e-9 - opt_comm;
+    st->step_s = (double)(t_end - t_step) * 1e-9;
+    st->mem = be->mem;
+    return 0;
+}
+
+int dx_worker_eval(dx_worker *w, double *val_loss)
+{
+    const dx_config *c = &w->cfg;
+    dx_backend *be = w->be;
+    if (!w->have_valid) { *val_loss = NAN; return 0; }
+    const int B = c->micro_batch, T = c->seq_length, P = w->dp->size;
+    be->zero(be, w->d_loss, dx_dtype_size(be->acc));
+    for (long i = 0; i < c->eval_iters; i++) {
+        uint64_t g0 = (uint64_t)i * B * P + (uint64_t)w->dp->rank * B;
+        if (upload_batch(w, &w->vb, g0, B)) return -1;
+        if (dx_model_forward(w->model, w->d_in, w->d_tg, B, T, w->d_loss, 0, 0.0f)) return -1;
+    }
+    double s;
+    if (read_scalar(be, w->d_loss, &s)) return -1;
+    if (P > 1 && w->dp->all_reduce_sum(w->dp, &s, 1, DX_F64)) return -1;
+    *val_loss = s / ((double)c->eval_iters * B * P * T);
+    return 0;
+}
+
+int dx_worker_sample(dx_worker *w, int n, double temperature, uint64_t seed, int32_t *ids)
+{
+    dx_backend *be = w->be;
+    const int T = w->cfg.seq_length, V = w->cfg.model.vocab_size;
+    size_t as = dx_dtype_size(be->acc);
+    ids[0] = 1; /* BOS */
+    for (int i = 1; i <= n; i++) {
+        int start = i > T ? i - T : 0, len = i - start;
+        if (be->upload(be, w->d_in, ids + start, (size_t)len * sizeof(int32_t))) return -1;
+        if (dx_model_forward(w->model, w->d_in, NULL, 1, len, NULL, 0, 0.0f)) return -1;
+        const char *row = (const char *)dx_model_logits(w->model) + (size_t)(len - 1) * V * as;
+        if (be->download_f32(be, w->h_logits, row, be->acc, (size_t)V)) return -1;
+        double mx = -INFINITY, sum = 0;
+        for (int v = 0; v < V; v++) mx = w->h_logits[v] > mx ? w->h_logits[v] : mx;
+        for (int v = 0; v < V; v++) sum += exp((w->h_logits[v] - mx) / temperature);
+        double u = dx_uniform(seed, 0x5a3d1e, (uint64_t)i) * sum, acc = 0;
+        int pick = V - 1;
+        for (int v = 0; v < V; v++) {
+            acc += exp((w->h_logits[v] - mx) / temperature);
+            if (acc >= u) { pick = v; break; }
+        }
+        ids[i] = pick;
+    }
+    return 0;
+}

@@ -1,0 +1,59 @@
+/* dissect worker: one rank's share of training (its backend, model, optimizer state and data).
+ *
+ * A training step on DP rank r (see data.h for which sequences r gets):
+ *   zero grads; for each of gradient_accumulation_steps micro-batches: forward + backward with
+ *   dL/dlogits scaled by 1 / (global tokens), so the summed gradient is that of the mean loss over
+ *   the global batch; synchronise gradients over DP (ZeRO stage); clip by global norm; AdamW.
+ * Learning rate: linear warm-up from 0 over lr_warmup_iters, then cosine decay to min_lr at
+ * lr_decay_iters (Loshchilov & Hutter 2017, SGDR; as Megatron-LM's "cosine" style).
+ */
+#ifndef DX_WORKER_H
+#define DX_WORKER_H
+
+#include <stdint.h>
+
+#include "comm/comm.h"
+#include "coordinator/config.h"
+#include "kernels.h"
+
+typedef struct dx_worker dx_worker;
+
+/* What one rank measured in one step (seconds are this rank's wall time). */
+typedef struct {
+    double loss;      /* mean loss over the global batch (same on every rank) */
+    double grad_norm; /* global gradient norm before clipping */
+    double lr;
+    int64_t tokens;   /* global tokens in the step */
+    double forward_s, backward_s, optimizer_s, comm_s, step_s;
+    dx_mem_stats mem; /* allocator counters after the step */
+} dx_step_stats;
+
+/* Creates the backend (config device), model, ZeRO state and data readers for this rank.
+ * `world` is the whole job; DP = world (no TP/PP yet). Returns NULL + dx_fail naming the rank
+ * and the input at fault. Not collective by itself: callers agree on errors. */
+dx_worker *dx_worker_create(const dx_config *c, dx_comm *world);
+void dx_worker_destroy(dx_worker *w);
+
+/* Runs training step `step` (1-based). Collective over DP. */
+int dx_worker_train_step(dx_worker *w, long step, dx_step_stats *st);
+
+/* Mean validation loss over eval_iters global batches of the valid shard (the same batches every
+ * call). Collective over DP. *val_loss = NaN if there is no valid shard. */
+int dx_worker_eval(dx_worker *w, double *val_loss);
+
+/* Generates n tokens after a BOS token (id 1) by sampling softmax(logits / temperature) with a
+ * generator seeded by `seed` (the context is the last seq_length tokens); writes n + 1 ids into
+ * ids_out (BOS first). Collective over DP (ZeRO-3 gathers parameters); every rank gets the same
+ * ids. */
+int dx_worker_sample(dx_worker *w, int n, double temperature, uint64_t seed, int32_t *ids_out);
+
+/* Learning rate at step (1-based) under the config's schedule. */
+double dx_lr_at(const dx_config *c, long step);
+
+dx_backend *dx_worker_backend(dx_worker *w);
+
+/* Number of OpenMP threads a rank should use: cores / ranks on this node (at least 1), unless
+ * OMP_NUM_THREADS is set. */
+int dx_default_threads(void);
+
+#endif

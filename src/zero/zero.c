@@ -1,0 +1,278 @@
+/* ZeRO stages 0-3 over flat parameter groups; see zero.h. */
+#include "zero.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/common.h"
+
+typedef struct {
+    size_t n, n_pad, shard; /* elements, padded elements, elements per rank */
+    size_t lo, hi;          /* owned range [lo, hi) (hi may equal lo on trailing ranks) */
+    void *work;             /* X: full [n_pad] (stages 0-2) */
+    void *work_shard;       /* X: [shard] (stage 3) */
+    void *grad;             /* A: full [n_pad] (stages 0-1) or shard [shard] (stages 2-3) */
+    void *master, *m, *v;   /* A: [n] (stage 0) or [shard] (stages 1-3) */
+} zgroup;
+
+struct dx_zero {
+    dx_model *model;
+    dx_backend *be;
+    dx_comm *dp;
+    int stage, P, r, ngroups;
+    zgroup *g;
+    size_t xs, as;
+    void *bucket;     /* A [max n_pad]: full gradient of the group in backward (stages 2-3) */
+    void *gather;     /* X [max n_pad]: gathered parameters of the group in use (stage 3) */
+    void *scalar;     /* A [1]: sum of squares */
+    uint64_t comm_ns;
+};
+
+static void *at(const void *p, size_t e, size_t es) { return (char *)p + e * es; }
+
+int dx_zero_stage(const dx_zero *z) { return z->stage; }
+
+double dx_zero_take_comm_seconds(dx_zero *z)
+{
+    double s = (double)z->comm_ns * 1e-9;
+    z->comm_ns = 0;
+    return s;
+}
+
+/* Times a collective into comm_ns. */
+#define COMM(z, call)                                   \
+    do {                                                \
+        uint64_t t0_ = dx_now_ns();                     \
+        int rc_ = (call);                               \
+        (z)->comm_ns += dx_now_ns() - t0_;              \
+        if (rc_) return -1;                             \
+    } while (0)
+
+static int hook(void *ctx, int gi, dx_hook_kind kind)
+{
+    dx_zero *z = ctx;
+    zgroup *g = &z->g[gi];
+    dx_group *mg = dx_model_group(z->model, gi);
+    dx_backend *be = z->be;
+    switch (kind) {
+    case DX_HOOK_PRE_FORWARD:
+    case DX_HOOK_PRE_BACKWARD:
+        if (z->stage == 3) {
+            /* the padding tail of the last rank's shard is sent but never read */
+            COMM(z, z->dp->all_gather(z->dp, g->work_shard, z->gather, g->shard, be->act));
+            mg->work = z->gather;
+        }
+        if (kind == DX_HOOK_PRE_BACKWARD && z->stage >= 2) {
+            /* the bucket holds this rank's accumulated shard in its own slot, zeros elsewhere;
+             * backward adds this micro-batch's gradient; reduce-scatter then sums the slots */
+            be->zero(be, z->bucket, g->n_pad * z->as);
+            be->copy(be, at(z->bucket, (size_t)z->r * g->shard, z->as), g->grad, g->shard * z->as);
+            mg->grad = z->bucket;
+        }
+        return 0;
+    case DX_HOOK_POST_FORWARD:
+        if (z->stage == 3) mg->work = NULL;
+        return 0;
+    case DX_HOOK_POST_BACKWARD:
+        if (z->stage >= 2) {
+            COMM(z, z->dp->reduce_scatter_sum(z->dp, z->bucket, g->grad, g->shard, be->acc));
+            mg->grad = NULL;
+        }
+        if (z->stage == 3) mg->work = NULL;
+        return 0;
+    }
+    return 0;
+}
+
+static void *zalloc(dx_zero *z, size_t bytes, dx_mem_cat cat, int *fail)
+{
+    if (*fail) return NULL;
+    void *p = z->be->alloc(z->be, bytes ? bytes : 1, cat);
+    if (!p) *fail = 1;
+    else z->be->zero(z->be, p, bytes ? bytes : 1);
+    return p;
+}
+
+dx_zero *dx_zero_create(dx_model *m, dx_backend *be, dx_comm *dp, int stage, uint64_t seed)
+{
+    if (stage < 0 || stage > 3) {
+        dx_fail("zero_optimization.stage: %d is not a ZeRO stage (0, 1, 2 or 3)", stage);
+        return NULL;
+    }
+    dx_zero *z = calloc(1, sizeof *z);
+    if (!z) { dx_fail("zero: out of memory"); return NULL; }
+    z->model = m;
+    z->be = be;
+    z->dp = dp;
+    z->stage = stage;
+    z->P = dp->size;
+    z->r = dp->rank;
+    z->ngroups = dx_model_num_groups(m);
+    z->xs = dx_dtype_size(be->act);
+    z->as = dx_dtype_size(be->acc);
+    z->g = calloc((size_t)z->ngroups, sizeof *z->g);
+    if (!z->g) { free(z); dx_fail("zero: out of memory"); return NULL; }
+
+    int fail = 0;
+    size_t max_pad = 0, max_shard = 0;
+    const size_t xs = z->xs, as = z->as;
+    for (int i = 0; i < z->ngroups; i++) {
+        zgroup *g = &z->g[i];
+        g->n = dx_model_group(m, i)->numel;
+        g->n_pad = (g->n + (size_t)z->P - 1) / (size_t)z->P * (size_t)z->P;
+        g->shard = g->n_pad / (size_t)z->P;
+        if (stage == 0) {
+            g->lo = 0;
+            g->hi = g->n;
+        } else {
+            g->lo = (size_t)z->r * g->shard;
+            g->hi = g->lo + g->shard < g->n ? g->lo + g->shard : g->n;
+            if (g->lo > g->n) g->lo = g->hi = g->n;
+        }
+        size_t own = stage == 0 ? g->n : g->shard;
+        if (stage < 3) g->work = zalloc(z, g->n_pad * xs, DX_MEM_PARAMS, &fail);
+        else g->work_shard = zalloc(z, g->shard * xs, DX_MEM_PARAMS, &fail);
+        g->grad = zalloc(z, (stage < 2 ? g->n_pad : g->shard) * as, DX_MEM_GRADS, &fail);
+        g->master = zalloc(z, own * as, DX_MEM_OPTIM, &fail);
+        g->m = zalloc(z, own * as, DX_MEM_OPTIM, &fail);
+        g->v = zalloc(z, own * as, DX_MEM_OPTIM, &fail);
+        if (g->n_pad > max_pad) max_pad = g->n_pad;
+        if (g->shard > max_shard) max_shard = g->shard;
+    }
+    if (stage >= 2) z->bucket = zalloc(z, max_pad * as, DX_MEM_GRADS, &fail);
+    if (stage == 3) z->gather = zalloc(z, max_pad * xs, DX_MEM_PARAMS, &fail);
+    z->scalar = zalloc(z, as, DX_MEM_OTHER, &fail);
+    float *host = fail ? NULL : malloc((stage == 0 ? max_pad : max_shard) * sizeof(float) + 1);
+    if (fail || !host) {
+        free(host);
+        dx_zero_destroy(z);
+        dx_fail_prefix("rank %d: ZeRO stage %d state", dp->rank, stage);
+        return NULL;
+    }
+
+    /* initial parameters: master from the counter-based init, work = cast(master) */
+    for (int i = 0; i < z->ngroups; i++) {
+        zgroup *g = &z->g[i];
+        size_t cnt = g->hi - g->lo;
+        dx_model_init_values(m, i, g->lo, cnt, seed, host);
+        if (be->upload_f32(be, g->master, be->acc, host, cnt)) { fail = 1; break; }
+        if (stage == 3) {
+            be->acc_to_act(be, g->work_shard, g->master, cnt);
+        } else {
+            be->acc_to_act(be, at(g->work, g->lo, xs), g->master, cnt);
+            if (stage >= 1 && dp->all_gather(dp, at(g->work, (size_t)z->r * g->shard, xs), g->work,
+                                             g->shard, be->act)) { fail = 1; break; }
+        }
+        dx_group *mg = dx_model_group(m, i);
+        mg->work = g->work;                      /* NULL at stage 3 until gathered */
+        mg->grad = stage < 2 ? g->grad : NULL;   /* stages 2-3: the bucket, in backward */
+    }
+    free(host);
+    if (fail) { dx_zero_destroy(z); return NULL; }
+    dx_model_set_hook(m, hook, z);
+    return z;
+}
+
+void dx_zero_destroy(dx_zero *z)
+{
+    if (!z) return;
+    dx_backend *be = z->be;
+    for (int i = 0; i < z->ngroups; i++) {
+        zgroup *g = &z->g[i];
+        be->free(be, g->work);
+        be->free(be, g->work_shard);
+        be->free(be, g->grad);
+        be->free(be, g->master);
+        be->free(be, g->m);
+        be->free(be, g->v);
+    }
+    be->free(be, z->bucket);
+    be->free(be, z->gather);
+    be->free(be, z->scalar);
+    if (z->model) dx_model_set_hook(z->model, NULL, NULL);
+    free(z->g);
+    free(z);
+}
+
+int dx_zero_zero_grad(dx_zero *z)
+{
+    for (int i = 0; i < z->ngroups; i++) {
+        zgroup *g = &z->g[i];
+        z->be->zero(z->be, g->grad, (z->stage < 2 ? g->n_pad : g->shard) * z->as);
+    }
+    return 0;
+}
+
+int dx_zero_reduce_grads(dx_zero *z)
+{
+    if (z->P == 1 || z->stage >= 2) return 0;
+    for (int i = 0; i < z->ngroups; i++)
+        COMM(z, z->dp->all_reduce_sum(z->dp, z->g[i].grad, z->g[i].n, z->be->acc));
+    return 0;
+}
+
+/* Gradient element e (group coordinates, lo <= e < hi) of the owned range. */
+static void *grad_at(dx_zero *z, zgroup *g, size_t e)
+{
+    return z->stage < 2 ? at(g->grad, e, z->as) : at(g->grad, e - g->lo, z->as);
+}
+
+int dx_zero_step(dx_zero *z, const dx_adamw_hparams *hp_in, double max_norm, double *grad_norm)
+{
+    dx_backend *be = z->be;
+    /* global norm: sum of squares over the owned ranges, summed over ranks when sharded */
+    be->zero(be, z->scalar, z->as);
+    for (int i = 0; i < z->ngroups; i++) {
+        zgroup *g = &z->g[i];
+        if (g->hi > g->lo) be->sumsq(be, z->scalar, grad_at(z, g, g->lo), g->hi - g->lo);
+    }
+    float ss_f;
+    if (be->download_f32(be, &ss_f, z->scalar, be->acc, 1)) return -1;
+    double ss = ss_f;
+    if (be->acc == DX_F64 && be->download(be, &ss, z->scalar, sizeof ss)) return -1;
+    if (z->stage >= 1 && z->P > 1) COMM(z, z->dp->all_reduce_sum(z->dp, &ss, 1, DX_F64));
+    double norm = sqrt(ss);
+    *grad_norm = norm;
+    double clip = 1.0;
+    if (max_norm > 0 && norm > max_norm) clip = max_norm / (norm + 1e-6);
+
+    dx_adamw_hparams hp = *hp_in;
+    hp.grad_scale = clip;
+    const int np = dx_model_num_params_table(z->model);
+    for (int pi = 0; pi < np; pi++) {
+        const dx_param *p = dx_model_param(z->model, pi);
+        zgroup *g = &z->g[p->group];
+        size_t lo = p->offset > g->lo ? p->offset : g->lo;
+        size_t hi = p->offset + p->numel < g->hi ? p->offset + p->numel : g->hi;
+        if (hi <= lo) continue;
+        hp.weight_decay = p->decay ? hp_in->weight_decay : 0.0;
+        size_t so = lo - g->lo; /* offset in the owned state */
+        void *work = z->stage == 3 ? at(g->work_shard, so, z->xs) : at(g->work, lo, z->xs);
+        be->adamw(be, at(g->master, so, z->as), work, grad_at(z, g, lo), at(g->m, so, z->as),
+                  at(g->v, so, z->as), hi - lo, &hp);
+    }
+    if (z->stage == 1 || z->stage == 2) {
+        if (z->P > 1)
+            for (int i = 0; i < z->ngroups; i++) {
+                zgroup *g = &z->g[i];
+                COMM(z, z->dp->all_gather(z->dp, at(g->work, (size_t)z->r * g->shard, z->xs),
+                                          g->work, g->shard, be->act));
+            }
+    }
+    return 0;
+}
+
+int dx_zero_get_master(dx_zero *z, int gi, size_t start, size_t count, float *out)
+{
+    zgroup *g = &z->g[gi];
+    dx_backend *be = z->be;
+    if (start + count > g->n) return dx_fail("zero: master range [%zu, %zu) outside group %d of %zu elements", start, start + count, gi, g->n);
+    if (z->stage == 0) return be->download_f32(be, out, at(g->master, start, z->as), be->acc, count);
+    void *full = be->alloc(be, g->n_pad * z->as, DX_MEM_OTHER);
+    if (!full) return -1;
+    int rc = z->dp->all_gather(z->dp, g->master, full, g->shard, be->acc);
+    if (!rc) rc = be->download_f32(be, out, at(full, start, z->as), be->acc, count);
+    be->free(be, full);
+    return rc;
+}

@@ -1,0 +1,56 @@
+/* dissect zero: data-parallel optimizer state, gradient synchronisation and ZeRO sharding.
+ *
+ * Owns, for every flat parameter group of the model (see worker/model.h), the working
+ * parameters, the gradients and the fp32 master weights with AdamW moments, partitioned over
+ * the DP group as DeepSpeed's ZeRO does (Rajbhandari et al. 2020, "ZeRO: Memory Optimizations
+ * Toward Training Trillion Parameter Models", Sec. 5):
+ *   stage 0: everything replicated; gradients all-reduced after backward.
+ *   stage 1: master weights, m, v sharded; gradients all-reduced; each rank updates its shard and
+ *            the working parameters are all-gathered after the update.
+ *   stage 2: as 1, and each group's gradient is reduce-scattered as soon as that group's
+ *            backward finishes (every micro-batch); only the local gradient shard is kept.
+ *   stage 3: as 2, and the working parameters are sharded too: a group's parameters are
+ *            all-gathered just before its forward and again before its backward, and freed after.
+ * A group of n elements is padded to n_pad = ceil(n / P) * P for P DP ranks; rank r owns elements
+ * [r * n_pad / P, min((r + 1) * n_pad / P, n)).
+ */
+#ifndef DX_ZERO_H
+#define DX_ZERO_H
+
+#include "comm/comm.h"
+#include "kernels.h"
+#include "worker/model.h"
+
+typedef struct dx_zero dx_zero;
+
+/* Allocates the state for `stage` (0..3) over the DP group and initialises the parameters with
+ * dx_model_init_values(seed) (identical whatever the DP size or stage). Installs the model's
+ * group hook. Returns NULL + dx_fail (naming the stage or the allocation) on failure. */
+dx_zero *dx_zero_create(dx_model *m, dx_backend *be, dx_comm *dp, int stage, uint64_t seed);
+void dx_zero_destroy(dx_zero *z);
+
+/* Clears the gradients (the full buffers or the local shards) before a step's first micro-batch. */
+int dx_zero_zero_grad(dx_zero *z);
+
+/* After the last micro-batch's backward: stages 0 and 1 all-reduce the gradients (stages 2 and 3
+ * already reduce-scattered them in the backward hooks). */
+int dx_zero_reduce_grads(dx_zero *z);
+
+/* Global gradient L2 norm (over all parameters, all ranks), clipping factor
+ * min(1, max_norm / (norm + 1e-6)) (max_norm <= 0: no clipping), AdamW on the local shard, and
+ * refresh of the working parameters (all-gather for stages 1 and 2). hp->grad_scale and
+ * hp->weight_decay are set per parameter from the clipping factor and the parameter's decay flag;
+ * *grad_norm receives the norm before clipping. */
+int dx_zero_step(dx_zero *z, const dx_adamw_hparams *hp, double max_norm, double *grad_norm);
+
+/* Seconds spent in collectives since the last call (and resets the counter). */
+double dx_zero_take_comm_seconds(dx_zero *z);
+
+int dx_zero_stage(const dx_zero *z);
+
+/* Copies the current fp32 master value of elements [start, start+count) of group g into out
+ * (host), gathering shards from their owners (collective over the DP group). Used by tests and
+ * checkpoints. */
+int dx_zero_get_master(dx_zero *z, int g, size_t start, size_t count, float *out);
+
+#endif

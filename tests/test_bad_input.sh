@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Bad input gives one clear error naming the file/key/rank and a non-zero exit from every rank:
+# no hang (60 s limit), no crash, the message printed once.
+set -uo pipefail
+: "${DISSECT:?path to the dissect binary}" "${SRCDIR:=.}" "${PYTHON3:=/usr/bin/python3}"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+"$PYTHON3" "$SRCDIR/tests/make_synthetic.py" "$tmp/ids.txt" --vocab 64 --tokens 4000
+"$PYTHON3" "$SRCDIR/examples/make_shards.py" "$tmp/ids.txt" "$tmp/good.bin" --vocab-size 64 >/dev/null
+passed=0 failed=0
+
+# expect NAME NP EXPECTED-SUBSTRING -- dissect args...
+expect() {
+  local name=$1 np=$2 want=$3; shift 4
+  local out rc
+  out=$(timeout 60 mpirun -np "$np" "$DISSECT" "$@" 2>&1); rc=$?
+  local n_err; n_err=$(grep -c "dissect: error" <<<"$out")
+  if [[ $rc -ne 0 && $rc -ne 124 && $out == *"$want"* && $n_err -eq 1 && $out != *"core dumped"* && $out != *"Segmentation"* ]]; then
+    echo "ok   $name: exit $rc: $(grep "dissect: error" <<<"$out")"; passed=$((passed+1))
+  else
+    echo "FAIL $name: exit $rc, $n_err error lines, wanted '$want' in:"; sed 's/^/     /' <<<"$out"; failed=$((failed+1))
+  fi
+}
+base=(train --model tiny --train-data "$tmp/good.bin" --seq-length 16 --train-iters 2 --micro-batch 2
+      --eval-interval 0 --sample-tokens 0)
+
+echo '{"seq_length": 16,, }' > "$tmp/malformed.json"
+expect "malformed config" 2 "malformed.json" -- train --config "$tmp/malformed.json"
+echo '{"model": {"preset": "tiny", "hiden_size": 32}}' > "$tmp/unknown.json"
+expect "unknown nested key" 2 "model.hiden_size" -- train --config "$tmp/unknown.json"
+echo '{"seq_lenght": 16}' > "$tmp/unknown_top.json"
+expect "unknown top-level key" 2 "seq_lenght" -- train --config "$tmp/unknown_top.json"
+echo '{"seq_length": "long"}' > "$tmp/type.json"
+expect "wrong type" 2 "seq_length" -- train --config "$tmp/type.json"
+expect "missing config file" 2 "$tmp/nope.json" -- train --config "$tmp/nope.json"
+expect "unknown flag" 2 "--bogus" -- "${base[@]}" --bogus 1
+expect "missing shard" 2 "$tmp/missing.bin" -- "${base[@]}" --train-data "$tmp/missing.bin"
+head -c 100 "$tmp/good.bin" > "$tmp/truncated.bin"
+expect "truncated shard" 2 "truncated.bin" -- "${base[@]}" --train-data "$tmp/truncated.bin"
+{ printf 'NOTTOKEN'; tail -c +9 "$tmp/good.bin"; } > "$tmp/magic.bin"
+expect "wrong magic" 2 "magic" -- "${base[@]}" --train-data "$tmp/magic.bin"
+echo "5 6 100 7" > "$tmp/big.txt"
+"$PYTHON3" "$SRCDIR/examples/make_shards.py" "$tmp/big.txt" "$tmp/big.bin" --vocab-size 128 >/dev/null
+expect "token id >= vocab" 2 "is 100, not < vocab_size 64" -- "${base[@]}" --train-data "$tmp/big.bin"
+expect "world size does not divide the batch" 3 "train_batch_size" -- "${base[@]}" --global-batch 8
+expect "unwritable trace path" 2 "$tmp/no/such/dir/run.h5" -- "${base[@]}" --trace "$tmp/no/such/dir/run.h5"
+expect "unknown ZeRO stage" 2 "zero_optimization.stage" -- "${base[@]}" --zero-stage 4
+echo '{"model": {"preset": "tiny", "num_attention_heads": 5}}' > "$tmp/heads.json"
+expect "heads do not divide hidden size" 1 "num_attention_heads" -- train --config "$tmp/heads.json" --train-data "$tmp/good.bin"
+echo "$passed passed, $failed failed"
+[[ $failed -eq 0 ]]
