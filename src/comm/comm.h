@@ -30,6 +30,13 @@ struct dx_comm {
     int (*broadcast)(dx_comm *c, void *buf, size_t bytes, int root);
     /* recv[size * bytes] on root = every rank's send[bytes] in rank order (recv ignored elsewhere). */
     int (*gather)(dx_comm *c, const void *send, void *recv, size_t bytes, int root);
+    /* recv[sum of recv_bytes] on root = every rank's send[bytes] concatenated in rank order;
+     * recv_bytes[size] (root only) gives each rank's byte count (< 2 GiB in all). */
+    int (*gatherv)(dx_comm *c, const void *send, size_t bytes, void *recv,
+                   const size_t *recv_bytes, int root);
+    /* Point to point, blocking: buf[bytes] to / from rank `peer` of this group with `tag`. */
+    int (*send)(dx_comm *c, const void *buf, size_t bytes, int peer, int tag);
+    int (*recv)(dx_comm *c, void *buf, size_t bytes, int peer, int tag);
     int (*barrier)(dx_comm *c);
     /* Maximum of an int over the group (used to agree on errors: any rank's -1 -> all see 1). */
     int (*max_int)(dx_comm *c, int value, int *out);

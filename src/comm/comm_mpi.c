@@ -86,6 +86,44 @@ static int m_gather(dx_comm *c, const void *send, void *recv, size_t bytes, int 
                  "gather", c->rank);
 }
 
+static int m_gatherv(dx_comm *c, const void *send, size_t bytes, void *recv,
+                     const size_t *recv_bytes, int root)
+{
+    int *counts = NULL, *displs = NULL, rc = 0;
+    if (bytes > (size_t)1 << 30) return dx_fail("rank %d: gatherv of %zu bytes exceeds MPI's int count", c->rank, bytes);
+    if (c->rank == root) {
+        counts = malloc((size_t)c->size * sizeof *counts);
+        displs = malloc((size_t)c->size * sizeof *displs);
+        if (!counts || !displs) rc = dx_fail("rank %d: out of memory in gatherv", c->rank);
+        size_t off = 0;
+        for (int r = 0; !rc && r < c->size; r++) {
+            if (off + recv_bytes[r] > (size_t)1 << 30) rc = dx_fail("rank %d: gatherv total exceeds 1 GiB", c->rank);
+            counts[r] = (int)recv_bytes[r];
+            displs[r] = (int)off;
+            off += recv_bytes[r];
+        }
+    }
+    /* a root failure must still complete the collective on the other ranks */
+    if (!rc || c->rank != root)
+        rc = check(MPI_Gatherv(send, (int)bytes, MPI_BYTE, recv, counts, displs, MPI_BYTE, root, C(c)),
+                   "gatherv", c->rank);
+    free(counts);
+    free(displs);
+    return rc;
+}
+
+static int m_send(dx_comm *c, const void *buf, size_t bytes, int peer, int tag)
+{
+    if (bytes > CHUNK) return dx_fail("rank %d: send of %zu bytes exceeds MPI's int count", c->rank, bytes);
+    return check(MPI_Send(buf, (int)bytes, MPI_BYTE, peer, tag, C(c)), "send", c->rank);
+}
+
+static int m_recv(dx_comm *c, void *buf, size_t bytes, int peer, int tag)
+{
+    if (bytes > CHUNK) return dx_fail("rank %d: recv of %zu bytes exceeds MPI's int count", c->rank, bytes);
+    return check(MPI_Recv(buf, (int)bytes, MPI_BYTE, peer, tag, C(c), MPI_STATUS_IGNORE), "recv", c->rank);
+}
+
 static int m_barrier(dx_comm *c) { return check(MPI_Barrier(C(c)), "barrier", c->rank); }
 
 static int m_max_int(dx_comm *c, int value, int *out)
@@ -122,6 +160,9 @@ static dx_comm *wrap(MPI_Comm comm, int owns)
     c->reduce_scatter_sum = m_reduce_scatter_sum;
     c->broadcast = m_broadcast;
     c->gather = m_gather;
+    c->gatherv = m_gatherv;
+    c->send = m_send;
+    c->recv = m_recv;
     c->barrier = m_barrier;
     c->max_int = m_max_int;
     c->destroy = m_destroy;

@@ -267,6 +267,7 @@ static const key_spec top_keys[] = {
     {"comment", K_COMMENT, 0, 0, 0, 0, 0, NULL, NULL},
     {"model", K_OBJECT, 0, 0, 0, 0, 0, model_keys, NULL},
     {"data", K_OBJECT, 0, 0, 0, 0, 0, data_keys, NULL},
+    {"save", K_STRING, STR(save_path), 0, 0, 0, NULL, NULL},
     POS_INT("seq_length", K_INT, OFF(seq_length)),
     POS_INT("train_micro_batch_size_per_gpu", K_INT, OFF(micro_batch)),
     POS_INT("gradient_accumulation_steps", K_INT, OFF(grad_accum)),
@@ -760,6 +761,7 @@ char *dx_config_to_json(const dx_config *c)
         CHK(cJSON_AddStringToObject(data, "valid", c->valid_path));
         CHK(cJSON_AddStringToObject(data, "tokenizer", c->tokenizer_path));
     }
+    CHK(cJSON_AddStringToObject(root, "save", c->save_path));
     CHK(add_int(root, "seq_length", (long long)c->seq_length));
     CHK(add_int(root, "train_micro_batch_size_per_gpu", (long long)c->micro_batch));
     CHK(add_int(root, "gradient_accumulation_steps", (long long)c->grad_accum));

@@ -12,7 +12,7 @@
  *            zero_optimization {stage}.
  *   Megatron-LM: seq_length, train_iters, lr_warmup_iters, lr_decay_iters, min_lr,
  *            eval_interval, eval_iters, log_interval, seed.
- *   dissect: data {train, valid, tokenizer}, trace {path, level}, device, sample {tokens,
+ *   dissect: data {train, valid, tokenizer}, save (checkpoint path), trace {path, level}, device, sample {tokens,
  *            temperature}.
  * Unknown keys, wrong types and impossible values are errors naming the file and the key path
  * (e.g. "run.json: key 'model.hidden_size': must be divisible by num_attention_heads").
@@ -45,6 +45,7 @@ typedef struct {
     char train_path[1024];     /* token shard for training (required for train) */
     char valid_path[1024];     /* token shard for validation ("" = none) */
     char tokenizer_path[1024]; /* SentencePiece model for decoding samples ("" = none) */
+    char save_path[1024];      /* "save": HDF5 checkpoint written at the end ("" = none) */
 
     /* batch */
     int seq_length;

@@ -7,7 +7,9 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "checkpoints/checkpoint.h"
 #include "common/common.h"
+#include "common/tracer.h"
 #include "trace.h"
 #include "worker/tokenizer.h"
 #include "worker/worker.h"
@@ -25,7 +27,66 @@ int dx_agree_and_report(dx_comm *c, int rc)
 }
 
 /* Per-rank figures sent to rank 0 each step. */
-enum { F_FWD, F_BWD, F_OPT, F_COMM, F_STEP, F_PEAK, F_N };
+enum { F_FWD, F_BWD, F_OPT, F_COMM, F_STEP, F_PEAK, F_PARAMS, F_GRADS, F_OPTIM, F_ACTS, F_N };
+
+/* Offsets that map each rank's CLOCK_MONOTONIC onto rank 0's (rank 0 only fills offset[]):
+ * ping-pong, keeping the exchange with the smallest round trip (Cristian 1989). Collective. */
+static int measure_clock_offsets(dx_comm *c, int64_t *offset)
+{
+    enum { ROUNDS = 16 };
+    for (int r = 1; r < c->size; r++) {
+        int64_t best_rtt = INT64_MAX, best = 0;
+        for (int k = 0; k < ROUNDS; k++) {
+            if (c->rank == 0) {
+                int64_t t0 = (int64_t)dx_now_ns(), tr;
+                if (c->send(c, &t0, sizeof t0, r, 7) || c->recv(c, &tr, sizeof tr, r, 7)) return -1;
+                int64_t t1 = (int64_t)dx_now_ns();
+                if (t1 - t0 < best_rtt) { best_rtt = t1 - t0; best = t0 + (t1 - t0) / 2 - tr; }
+            } else if (c->rank == r) {
+                int64_t t0, tr;
+                if (c->recv(c, &t0, sizeof t0, 0, 7)) return -1;
+                tr = (int64_t)dx_now_ns();
+                if (c->send(c, &tr, sizeof tr, 0, 7)) return -1;
+            }
+        }
+        if (c->rank == 0) offset[r] = best;
+    }
+    if (c->rank == 0) offset[0] = 0;
+    return 0;
+}
+
+/* Moves every rank's recorded events to rank 0, onto rank 0's clock relative to t_start, and
+ * appends them to the trace. Collective. */
+static int gather_events(dx_comm *c, dx_tracer *tr, dx_trace_writer *tw, const int64_t *offset,
+                         int64_t t_start)
+{
+    size_t mine = tr->failed ? 0 : tr->buf.n * sizeof(dx_event), *sizes = NULL;
+    dx_event *all = NULL;
+    int rc = 0;
+    if (c->rank == 0) sizes = calloc((size_t)c->size, sizeof *sizes);
+    if (c->gather(c, &mine, sizes, sizeof mine, 0)) rc = -1;
+    size_t total = 0;
+    if (c->rank == 0 && !rc) {
+        for (int r = 0; r < c->size; r++) total += sizes[r];
+        all = malloc(total ? total : 1);
+        if (!all) rc = dx_fail("trace: out of memory gathering %zu bytes of events", total);
+    }
+    if (!rc || c->rank != 0) rc = c->gatherv(c, tr->buf.ev, mine, all, sizes, 0) || rc;
+    if (c->rank == 0 && !rc) {
+        size_t n = total / sizeof(dx_event);
+        for (size_t i = 0; i < n; i++) {
+            int64_t d = offset[all[i].rank] - t_start;
+            all[i].start_ns += d;
+            all[i].end_ns += d;
+        }
+        rc = dx_trace_append_events(tw, all, n);
+    }
+    if (tr->failed) rc = dx_fail("rank %d: trace: out of memory recording events", c->rank);
+    tr->buf.n = 0;
+    free(all);
+    free(sizes);
+    return rc;
+}
 
 static void fmt_bytes(char *buf, size_t n, double b)
 {
@@ -66,6 +127,17 @@ int dx_run_train(const dx_config *c, dx_comm *world)
     }
     if (dx_agree_and_report(world, rc)) goto out_err;
 
+    /* events: clock alignment once; rank 0 keeps the offsets and stores them */
+    const int events = c->trace_path[0] && c->trace_level != DX_TRACE_STEP;
+    int64_t *offset = calloc((size_t)P, sizeof *offset);
+    int64_t t_start = (int64_t)dx_now_ns();
+    if (!offset) rc = dx_fail("rank %d: out of memory", rank);
+    else if (events) {
+        rc = measure_clock_offsets(world, offset);
+        if (!rc && rank == 0) rc = dx_trace_set_clock_offsets(tw, offset, P);
+    }
+    if (dx_agree_and_report(world, rc)) { free(offset); goto out_err; }
+
     dx_tokenizer *tok = NULL;
     if (rank == 0 && c->tokenizer_path[0]) {
         tok = dx_tokenizer_load(c->tokenizer_path);
@@ -86,8 +158,8 @@ int dx_run_train(const dx_config *c, dx_comm *world)
     }
 
     double mine[F_N], *all = rank == 0 ? calloc((size_t)P * F_N, sizeof(double)) : NULL;
-    double *cols = rank == 0 ? calloc((size_t)P * 5, sizeof(double)) : NULL;
-    int64_t *peaks = rank == 0 ? calloc((size_t)P, sizeof(int64_t)) : NULL;
+    double *cols = rank == 0 ? calloc((size_t)P * 4, sizeof(double)) : NULL;
+    int64_t *mem = rank == 0 ? calloc((size_t)P * 5, sizeof(int64_t)) : NULL; /* peak + 4 cats */
     double val_loss = NAN;
     for (long step = 1; step <= c->train_iters; step++) {
         dx_step_stats st;
@@ -102,12 +174,21 @@ int dx_run_train(const dx_config *c, dx_comm *world)
         mine[F_COMM] = st.comm_s;
         mine[F_STEP] = st.step_s;
         mine[F_PEAK] = (double)st.mem.peak_total;
+        mine[F_PARAMS] = (double)st.mem.current[DX_MEM_PARAMS];
+        mine[F_GRADS] = (double)st.mem.current[DX_MEM_GRADS];
+        mine[F_OPTIM] = (double)st.mem.current[DX_MEM_OPTIM];
+        mine[F_ACTS] = (double)st.mem.current[DX_MEM_ACTIVATIONS];
         if (world->gather(world, mine, all, sizeof mine, 0)) {
             fprintf(stderr, "dissect: error: %s\n", dx_last_error());
             dx_comm_mpi_abort(1);
         }
         int do_eval = c->eval_interval > 0 && (step % c->eval_interval == 0 || step == c->train_iters);
         val_loss = NAN;
+        if (events && (step % 10 == 0 || step == c->train_iters) &&
+            gather_events(world, dx_worker_tracer(w), tw, offset, t_start)) {
+            fprintf(stderr, "dissect: error: rank %d, step %ld: %s\n", rank, step, dx_last_error());
+            dx_comm_mpi_abort(1);
+        }
         if (do_eval && dx_worker_eval(w, &val_loss)) {
             fprintf(stderr, "dissect: error: rank %d, evaluation at step %ld: %s\n", rank, step, dx_last_error());
             dx_comm_mpi_abort(1);
@@ -117,7 +198,7 @@ int dx_run_train(const dx_config *c, dx_comm *world)
         double step_s = all[F_STEP], peak = 0;
         for (int r = 0; r < P; r++) {
             for (int f = 0; f < 4; f++) cols[f * P + r] = all[r * F_N + f];
-            peaks[r] = (int64_t)all[r * F_N + F_PEAK];
+            for (int f = 0; f < 5; f++) mem[f * P + r] = (int64_t)all[r * F_N + F_PEAK + f];
             if (all[r * F_N + F_PEAK] > peak) peak = all[r * F_N + F_PEAK];
         }
         double tps = (double)st.tokens / step_s;
@@ -127,6 +208,12 @@ int dx_run_train(const dx_config *c, dx_comm *world)
             printf("step %5ld/%ld | loss %.4f | lr %.3e | grad norm %.3f | %.0f tokens/s | step %.1f ms | peak mem %s\n",
                    step, c->train_iters, st.loss, st.lr, st.grad_norm, tps, step_s * 1e3, pk);
         }
+        if (step == 1) {
+            char b[4][32];
+            for (int f = 0; f < 4; f++) fmt_bytes(b[f], sizeof b[f], all[F_PARAMS + f]);
+            printf("memory held by rank 0 (allocator): params %s | grads %s | optimizer states %s | activations %s\n",
+                   b[0], b[1], b[2], b[3]);
+        }
         if (do_eval && !isnan(val_loss))
             printf("step %5ld | validation loss %.4f | perplexity %.2f\n", step, val_loss, exp(val_loss));
         fflush(stdout);
@@ -135,7 +222,9 @@ int dx_run_train(const dx_config *c, dx_comm *world)
                                .tokens = st.tokens, .step_time_s = step_s, .tokens_per_s = tps,
                                .val_loss = val_loss, .forward_s = cols, .backward_s = cols + P,
                                .optimizer_s = cols + 2 * P, .comm_s = cols + 3 * P,
-                               .peak_mem_bytes = peaks};
+                               .peak_mem_bytes = mem, .params_bytes = mem + P,
+                               .grads_bytes = mem + 2 * P, .optim_bytes = mem + 3 * P,
+                               .activations_bytes = mem + 4 * P};
             if (dx_trace_append_step(tw, &row) || ((step % 10 == 0) && dx_trace_flush(tw))) {
                 fprintf(stderr, "dissect: error: trace %s: %s\n", c->trace_path, dx_last_error());
                 dx_comm_mpi_abort(1);
@@ -144,7 +233,17 @@ int dx_run_train(const dx_config *c, dx_comm *world)
     }
     free(all);
     free(cols);
-    free(peaks);
+    free(mem);
+    free(offset);
+
+    if (c->save_path[0]) {
+        char *json = rank == 0 ? dx_config_to_json(c) : NULL;
+        int src = dx_checkpoint_save(c->save_path, dx_worker_model(w), dx_worker_zero(w), world,
+                                     c->train_iters, json);
+        free(json);
+        if (dx_agree_and_report(world, src)) rc = -1;
+        else if (rank == 0) printf("checkpoint written to %s\n", c->save_path);
+    }
 
     /* a short sample from the trained model */
     if (c->sample_tokens > 0) {

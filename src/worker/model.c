@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "common/common.h"
+#include "common/tracer.h"
 
 typedef struct {
     void *xn1, *rstd1, *q, *k, *v, *att, *lse, *h, *xn2, *rstd2, *g, *u, *a;
@@ -28,6 +29,7 @@ struct dx_model {
 
     dx_group_hook hook;
     void *hook_ctx;
+    dx_tracer *tr;
 
     /* activations */
     void **x; /* L+1 residual-stream buffers X[N,D]: x[l] is layer l's input */
@@ -242,24 +244,49 @@ void dx_model_init_values(const dx_model *m, int g, size_t start, size_t count, 
     }
 }
 
+void dx_model_set_tracer(dx_model *m, dx_tracer *tr) { m->tr = tr; }
+
 static int hook(dx_model *m, int g, dx_hook_kind k)
 {
     return m->hook ? m->hook(m->hook_ctx, g, k) : 0;
 }
 
-/* y[N,out] (= or +=, beta) x[N,in] W[out,in]^T */
-static void linear_fwd(dx_backend *be, void *y, const void *x, const void *W, int N, int in, int out,
-                       float beta)
+/* Module spans (trace.level module or op). */
+#define MOD_BEGIN(m) uint64_t mod_t0_ = dx_tr_on((m)->tr, 1) ? dx_now_ns() : 0
+#define MOD_END(m, module, layer)                                                               \
+    do {                                                                                        \
+        if (dx_tr_on((m)->tr, 1))                                                               \
+            dx_tr_record((m)->tr, mod_t0_, dx_now_ns(), (module), (layer), DX_OP_MODULE,         \
+                         DX_STREAM_COMPUTE, 0, 0);                                              \
+    } while (0)
+#define OP(module, layer, op, flops, bytes, call) DX_TRACE_OP(m->tr, module, layer, op, flops, bytes, call)
+
+/* FLOPs and bytes of C[M,N] = A[M,K] B[K,N] (+ beta C). */
+static int64_t gemm_flops(int M, int N, int K) { return 2 * (int64_t)M * N * K; }
+static int64_t gemm_bytes(const dx_model *m, int M, int N, int K, int c_acc, int beta)
 {
-    be->gemm(be, 0, 1, N, out, in, 1.0f, x, in, W, in, beta, y, out, 0);
+    int64_t cs = (int64_t)(c_acc ? m->as : m->xs);
+    return ((int64_t)M * K + (int64_t)K * N) * (int64_t)m->xs + (int64_t)M * N * cs * (beta ? 2 : 1);
+}
+
+/* y[N,out] (= or +=, beta) x[N,in] W[out,in]^T */
+static void linear_fwd(dx_model *m, int module, int layer, void *y, const void *x, const void *W,
+                       int N, int in, int out, float beta)
+{
+    dx_backend *be = m->be;
+    OP(module, layer, DX_OP_GEMM, gemm_flops(N, out, in), gemm_bytes(m, N, out, in, 0, beta != 0),
+       be->gemm(be, 0, 1, N, out, in, 1.0f, x, in, W, in, beta, y, out, 0));
 }
 
 /* dx[N,in] (beta) = dy[N,out] W[out,in];  dW[out,in] += dy^T x */
-static void linear_bwd(dx_backend *be, void *dx, void *dW, const void *dy, const void *x,
-                       const void *W, int N, int in, int out, float beta)
+static void linear_bwd(dx_model *m, int module, int layer, void *dx, void *dW, const void *dy,
+                       const void *x, const void *W, int N, int in, int out, float beta)
 {
-    be->gemm(be, 0, 0, N, in, out, 1.0f, dy, out, W, in, beta, dx, in, 0);
-    be->gemm(be, 1, 0, out, in, N, 1.0f, dy, out, x, in, 1.0f, dW, in, 1);
+    dx_backend *be = m->be;
+    OP(module, layer, DX_OP_GEMM, gemm_flops(N, in, out), gemm_bytes(m, N, in, out, 0, beta != 0),
+       be->gemm(be, 0, 0, N, in, out, 1.0f, dy, out, W, in, beta, dx, in, 0));
+    OP(module, layer, DX_OP_GEMM, gemm_flops(out, in, N), gemm_bytes(m, out, in, N, 1, 1),
+       be->gemm(be, 1, 0, out, in, N, 1.0f, dy, out, x, in, 1.0f, dW, in, 1));
 }
 
 int dx_model_forward(dx_model *m, const int32_t *ids, const int32_t *targets, int B, int T,
@@ -279,40 +306,76 @@ int dx_model_forward(dx_model *m, const int32_t *ids, const int32_t *targets, in
     m->grad_ready = want_grad;
 
     /* ---- forward ---- */
+    const int64_t xsz = (int64_t)xs, asz = (int64_t)m->as, ND = (int64_t)N * D, NI = (int64_t)N * I;
+    const int64_t att_flops = 4 * (int64_t)B * H * Dh * ((int64_t)T * (T + 1) / 2);
+    const int64_t att_bytes = ((int64_t)N * (2 * HD + 2 * KD)) * xsz + (int64_t)N * H * asz;
     if (hook(m, 0, DX_HOOK_PRE_FORWARD)) return -1;
-    be->embedding_fwd(be, m->x[0], ids, m->groups[0].work, N, D);
+    {
+        MOD_BEGIN(m);
+        OP(DX_MOD_EMBEDDING, -1, DX_OP_EMBEDDING, 0, 2 * ND * xsz + (int64_t)N * 4,
+           be->embedding_fwd(be, m->x[0], ids, m->groups[0].work, N, D));
+        MOD_END(m, DX_MOD_EMBEDDING, -1);
+    }
     if (hook(m, 0, DX_HOOK_POST_FORWARD)) return -1;
 
     for (int l = 0; l < L; l++) {
         if (hook(m, l + 1, DX_HOOK_PRE_FORWARD)) return -1;
         const void *W = m->groups[l + 1].work;
         layer_acts *a = &m->acts[l];
-        be->rmsnorm_fwd(be, a->xn1, a->rstd1, m->x[l], at(W, m->o_ln1, xs), N, D, eps);
-        linear_fwd(be, a->q, a->xn1, at(W, m->o_q, xs), N, D, HD, 0.0f);
-        linear_fwd(be, a->k, a->xn1, at(W, m->o_k, xs), N, D, KD, 0.0f);
-        linear_fwd(be, a->v, a->xn1, at(W, m->o_v, xs), N, D, KD, 0.0f);
-        be->rope_fwd(be, a->q, B, T, H, Dh, theta);
-        be->rope_fwd(be, a->k, B, T, Hkv, Dh, theta);
-        be->attention_fwd(be, a->att, a->lse, a->q, a->k, a->v, B, T, H, Hkv, Dh);
-        be->copy(be, a->h, m->x[l], (size_t)N * D * xs);
-        linear_fwd(be, a->h, a->att, at(W, m->o_o, xs), N, HD, D, 1.0f);
-        be->rmsnorm_fwd(be, a->xn2, a->rstd2, a->h, at(W, m->o_ln2, xs), N, D, eps);
-        linear_fwd(be, a->g, a->xn2, at(W, m->o_gate, xs), N, D, I, 0.0f);
-        linear_fwd(be, a->u, a->xn2, at(W, m->o_up, xs), N, D, I, 0.0f);
-        be->swiglu_fwd(be, a->a, a->g, a->u, (size_t)N * I);
-        be->copy(be, m->x[l + 1], a->h, (size_t)N * D * xs);
-        linear_fwd(be, m->x[l + 1], a->a, at(W, m->o_down, xs), N, I, D, 1.0f);
+        {
+            MOD_BEGIN(m);
+            OP(DX_MOD_ATTENTION, l, DX_OP_RMSNORM, 4 * ND, 2 * ND * xsz,
+               be->rmsnorm_fwd(be, a->xn1, a->rstd1, m->x[l], at(W, m->o_ln1, xs), N, D, eps));
+            linear_fwd(m, DX_MOD_ATTENTION, l, a->q, a->xn1, at(W, m->o_q, xs), N, D, HD, 0.0f);
+            linear_fwd(m, DX_MOD_ATTENTION, l, a->k, a->xn1, at(W, m->o_k, xs), N, D, KD, 0.0f);
+            linear_fwd(m, DX_MOD_ATTENTION, l, a->v, a->xn1, at(W, m->o_v, xs), N, D, KD, 0.0f);
+            OP(DX_MOD_ATTENTION, l, DX_OP_ROPE, 6 * (int64_t)N * (HD + KD), 2 * (int64_t)N * (HD + KD) * xsz,
+               be->rope_fwd(be, a->q, B, T, H, Dh, theta); be->rope_fwd(be, a->k, B, T, Hkv, Dh, theta));
+            OP(DX_MOD_ATTENTION, l, DX_OP_ATTENTION, att_flops, att_bytes,
+               be->attention_fwd(be, a->att, a->lse, a->q, a->k, a->v, B, T, H, Hkv, Dh));
+            OP(DX_MOD_ATTENTION, l, DX_OP_MEMCPY, 0, 2 * ND * xsz,
+               be->copy(be, a->h, m->x[l], (size_t)N * D * xs));
+            linear_fwd(m, DX_MOD_ATTENTION, l, a->h, a->att, at(W, m->o_o, xs), N, HD, D, 1.0f);
+            MOD_END(m, DX_MOD_ATTENTION, l);
+        }
+        {
+            MOD_BEGIN(m);
+            OP(DX_MOD_MLP, l, DX_OP_RMSNORM, 4 * ND, 2 * ND * xsz,
+               be->rmsnorm_fwd(be, a->xn2, a->rstd2, a->h, at(W, m->o_ln2, xs), N, D, eps));
+            linear_fwd(m, DX_MOD_MLP, l, a->g, a->xn2, at(W, m->o_gate, xs), N, D, I, 0.0f);
+            linear_fwd(m, DX_MOD_MLP, l, a->u, a->xn2, at(W, m->o_up, xs), N, D, I, 0.0f);
+            OP(DX_MOD_MLP, l, DX_OP_SWIGLU, 6 * NI, 3 * NI * xsz,
+               be->swiglu_fwd(be, a->a, a->g, a->u, (size_t)N * I));
+            OP(DX_MOD_MLP, l, DX_OP_MEMCPY, 0, 2 * ND * xsz,
+               be->copy(be, m->x[l + 1], a->h, (size_t)N * D * xs));
+            linear_fwd(m, DX_MOD_MLP, l, m->x[l + 1], a->a, at(W, m->o_down, xs), N, I, D, 1.0f);
+            MOD_END(m, DX_MOD_MLP, l);
+        }
         if (hook(m, l + 1, DX_HOOK_POST_FORWARD)) return -1;
     }
 
     const int gh = L + 1;
     if (hook(m, gh, DX_HOOK_PRE_FORWARD)) return -1;
     const void *Wh = m->groups[gh].work;
-    be->rmsnorm_fwd(be, m->xnf, m->rstdf, m->x[L], at(Wh, m->o_normf, xs), N, D, eps);
-    be->gemm(be, 0, 1, N, V, D, 1.0f, m->xnf, D, at(Wh, m->o_head, xs), D, 0.0f, m->logits, V, 1);
-    if (targets)
-        be->cross_entropy(be, loss_sum, want_grad ? m->dlogits : NULL, m->logits, targets, N, V,
-                          dscale);
+    {
+        MOD_BEGIN(m);
+        OP(DX_MOD_RMSNORM, -1, DX_OP_RMSNORM, 4 * ND, 2 * ND * xsz,
+           be->rmsnorm_fwd(be, m->xnf, m->rstdf, m->x[L], at(Wh, m->o_normf, xs), N, D, eps));
+        MOD_END(m, DX_MOD_RMSNORM, -1);
+    }
+    {
+        MOD_BEGIN(m);
+        OP(DX_MOD_LM_HEAD, -1, DX_OP_GEMM, gemm_flops(N, V, D), gemm_bytes(m, N, V, D, 1, 0),
+           be->gemm(be, 0, 1, N, V, D, 1.0f, m->xnf, D, at(Wh, m->o_head, xs), D, 0.0f, m->logits, V, 1));
+        MOD_END(m, DX_MOD_LM_HEAD, -1);
+    }
+    if (targets) {
+        MOD_BEGIN(m);
+        OP(DX_MOD_LOSS, -1, DX_OP_CROSS_ENTROPY, 5 * (int64_t)N * V,
+           (int64_t)N * V * (asz + (want_grad ? xsz : 0)),
+           be->cross_entropy(be, loss_sum, want_grad ? m->dlogits : NULL, m->logits, targets, N, V, dscale));
+        MOD_END(m, DX_MOD_LOSS, -1);
+    }
     return hook(m, gh, DX_HOOK_POST_FORWARD);
 }
 
@@ -325,18 +388,32 @@ int dx_model_backward(dx_model *m)
     const float theta = (float)m->cfg.rope_theta;
     const int32_t *ids = m->ids;
     const int gh = L + 1;
+    (void)V;
     if (!m->grad_ready) return dx_fail("model: backward without a forward that kept dL/dlogits");
     m->grad_ready = 0;
+
+    const size_t as = m->as;
+    const int64_t xsz = (int64_t)xs, asz = (int64_t)as, ND = (int64_t)N * D, NI = (int64_t)N * I;
+    const int64_t att_flops = 10 * (int64_t)B * H * Dh * ((int64_t)T * (T + 1) / 2);
+    const int64_t att_bytes = ((int64_t)N * (4 * HD + 4 * KD)) * xsz + (int64_t)N * H * asz;
 
     if (hook(m, gh, DX_HOOK_PRE_BACKWARD)) return -1;
     const void *Wh = m->groups[gh].work;
     void *Gh = m->groups[gh].grad;
-    const size_t as = m->as;
-    linear_bwd(be, m->dxn, at(Gh, m->o_head, as), m->dlogits, m->xnf, at(Wh, m->o_head, xs), N, D,
-               V, 0.0f);
-    be->zero(be, m->dres, (size_t)N * D * xs);
-    be->rmsnorm_bwd(be, m->dres, at(Gh, m->o_normf, as), m->dxn, m->x[L], at(Wh, m->o_normf, xs),
-                    m->rstdf, N, D);
+    {
+        MOD_BEGIN(m);
+        linear_bwd(m, DX_MOD_LM_HEAD, -1, m->dxn, at(Gh, m->o_head, as), m->dlogits, m->xnf,
+                   at(Wh, m->o_head, xs), N, D, V, 0.0f);
+        MOD_END(m, DX_MOD_LM_HEAD, -1);
+    }
+    {
+        MOD_BEGIN(m);
+        OP(DX_MOD_RMSNORM, -1, DX_OP_MEMSET, 0, ND * xsz, be->zero(be, m->dres, (size_t)N * D * xs));
+        OP(DX_MOD_RMSNORM, -1, DX_OP_RMSNORM, 8 * ND, 4 * ND * xsz,
+           be->rmsnorm_bwd(be, m->dres, at(Gh, m->o_normf, as), m->dxn, m->x[L], at(Wh, m->o_normf, xs),
+                           m->rstdf, N, D));
+        MOD_END(m, DX_MOD_RMSNORM, -1);
+    }
     if (hook(m, gh, DX_HOOK_POST_BACKWARD)) return -1;
 
     for (int l = L - 1; l >= 0; l--) {
@@ -344,33 +421,51 @@ int dx_model_backward(dx_model *m)
         const void *W = m->groups[l + 1].work;
         void *G = m->groups[l + 1].grad;
         layer_acts *a = &m->acts[l];
-        /* MLP: dres = dL/dx[l+1] */
-        linear_bwd(be, m->da, at(G, m->o_down, as), m->dres, a->a, at(W, m->o_down, xs), N, I, D,
-                   0.0f);
-        be->swiglu_bwd(be, m->dg, m->du, m->da, a->g, a->u, (size_t)N * I);
-        linear_bwd(be, m->dxn, at(G, m->o_gate, as), m->dg, a->xn2, at(W, m->o_gate, xs), N, D, I,
-                   0.0f);
-        linear_bwd(be, m->dxn, at(G, m->o_up, as), m->du, a->xn2, at(W, m->o_up, xs), N, D, I,
-                   1.0f);
-        be->rmsnorm_bwd(be, m->dres, at(G, m->o_ln2, as), m->dxn, a->h, at(W, m->o_ln2, xs),
-                        a->rstd2, N, D);
-        /* attention: dres = dL/dh */
-        linear_bwd(be, m->datt, at(G, m->o_o, as), m->dres, a->att, at(W, m->o_o, xs), N, HD, D,
-                   0.0f);
-        be->attention_bwd(be, m->dq, m->dk, m->dv, m->datt, a->q, a->k, a->v, a->att, a->lse, B,
-                          T, H, Hkv, Dh);
-        be->rope_bwd(be, m->dq, B, T, H, Dh, theta);
-        be->rope_bwd(be, m->dk, B, T, Hkv, Dh, theta);
-        linear_bwd(be, m->dxn, at(G, m->o_q, as), m->dq, a->xn1, at(W, m->o_q, xs), N, D, HD, 0.0f);
-        linear_bwd(be, m->dxn, at(G, m->o_k, as), m->dk, a->xn1, at(W, m->o_k, xs), N, D, KD, 1.0f);
-        linear_bwd(be, m->dxn, at(G, m->o_v, as), m->dv, a->xn1, at(W, m->o_v, xs), N, D, KD, 1.0f);
-        be->rmsnorm_bwd(be, m->dres, at(G, m->o_ln1, as), m->dxn, m->x[l], at(W, m->o_ln1, xs),
-                        a->rstd1, N, D);
+        { /* MLP: dres = dL/dx[l+1] */
+            MOD_BEGIN(m);
+            linear_bwd(m, DX_MOD_MLP, l, m->da, at(G, m->o_down, as), m->dres, a->a,
+                       at(W, m->o_down, xs), N, I, D, 0.0f);
+            OP(DX_MOD_MLP, l, DX_OP_SWIGLU, 12 * NI, 5 * NI * xsz,
+               be->swiglu_bwd(be, m->dg, m->du, m->da, a->g, a->u, (size_t)N * I));
+            linear_bwd(m, DX_MOD_MLP, l, m->dxn, at(G, m->o_gate, as), m->dg, a->xn2,
+                       at(W, m->o_gate, xs), N, D, I, 0.0f);
+            linear_bwd(m, DX_MOD_MLP, l, m->dxn, at(G, m->o_up, as), m->du, a->xn2,
+                       at(W, m->o_up, xs), N, D, I, 1.0f);
+            OP(DX_MOD_MLP, l, DX_OP_RMSNORM, 8 * ND, 4 * ND * xsz,
+               be->rmsnorm_bwd(be, m->dres, at(G, m->o_ln2, as), m->dxn, a->h, at(W, m->o_ln2, xs),
+                               a->rstd2, N, D));
+            MOD_END(m, DX_MOD_MLP, l);
+        }
+        { /* attention: dres = dL/dh */
+            MOD_BEGIN(m);
+            linear_bwd(m, DX_MOD_ATTENTION, l, m->datt, at(G, m->o_o, as), m->dres, a->att,
+                       at(W, m->o_o, xs), N, HD, D, 0.0f);
+            OP(DX_MOD_ATTENTION, l, DX_OP_ATTENTION, att_flops, att_bytes,
+               be->attention_bwd(be, m->dq, m->dk, m->dv, m->datt, a->q, a->k, a->v, a->att, a->lse,
+                                 B, T, H, Hkv, Dh));
+            OP(DX_MOD_ATTENTION, l, DX_OP_ROPE, 6 * (int64_t)N * (HD + KD), 2 * (int64_t)N * (HD + KD) * xsz,
+               be->rope_bwd(be, m->dq, B, T, H, Dh, theta); be->rope_bwd(be, m->dk, B, T, Hkv, Dh, theta));
+            linear_bwd(m, DX_MOD_ATTENTION, l, m->dxn, at(G, m->o_q, as), m->dq, a->xn1,
+                       at(W, m->o_q, xs), N, D, HD, 0.0f);
+            linear_bwd(m, DX_MOD_ATTENTION, l, m->dxn, at(G, m->o_k, as), m->dk, a->xn1,
+                       at(W, m->o_k, xs), N, D, KD, 1.0f);
+            linear_bwd(m, DX_MOD_ATTENTION, l, m->dxn, at(G, m->o_v, as), m->dv, a->xn1,
+                       at(W, m->o_v, xs), N, D, KD, 1.0f);
+            OP(DX_MOD_ATTENTION, l, DX_OP_RMSNORM, 8 * ND, 4 * ND * xsz,
+               be->rmsnorm_bwd(be, m->dres, at(G, m->o_ln1, as), m->dxn, m->x[l], at(W, m->o_ln1, xs),
+                               a->rstd1, N, D));
+            MOD_END(m, DX_MOD_ATTENTION, l);
+        }
         if (hook(m, l + 1, DX_HOOK_POST_BACKWARD)) return -1;
     }
 
     if (hook(m, 0, DX_HOOK_PRE_BACKWARD)) return -1;
-    be->embedding_bwd(be, m->groups[0].grad, m->dres, ids, N, D);
+    {
+        MOD_BEGIN(m);
+        OP(DX_MOD_EMBEDDING, -1, DX_OP_EMBEDDING, ND, ND * (xsz + 2 * asz) + (int64_t)N * 4,
+           be->embedding_bwd(be, m->groups[0].grad, m->dres, ids, N, D));
+        MOD_END(m, DX_MOD_EMBEDDING, -1);
+    }
     if (hook(m, 0, DX_HOOK_POST_BACKWARD)) return -1;
     return 0;
 }

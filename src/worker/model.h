@@ -24,6 +24,7 @@
 #include <stdint.h>
 
 #include "coordinator/config.h"
+#include "common/tracer.h"
 #include "kernels.h"
 
 typedef struct {
@@ -60,6 +61,9 @@ int dx_model_num_params_table(const dx_model *m);
 const dx_param *dx_model_param(const dx_model *m, int i);
 /* Index of the parameter named `name`, or -1. */
 int dx_model_find_param(const dx_model *m, const char *name);
+
+/* Records kernel calls (trace.level op) and module spans (module, op) into tr (NULL = off). */
+void dx_model_set_tracer(dx_model *m, dx_tracer *tr);
 
 /* Installs the group hook (NULL = none). */
 void dx_model_set_hook(dx_model *m, dx_group_hook hook, void *ctx);

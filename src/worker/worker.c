@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "common/common.h"
+#include "common/tracer.h"
 #include "data.h"
 #include "model.h"
 #include "zero/zero.h"
@@ -25,7 +26,12 @@ struct dx_worker {
     int32_t *d_in, *d_tg; /* backend copies */
     void *d_loss;         /* A[1] */
     float *h_logits;      /* one row of logits [V] for sampling */
+    dx_tracer tr;
 };
+
+dx_tracer *dx_worker_tracer(dx_worker *w) { return &w->tr; }
+dx_model *dx_worker_model(dx_worker *w) { return w->model; }
+dx_zero *dx_worker_zero(dx_worker *w) { return w->zero; }
 
 int dx_default_threads(void)
 {
@@ -64,6 +70,7 @@ void dx_worker_destroy(dx_worker *w)
     }
     if (w->have_train) { dx_batcher_free(&w->tb); dx_shard_close(&w->train); }
     if (w->have_valid) { dx_batcher_free(&w->vb); dx_shard_close(&w->valid); }
+    dx_event_buf_free(&w->tr.buf);
     free(w->h_in);
     free(w->h_tg);
     free(w->h_logits);
@@ -76,6 +83,10 @@ dx_worker *dx_worker_create(const dx_config *c, dx_comm *world)
     if (!w) { dx_fail("rank %d: out of memory", world->rank); return NULL; }
     w->cfg = *c;
     w->dp = world;
+    /* events are recorded only when a trace file is written */
+    w->tr.level = c->trace_path[0] ? (int)c->trace_level : 0;
+    w->tr.rank = world->rank;
+    w->tr.micro = -1;
     const int T = c->seq_length, B = c->micro_batch, V = c->model.vocab_size;
 
     if (!strcmp(c->device, "cpu")) {
@@ -102,6 +113,8 @@ dx_worker *dx_worker_create(const dx_config *c, dx_comm *world)
     if (!w->model) goto fail;
     w->zero = dx_zero_create(w->model, w->be, w->dp, c->zero_stage, c->seed);
     if (!w->zero) goto fail;
+    dx_model_set_tracer(w->model, &w->tr);
+    dx_zero_set_tracer(w->zero, &w->tr);
 
     size_t n = (size_t)B * T;
     w->h_in = malloc(n * sizeof(int32_t));
@@ -134,9 +147,14 @@ static int read_scalar(dx_backend *be, const void *p, double *out)
 static int upload_batch(dx_worker *w, dx_batcher *b, uint64_t g0, int n)
 {
     size_t bytes = (size_t)n * w->cfg.seq_length * sizeof(int32_t);
+    uint64_t t0 = dx_now_ns();
     dx_batcher_fill(b, g0, n, w->h_in, w->h_tg);
-    if (w->be->upload(w->be, w->d_in, w->h_in, bytes)) return -1;
-    return w->be->upload(w->be, w->d_tg, w->h_tg, bytes);
+    int rc = w->be->upload(w->be, w->d_in, w->h_in, bytes);
+    if (!rc) rc = w->be->upload(w->be, w->d_tg, w->h_tg, bytes);
+    if (dx_tr_on(&w->tr, 2))
+        dx_tr_record(&w->tr, t0, dx_now_ns(), DX_MOD_DATA, -1, DX_OP_MEMCPY, DX_STREAM_HOST,
+                     (int64_t)(4 * bytes), 0);
+    return rc;
 }
 
 int dx_worker_train_step(dx_worker *w, long step, dx_step_stats *st)
@@ -149,12 +167,18 @@ int dx_worker_train_step(dx_worker *w, long step, dx_step_stats *st)
     if (!w->have_train) return dx_fail("rank %d: no training data (key 'data.train')", w->dp->rank);
 
     memset(st, 0, sizeof *st);
+    dx_tracer *tr = &w->tr;
+    tr->step = (int32_t)step;
+    tr->micro = -1;
+    tr->phase = DX_PH_FORWARD;
     uint64_t t_step = dx_now_ns();
     dx_zero_take_comm_seconds(w->zero);
-    dx_zero_zero_grad(w->zero);
+    DX_TRACE_OP(tr, DX_MOD_OPTIMIZER, -1, DX_OP_MEMSET, 0, 0, dx_zero_zero_grad(w->zero));
     be->zero(be, w->d_loss, dx_dtype_size(be->acc));
 
     for (int j = 0; j < A; j++) {
+        tr->micro = (int16_t)j;
+        tr->phase = DX_PH_FORWARD;
         uint64_t g0 = (uint64_t)(step - 1) * G + (uint64_t)w->dp->rank * B * A + (uint64_t)j * B;
         if (upload_batch(w, &w->tb, g0, B)) return -1;
         uint64_t t0 = dx_now_ns();
@@ -163,6 +187,7 @@ int dx_worker_train_step(dx_worker *w, long step, dx_step_stats *st)
             return -1;
         be->sync(be);
         uint64_t t1 = dx_now_ns();
+        tr->phase = DX_PH_BACKWARD;
         if (dx_model_backward(w->model)) return -1;
         be->sync(be);
         uint64_t t2 = dx_now_ns();
@@ -170,13 +195,18 @@ int dx_worker_train_step(dx_worker *w, long step, dx_step_stats *st)
         st->backward_s += (double)(t2 - t1) * 1e-9;
     }
     double hook_comm = dx_zero_take_comm_seconds(w->zero); /* ZeRO-2/3 collectives in fwd/bwd */
+    tr->micro = -1;
 
     if (dx_zero_reduce_grads(w->zero)) return -1;
     double loss_sum;
     if (read_scalar(be, w->d_loss, &loss_sum)) return -1;
     uint64_t t_c = dx_now_ns();
     if (w->dp->size > 1 && w->dp->all_reduce_sum(w->dp, &loss_sum, 1, DX_F64)) return -1;
-    double loss_comm = (double)(dx_now_ns() - t_c) * 1e-9;
+    uint64_t t_c1 = dx_now_ns();
+    double loss_comm = (double)(t_c1 - t_c) * 1e-9;
+    if (w->dp->size > 1 && dx_tr_on(tr, 1))
+        dx_tr_record(tr, t_c, t_c1, DX_MOD_LOSS, -1, DX_OP_ALL_REDUCE, DX_STREAM_COMM, 8, 0);
+    tr->phase = DX_PH_OPTIMIZER;
     double reduce_comm = dx_zero_take_comm_seconds(w->zero);
 
     uint64_t t_o = dx_now_ns();
@@ -196,6 +226,10 @@ int dx_worker_train_step(dx_worker *w, long step, dx_step_stats *st)
     st->optimizer_s = (double)(t_end - t_o) * 1e-9 - opt_comm;
     st->step_s = (double)(t_end - t_step) * 1e-9;
     st->mem = be->mem;
+    tr->phase = DX_PH_STEP;
+    if (dx_tr_on(tr, 1))
+        dx_tr_record(tr, t_step, t_end, DX_MOD_STEP, -1, DX_OP_STEP, DX_STREAM_HOST, 0, 0);
+    tr->step = 0;
     return 0;
 }
 
@@ -205,6 +239,8 @@ int dx_worker_eval(dx_worker *w, double *val_loss)
     dx_backend *be = w->be;
     if (!w->have_valid) { *val_loss = NAN; return 0; }
     const int B = c->micro_batch, T = c->seq_length, P = w->dp->size;
+    int level = w->tr.level;
+    w->tr.level = 0; /* evaluation is outside the steps' spans: not traced */
     be->zero(be, w->d_loss, dx_dtype_size(be->acc));
     for (long i = 0; i < c->eval_iters; i++) {
         uint64_t g0 = (uint64_t)i * B * P + (uint64_t)w->dp->rank * B;
@@ -215,6 +251,7 @@ int dx_worker_eval(dx_worker *w, double *val_loss)
     if (read_scalar(be, w->d_loss, &s)) return -1;
     if (P > 1 && w->dp->all_reduce_sum(w->dp, &s, 1, DX_F64)) return -1;
     *val_loss = s / ((double)c->eval_iters * B * P * T);
+    w->tr.level = level;
     return 0;
 }
 
@@ -223,6 +260,7 @@ int dx_worker_sample(dx_worker *w, int n, double temperature, uint64_t seed, int
     dx_backend *be = w->be;
     const int T = w->cfg.seq_length, V = w->cfg.model.vocab_size;
     size_t as = dx_dtype_size(be->acc);
+    w->tr.level = 0; /* sampling is not traced */
     ids[0] = 1; /* BOS */
     for (int i = 1; i <= n; i++) {
         int start = i > T ? i - T : 0, len = i - start;

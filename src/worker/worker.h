@@ -13,6 +13,7 @@
 #include <stdint.h>
 
 #include "comm/comm.h"
+#include "common/tracer.h"
 #include "coordinator/config.h"
 #include "kernels.h"
 
@@ -51,6 +52,15 @@ int dx_worker_sample(dx_worker *w, int n, double temperature, uint64_t seed, int
 double dx_lr_at(const dx_config *c, long step);
 
 dx_backend *dx_worker_backend(dx_worker *w);
+
+/* The worker's event recorder (its buffer is drained by the coordinator). */
+dx_tracer *dx_worker_tracer(dx_worker *w);
+
+/* The worker's model and ZeRO state (for checkpoints). */
+struct dx_model;
+struct dx_zero;
+struct dx_model *dx_worker_model(dx_worker *w);
+struct dx_zero *dx_worker_zero(dx_worker *w);
 
 /* Number of OpenMP threads a rank should use: cores / ranks on this node (at least 1), unless
  * OMP_NUM_THREADS is set. */

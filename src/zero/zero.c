@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "common/common.h"
+#include "common/tracer.h"
 
 typedef struct {
     size_t n, n_pad, shard; /* elements, padded elements, elements per rank */
@@ -27,7 +28,17 @@ struct dx_zero {
     void *gather;     /* X [max n_pad]: gathered parameters of the group in use (stage 3) */
     void *scalar;     /* A [1]: sum of squares */
     uint64_t comm_ns;
+    dx_tracer *tr;
 };
+
+void dx_zero_set_tracer(dx_zero *z, dx_tracer *tr) { z->tr = tr; }
+
+/* Trace coordinates of a group: embedding, decoder layer l, or the head. */
+static int group_module(const dx_zero *z, int gi)
+{
+    return gi == 0 ? DX_MOD_EMBEDDING : gi == z->ngroups - 1 ? DX_MOD_LM_HEAD : DX_MOD_LAYER;
+}
+static int group_layer(const dx_zero *z, int gi) { return gi >= 1 && gi < z->ngroups - 1 ? gi - 1 : -1; }
 
 static void *at(const void *p, size_t e, size_t es) { return (char *)p + e * es; }
 
@@ -40,13 +51,18 @@ double dx_zero_take_comm_seconds(dx_zero *z)
     return s;
 }
 
-/* Times a collective into comm_ns. */
-#define COMM(z, call)                                   \
-    do {                                                \
-        uint64_t t0_ = dx_now_ns();                     \
-        int rc_ = (call);                               \
-        (z)->comm_ns += dx_now_ns() - t0_;              \
-        if (rc_) return -1;                             \
+/* Runs a collective of group gi moving `bytes`, timing it into comm_ns and the trace. */
+#define COMM(z, gi, op, bytes, call)                                                           \
+    do {                                                                                       \
+        uint64_t t0_ = dx_now_ns();                                                            \
+        int rc_ = (call);                                                                      \
+        uint64_t t1_ = dx_now_ns();                                                            \
+        (z)->comm_ns += t1_ - t0_;                                                             \
+        if (dx_tr_on((z)->tr, 1))                                                              \
+            dx_tr_record((z)->tr, t0_, t1_, (gi) < 0 ? DX_MOD_OPTIMIZER : group_module((z), (gi)), \
+                         (gi) < 0 ? -1 : group_layer((z), (gi)), (op), DX_STREAM_COMM,           \
+                         (int64_t)(bytes), 0);                                                  \
+        if (rc_) return -1;                                                                    \
     } while (0)
 
 static int hook(void *ctx, int gi, dx_hook_kind kind)
@@ -60,7 +76,8 @@ static int hook(void *ctx, int gi, dx_hook_kind kind)
     case DX_HOOK_PRE_BACKWARD:
         if (z->stage == 3) {
             /* the padding tail of the last rank's shard is sent but never read */
-            COMM(z, z->dp->all_gather(z->dp, g->work_shard, z->gather, g->shard, be->act));
+            COMM(z, gi, DX_OP_ALL_GATHER, g->n_pad * z->xs,
+                 z->dp->all_gather(z->dp, g->work_shard, z->gather, g->shard, be->act));
             mg->work = z->gather;
         }
         if (kind == DX_HOOK_PRE_BACKWARD && z->stage >= 2) {
@@ -76,7 +93,8 @@ static int hook(void *ctx, int gi, dx_hook_kind kind)
         return 0;
     case DX_HOOK_POST_BACKWARD:
         if (z->stage >= 2) {
-            COMM(z, z->dp->reduce_scatter_sum(z->dp, z->bucket, g->grad, g->shard, be->acc));
+            COMM(z, gi, DX_OP_REDUCE_SCATTER, g->n_pad * z->as,
+                 z->dp->reduce_scatter_sum(z->dp, z->bucket, g->grad, g->shard, be->acc));
             mg->grad = NULL;
         }
         if (z->stage == 3) mg->work = NULL;
@@ -208,7 +226,8 @@ int dx_zero_reduce_grads(dx_zero *z)
 {
     if (z->P == 1 || z->stage >= 2) return 0;
     for (int i = 0; i < z->ngroups; i++)
-        COMM(z, z->dp->all_reduce_sum(z->dp, z->g[i].grad, z->g[i].n, z->be->acc));
+        COMM(z, i, DX_OP_ALL_REDUCE, z->g[i].n * z->as,
+             z->dp->all_reduce_sum(z->dp, z->g[i].grad, z->g[i].n, z->be->acc));
     return 0;
 }
 
@@ -225,13 +244,17 @@ int dx_zero_step(dx_zero *z, const dx_adamw_hparams *hp_in, double max_norm, dou
     be->zero(be, z->scalar, z->as);
     for (int i = 0; i < z->ngroups; i++) {
         zgroup *g = &z->g[i];
-        if (g->hi > g->lo) be->sumsq(be, z->scalar, grad_at(z, g, g->lo), g->hi - g->lo);
+        size_t n = g->hi - g->lo;
+        if (n)
+            DX_TRACE_OP(z->tr, DX_MOD_OPTIMIZER, group_layer(z, i), DX_OP_GRAD_NORM, 2 * (int64_t)n,
+                        (int64_t)n * (int64_t)z->as, be->sumsq(be, z->scalar, grad_at(z, g, g->lo), n));
     }
     float ss_f;
     if (be->download_f32(be, &ss_f, z->scalar, be->acc, 1)) return -1;
     double ss = ss_f;
     if (be->acc == DX_F64 && be->download(be, &ss, z->scalar, sizeof ss)) return -1;
-    if (z->stage >= 1 && z->P > 1) COMM(z, z->dp->all_reduce_sum(z->dp, &ss, 1, DX_F64));
+    if (z->stage >= 1 && z->P > 1)
+        COMM(z, -1, DX_OP_ALL_REDUCE, sizeof ss, z->dp->all_reduce_sum(z->dp, &ss, 1, DX_F64));
     double norm = sqrt(ss);
     *grad_norm = norm;
     double clip = 1.0;
@@ -249,15 +272,19 @@ int dx_zero_step(dx_zero *z, const dx_adamw_hparams *hp_in, double max_norm, dou
         hp.weight_decay = p->decay ? hp_in->weight_decay : 0.0;
         size_t so = lo - g->lo; /* offset in the owned state */
         void *work = z->stage == 3 ? at(g->work_shard, so, z->xs) : at(g->work, lo, z->xs);
-        be->adamw(be, at(g->master, so, z->as), work, grad_at(z, g, lo), at(g->m, so, z->as),
-                  at(g->v, so, z->as), hi - lo, &hp);
+        int64_t n = (int64_t)(hi - lo);
+        DX_TRACE_OP(z->tr, DX_MOD_OPTIMIZER, group_layer(z, p->group), DX_OP_ADAMW, 12 * n,
+                    n * (7 * (int64_t)z->as + (int64_t)z->xs),
+                    be->adamw(be, at(g->master, so, z->as), work, grad_at(z, g, lo),
+                              at(g->m, so, z->as), at(g->v, so, z->as), hi - lo, &hp));
     }
     if (z->stage == 1 || z->stage == 2) {
         if (z->P > 1)
             for (int i = 0; i < z->ngroups; i++) {
                 zgroup *g = &z->g[i];
-                COMM(z, z->dp->all_gather(z->dp, at(g->work, (size_t)z->r * g->shard, z->xs),
-                                          g->work, g->shard, be->act));
+                COMM(z, i, DX_OP_ALL_GATHER, g->n_pad * z->xs,
+                     z->dp->all_gather(z->dp, at(g->work, (size_t)z->r * g->shard, z->xs), g->work,
+                                       g->shard, be->act));
             }
     }
     return 0;

@@ -18,6 +18,7 @@
 #define DX_ZERO_H
 
 #include "comm/comm.h"
+#include "common/tracer.h"
 #include "kernels.h"
 #include "worker/model.h"
 
@@ -47,6 +48,9 @@ int dx_zero_step(dx_zero *z, const dx_adamw_hparams *hp, double max_norm, double
 double dx_zero_take_comm_seconds(dx_zero *z);
 
 int dx_zero_stage(const dx_zero *z);
+
+/* Records collectives (trace.level module and op) and optimizer ops (op) into tr (NULL = off). */
+void dx_zero_set_tracer(dx_zero *z, dx_tracer *tr);
 
 /* Copies the current fp32 master value of elements [start, start+count) of group g into out
  * (host), gathering shards from their owners (collective over the DP group). Used by tests and

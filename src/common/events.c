@@ -1,0 +1,49 @@
+#include "events.h"
+
+#include <stdlib.h>
+
+#include "common.h"
+
+const char *const dx_phase_names[DX_PH_COUNT] = {"forward", "backward", "optimizer", "step", "eval"};
+const char *const dx_module_names[DX_MOD_COUNT] = {"embedding", "attention", "mlp", "rmsnorm", "lm_head",
+                                                   "loss", "optimizer", "layer", "data", "step"};
+const char *const dx_op_names[DX_OP_COUNT] = {
+    "gemm", "attention", "rmsnorm", "rope", "swiglu", "cross_entropy", "adamw",
+    "all_reduce", "reduce_scatter", "all_gather", "broadcast", "send", "recv", "memcpy",
+    "embedding", "add", "memset", "grad_norm", "module", "step"};
+const char *const dx_stream_names[DX_STREAM_COUNT] = {"compute", "comm", "host"};
+
+_Static_assert(sizeof(dx_event) == 64, "dx_event is 64 bytes");
+
+int dx_event_push(dx_event_buf *b, const dx_event *e)
+{
+    if (b->n == b->cap) {
+        size_t cap = b->cap ? b->cap * 2 : 4096;
+        dx_event *ev = realloc(b->ev, cap * sizeof *ev);
+        if (!ev) return dx_fail("trace: out of memory for %zu events", cap);
+        b->ev = ev;
+        b->cap = cap;
+    }
+    b->ev[b->n++] = *e;
+    return 0;
+}
+
+void dx_event_buf_free(dx_event_buf *b)
+{
+    free(b->ev);
+    b->ev = NULL;
+    b->n = b->cap = 0;
+}
+
+#include "tracer.h"
+
+void dx_tr_record(dx_tracer *t, uint64_t start_ns, uint64_t end_ns, int module, int layer, int op,
+                  int stream, int64_t bytes, int64_t flops)
+{
+    if (!t || t->failed) return;
+    dx_event e = {.start_ns = (int64_t)start_ns, .end_ns = (int64_t)end_ns, .bytes = bytes,
+                  .flops = flops, .rank = t->rank, .step = t->step, .micro = t->micro,
+                  .layer = (int16_t)layer, .phase = t->phase, .module = (uint8_t)module,
+                  .op = (uint8_t)op, .stream = (uint8_t)stream};
+    if (dx_event_push(&t->buf, &e)) t->failed = 1;
+}

@@ -1,0 +1,95 @@
+/* dissect trace events: the cheap records a worker keeps for every kernel call and collective
+ * (trace.level "op"), every module (trace.level "module"), and every step span (all levels).
+ *
+ * A worker appends to a local dx_event_buf; the coordinator gathers the buffers over MPI every few
+ * steps and appends them to the HDF5 trace (/events). Times are nanoseconds on the recording
+ * rank's CLOCK_MONOTONIC converted to rank 0's clock by the offset measured at start-up, minus the
+ * run's start time (so events start near 0). The enums are stored as HDF5 enum types, so their
+ * names below are the names users see in h5dump, h5py and `dissect report`.
+ */
+#ifndef DX_EVENTS_H
+#define DX_EVENTS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef enum {
+    DX_PH_FORWARD = 0,
+    DX_PH_BACKWARD,
+    DX_PH_OPTIMIZER,
+    DX_PH_STEP, /* the whole step's span on a rank (op = step) */
+    DX_PH_EVAL,
+    DX_PH_COUNT
+} dx_phase;
+
+typedef enum {
+    DX_MOD_EMBEDDING = 0,
+    DX_MOD_ATTENTION,
+    DX_MOD_MLP,
+    DX_MOD_RMSNORM,   /* the final norm (per-layer norms belong to attention / mlp) */
+    DX_MOD_LM_HEAD,
+    DX_MOD_LOSS,
+    DX_MOD_OPTIMIZER,
+    DX_MOD_LAYER,     /* a whole decoder layer's parameter group (ZeRO collectives) */
+    DX_MOD_DATA,      /* batch loading and copies to the device */
+    DX_MOD_STEP,      /* the step span */
+    DX_MOD_COUNT
+} dx_module;
+
+typedef enum {
+    DX_OP_GEMM = 0,
+    DX_OP_ATTENTION,
+    DX_OP_RMSNORM,
+    DX_OP_ROPE,
+    DX_OP_SWIGLU,
+    DX_OP_CROSS_ENTROPY,
+    DX_OP_ADAMW,
+    DX_OP_ALL_REDUCE,
+    DX_OP_REDUCE_SCATTER,
+    DX_OP_ALL_GATHER,
+    DX_OP_BROADCAST,
+    DX_OP_SEND,
+    DX_OP_RECV,
+    DX_OP_MEMCPY,
+    DX_OP_EMBEDDING,
+    DX_OP_ADD,
+    DX_OP_MEMSET,
+    DX_OP_GRAD_NORM,  /* sum of squares for the global gradient norm */
+    DX_OP_MODULE,     /* a module-level span (trace.level "module") */
+    DX_OP_STEP,       /* the step span */
+    DX_OP_COUNT
+} dx_op;
+
+/* Streams: on CPU everything runs on the host thread (compute); on GPU, compute and
+ * communication kernels run on separate streams. */
+typedef enum { DX_STREAM_COMPUTE = 0, DX_STREAM_COMM, DX_STREAM_HOST, DX_STREAM_COUNT } dx_stream;
+
+extern const char *const dx_phase_names[DX_PH_COUNT];
+extern const char *const dx_module_names[DX_MOD_COUNT];
+extern const char *const dx_op_names[DX_OP_COUNT];
+extern const char *const dx_stream_names[DX_STREAM_COUNT];
+
+/* One event. 64 bytes, no padding holes (stored as an HDF5 compound with these field names). */
+typedef struct {
+    int64_t start_ns; /* rank 0 clock, ns since the run's start */
+    int64_t end_ns;
+    int64_t bytes;    /* bytes read + written by the op (collectives: bytes sent by this rank) */
+    int64_t flops;    /* floating-point operations (0 where not meaningful) */
+    int32_t rank;
+    int32_t step;     /* 1-based training step; 0 for events outside steps */
+    int16_t micro;    /* micro-batch index within the step (-1: not in a micro-batch) */
+    int16_t layer;    /* decoder layer index (-1: not a layer) */
+    uint8_t phase, module, op, stream;
+    uint8_t pad[12];
+} dx_event;
+
+typedef struct {
+    dx_event *ev;
+    size_t n, cap;
+} dx_event_buf;
+
+/* Appends one event (grows the buffer; returns -1 + dx_fail on out of memory). */
+int dx_event_push(dx_event_buf *b, const dx_event *e);
+void dx_event_buf_free(dx_event_buf *b);
+
+#endif
