@@ -13,6 +13,7 @@
 #include "comm/comm.h"
 #include "common/common.h"
 #include "config.h"
+#include "report.h"
 #include "run.h"
 
 /* Flags that override config keys: flag name -> dotted key path. */
@@ -42,12 +43,14 @@ static const struct {
     {"valid-data", "data.valid", "validation token shard"},
     {"tokenizer", "data.tokenizer", "SentencePiece model for decoding samples"},
     {"sample-tokens", "sample.tokens", "tokens to sample at the end (0 = none)"},
+    {"save", "save", "HDF5 checkpoint of the final weights"},
 };
 #define N_OVERRIDES (int)(sizeof overrides / sizeof overrides[0])
 
 static void usage(FILE *f)
 {
     fprintf(f, "usage: mpirun -np N dissect train --config FILE [flags]\n"
+               "       dissect report RUN.h5 [--steps A:B] [--top N] [--chrome OUT.json]\n"
                "       dissect --version\n\n"
                "Trains a Llama-2-family model; rank 0 also coordinates and writes the trace.\n\n"
                "  --config FILE          JSON config (Hugging Face / DeepSpeed / Megatron-LM key names)\n");
@@ -104,6 +107,8 @@ int main(int argc, char **argv)
         usage(stdout);
         return 0;
     }
+    /* the report reads a trace file; it needs no MPI (serial HDF5 access) */
+    if (argc >= 2 && !strcmp(argv[1], "report")) return dx_report_main(argc - 1, argv + 1);
     if (argc < 2 || strcmp(argv[1], "train")) {
         fprintf(stderr, "dissect: error: %s\n", argc < 2 ? "missing command" : "unknown command");
         usage(stderr);

@@ -6,17 +6,30 @@
  *   /metadata               attributes: config_json (the resolved config), mpi_version,
  *                           hdf5_version, blas, device, trace_level
  *   /metadata/hosts         string dataset [world_size]: host name of each rank
+ *   /metadata/clock_offset_ns  int64 dataset [world_size] (dx_trace_set_clock_offsets): the
+ *                           offset added to each rank's clock to get rank 0's
  *   /steps                  extendible chunked compound dataset, one row per step:
  *       step (int64), loss (f64, mean over the global batch), grad_norm (f64, before clipping),
  *       lr (f64), tokens (int64, global tokens this step), step_time_s (f64, rank 0's wall time),
  *       tokens_per_s (f64), val_loss (f64, NaN when not evaluated this step),
- *       forward_s, backward_s, optimizer_s, comm_s (f64[world_size]: per-rank times),
- *       peak_mem_bytes (int64[world_size]: per-rank allocator high-water mark)
+ *       forward_s, backward_s, optimizer_s, comm_s (f64[world_size]: per-rank times; NaN = n/a),
+ *       peak_mem_bytes (int64[world_size]: per-rank allocator high-water mark),
+ *       params_bytes, grads_bytes, optim_bytes, activations_bytes (int64[world_size]: allocator
+ *       bytes held per category at the end of the step; -1 = not recorded)
+ *   /events                 (only once dx_trace_append_events was called) extendible compound
+ *                           dataset, chunked 16384 rows, shuffle + deflate, one row per
+ *                           dx_event (common/events.h) in the order appended:
+ *       start_ns, end_ns, bytes, flops (int64), rank, step (int32), micro, layer (int16),
+ *       phase, module, op, stream (HDF5 enums over uint8 named by dx_phase_names,
+ *       dx_module_names, dx_op_names, dx_stream_names; the values are the C enum values)
  */
 #ifndef DX_TRACE_H
 #define DX_TRACE_H
 
+#include <stddef.h>
 #include <stdint.h>
+
+#include "common/events.h"
 
 typedef struct dx_trace_writer dx_trace_writer;
 
@@ -28,6 +41,8 @@ typedef struct {
     double step_time_s, tokens_per_s, val_loss;
     const double *forward_s, *backward_s, *optimizer_s, *comm_s;
     const int64_t *peak_mem_bytes;
+    /* allocator bytes held at the end of the step, per category (NULL -> stored as -1) */
+    const int64_t *params_bytes, *grads_bytes, *optim_bytes, *activations_bytes;
 } dx_step_row;
 
 typedef struct {
@@ -44,6 +59,13 @@ typedef struct {
 dx_trace_writer *dx_trace_create(const char *path, const dx_trace_meta *meta);
 /* Appends one /steps row. */
 int dx_trace_append_step(dx_trace_writer *w, const dx_step_row *row);
+/* Appends n events to /events (created on the first call, even with n == 0), in the order
+ * given. Events are buffered and written in whole chunks; dx_trace_flush / dx_trace_close write
+ * the rest. Rows are stored as given (no sorting, no validation of ranks or steps). */
+int dx_trace_append_events(dx_trace_writer *w, const dx_event *ev, size_t n);
+/* Writes /metadata/clock_offset_ns[world] (world must equal the trace's world_size; a second
+ * call overwrites the values). */
+int dx_trace_set_clock_offsets(dx_trace_writer *w, const int64_t *offset_ns, int world);
 /* Flushes to disk (called every few steps). */
 int dx_trace_flush(dx_trace_writer *w);
 /* Flushes and closes (NULL is a no-op). Returns -1 + dx_fail on I/O errors. */

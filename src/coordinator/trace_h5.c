@@ -5,7 +5,12 @@
  * (H5S_UNLIMITED), chunked 64 rows, shuffle + deflate. Rows are buffered in memory and written
  * by dx_trace_flush (or when 64 are pending), followed by H5Fflush, so a crashed run's file
  * holds every flushed step. NULL per-rank arrays in a row are stored as NaN (times) and -1
- * (peak_mem_bytes).
+ * (byte counts).
+ *
+ * /events (dx_trace_append_events) is created on first use: a 1-D packed compound (48 bytes a
+ * row; the in-memory dx_event carries padding), chunked EVENTS_CHUNK rows, shuffle +
+ * deflate. The four uint8 fields are HDF5 enum types named from common/events.c. Events are
+ * buffered up to one chunk and written whole chunks at a time, the rest at flush/close.
  */
 #include "trace.h"
 
@@ -15,12 +20,15 @@
 #include <hdf5.h>
 #include <math.h>
 #include <mpi.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #define DX_TRACE_FORMAT_VERSION 1
 #define STEPS_CHUNK 64
+#define EVENTS_CHUNK 16384
+#define N_PER_RANK 9
 
 /* OpenBLAS's configuration string; weak so that linking against another BLAS still works.
  * (With --as-needed, a binary that links -lopenblas but calls no BLAS routine does not load it,
@@ -40,6 +48,11 @@ struct dx_trace_writer {
     hsize_t rows_written;
     unsigned char *pending; /* STEPS_CHUNK rows */
     size_t n_pending;
+    /* /events: created by the first dx_trace_append_events */
+    hid_t events, ev_mem_type, ev_file_type;
+    hsize_t events_written;
+    dx_event *ev_pending; /* EVENTS_CHUNK events */
+    size_t n_ev_pending;
 };
 
 /* Row memory layout: all members 8 bytes wide, so a packed layout is also naturally aligned. */
@@ -52,11 +65,14 @@ enum {
     OFF_STEP_TIME = 40,
     OFF_TOKENS_PER_S = 48,
     OFF_VAL_LOSS = 56,
-    OFF_PER_RANK = 64, /* forward_s, backward_s, optimizer_s, comm_s, peak_mem_bytes */
+    OFF_PER_RANK = 64, /* per_rank_names[k] at OFF_PER_RANK + k * 8 * world */
 };
 
-static const char *const per_rank_names[5] = {"forward_s", "backward_s", "optimizer_s", "comm_s",
-                                              "peak_mem_bytes"};
+/* the first 4 are f64 arrays, the rest int64 arrays */
+#define N_PER_RANK_F64 4
+static const char *const per_rank_names[N_PER_RANK] = {
+    "forward_s",      "backward_s",   "optimizer_s", "comm_s",           "peak_mem_bytes",
+    "params_bytes",   "grads_bytes",  "optim_bytes", "activations_bytes"};
 
 /* ------------------------------------------------------------------------------------------ */
 
@@ -129,7 +145,7 @@ static hid_t steps_type(int world, int file)
     hid_t i64 = file ? H5T_STD_I64LE : H5T_NATIVE_INT64;
     hid_t f64 = file ? H5T_IEEE_F64LE : H5T_NATIVE_DOUBLE;
     hsize_t n = (hsize_t)world;
-    size_t size = OFF_PER_RANK + 5 * 8 * (size_t)world;
+    size_t size = OFF_PER_RANK + N_PER_RANK * 8 * (size_t)world;
     hid_t t = H5Tcreate(H5T_COMPOUND, size);
     if (t < 0) return -1;
     hid_t arr_f64 = H5Tarray_create2(f64, 1, &n);
@@ -143,9 +159,9 @@ static hid_t steps_type(int world, int file)
     ok = ok && H5Tinsert(t, "step_time_s", OFF_STEP_TIME, f64) >= 0;
     ok = ok && H5Tinsert(t, "tokens_per_s", OFF_TOKENS_PER_S, f64) >= 0;
     ok = ok && H5Tinsert(t, "val_loss", OFF_VAL_LOSS, f64) >= 0;
-    for (int k = 0; ok && k < 5; k++)
+    for (int k = 0; ok && k < N_PER_RANK; k++)
         ok = H5Tinsert(t, per_rank_names[k], OFF_PER_RANK + (size_t)k * 8 * (size_t)world,
-                       k < 4 ? arr_f64 : arr_i64) >= 0;
+                       k < N_PER_RANK_F64 ? arr_f64 : arr_i64) >= 0;
     if (arr_f64 >= 0) H5Tclose(arr_f64);
     if (arr_i64 >= 0) H5Tclose(arr_i64);
     if (!ok) {
@@ -167,6 +183,76 @@ static hid_t create_steps(hid_t file, hid_t file_type)
             H5Pset_deflate(dcpl, 4);
         }
         d = H5Dcreate2(file, "steps", file_type, sp, H5P_DEFAULT, dcpl, H5P_DEFAULT);
+    }
+    if (dcpl >= 0) H5Pclose(dcpl);
+    if (sp >= 0) H5Sclose(sp);
+    return d;
+}
+
+/* An HDF5 enum over uint8 with names[0..n-1] = values 0..n-1. */
+static hid_t enum_type(const char *const *names, int n)
+{
+    hid_t t = H5Tenum_create(H5T_NATIVE_UINT8);
+    if (t < 0) return -1;
+    for (int i = 0; i < n; i++) {
+        uint8_t v = (uint8_t)i;
+        if (H5Tenum_insert(t, names[i], &v) < 0) {
+            H5Tclose(t);
+            return -1;
+        }
+    }
+    return t;
+}
+
+/* The /events compound: the in-memory dx_event layout (with padding) or the packed file layout. */
+static hid_t events_type(int file)
+{
+    hid_t t = H5Tcreate(H5T_COMPOUND, sizeof(dx_event));
+    if (t < 0) return -1;
+    hid_t i64 = file ? H5T_STD_I64LE : H5T_NATIVE_INT64;
+    hid_t i32 = file ? H5T_STD_I32LE : H5T_NATIVE_INT32;
+    hid_t i16 = file ? H5T_STD_I16LE : H5T_NATIVE_INT16;
+    hid_t ph = enum_type(dx_phase_names, DX_PH_COUNT);
+    hid_t mod = enum_type(dx_module_names, DX_MOD_COUNT);
+    hid_t op = enum_type(dx_op_names, DX_OP_COUNT);
+    hid_t st = enum_type(dx_stream_names, DX_STREAM_COUNT);
+    int ok = ph >= 0 && mod >= 0 && op >= 0 && st >= 0;
+    ok = ok && H5Tinsert(t, "start_ns", offsetof(dx_event, start_ns), i64) >= 0;
+    ok = ok && H5Tinsert(t, "end_ns", offsetof(dx_event, end_ns), i64) >= 0;
+    ok = ok && H5Tinsert(t, "bytes", offsetof(dx_event, bytes), i64) >= 0;
+    ok = ok && H5Tinsert(t, "flops", offsetof(dx_event, flops), i64) >= 0;
+    ok = ok && H5Tinsert(t, "rank", offsetof(dx_event, rank), i32) >= 0;
+    ok = ok && H5Tinsert(t, "step", offsetof(dx_event, step), i32) >= 0;
+    ok = ok && H5Tinsert(t, "micro", offsetof(dx_event, micro), i16) >= 0;
+    ok = ok && H5Tinsert(t, "layer", offsetof(dx_event, layer), i16) >= 0;
+    ok = ok && H5Tinsert(t, "phase", offsetof(dx_event, phase), ph) >= 0;
+    ok = ok && H5Tinsert(t, "module", offsetof(dx_event, module), mod) >= 0;
+    ok = ok && H5Tinsert(t, "op", offsetof(dx_event, op), op) >= 0;
+    ok = ok && H5Tinsert(t, "stream", offsetof(dx_event, stream), st) >= 0;
+    if (ok && file) ok = H5Tpack(t) >= 0; /* drop the padding bytes on disk */
+    if (ph >= 0) H5Tclose(ph);
+    if (mod >= 0) H5Tclose(mod);
+    if (op >= 0) H5Tclose(op);
+    if (st >= 0) H5Tclose(st);
+    if (!ok) {
+        H5Tclose(t);
+        return -1;
+    }
+    return t;
+}
+
+static hid_t create_events(hid_t file, hid_t file_type)
+{
+    hsize_t dims[1] = {0}, maxdims[1] = {H5S_UNLIMITED}, chunk[1] = {EVENTS_CHUNK};
+    hid_t sp = H5Screate_simple(1, dims, maxdims);
+    hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
+    hid_t d = -1;
+    if (sp >= 0 && dcpl >= 0 && H5Pset_chunk(dcpl, 1, chunk) >= 0) {
+        if (H5Zfilter_avail(H5Z_FILTER_DEFLATE) > 0) {
+            H5Pset_shuffle(dcpl);
+            H5Pset_deflate(dcpl, 4);
+        }
+        d = H5Dcreate2(file, "events", file_type, sp, H5P_DEFAULT, dcpl, H5P_DEFAULT);
     }
     if (dcpl >= 0) H5Pclose(dcpl);
     if (sp >= 0) H5Sclose(sp);
@@ -207,14 +293,19 @@ static void library_versions(char *mpi, size_t mpi_cap, char *hdf5, size_t hdf5_
 static void close_handles(dx_trace_writer *w)
 {
     if (w->steps >= 0) H5Dclose(w->steps);
+    if (w->events >= 0) H5Dclose(w->events);
     if (w->mem_type >= 0) H5Tclose(w->mem_type);
     if (w->file_type >= 0) H5Tclose(w->file_type);
+    if (w->ev_mem_type >= 0) H5Tclose(w->ev_mem_type);
+    if (w->ev_file_type >= 0) H5Tclose(w->ev_file_type);
     if (w->file >= 0) H5Fclose(w->file);
-    w->steps = w->mem_type = w->file_type = w->file = -1;
+    w->steps = w->events = w->mem_type = w->file_type = w->file = -1;
+    w->ev_mem_type = w->ev_file_type = -1;
 }
 
 static void free_writer(dx_trace_writer *w)
 {
+    free(w->ev_pending);
     free(w->pending);
     free(w->path);
     free(w);
@@ -239,9 +330,10 @@ dx_trace_writer *dx_trace_create(const char *path, const dx_trace_meta *meta)
         return NULL;
     }
     w->file = w->steps = w->mem_type = w->file_type = -1;
+    w->events = w->ev_mem_type = w->ev_file_type = -1;
     w->world = meta->world_size;
     w->path = dx_strdup(path);
-    w->row_bytes = OFF_PER_RANK + 5 * 8 * (size_t)w->world;
+    w->row_bytes = OFF_PER_RANK + N_PER_RANK * 8 * (size_t)w->world;
     w->pending = malloc(STEPS_CHUNK * w->row_bytes);
     if (!w->path || !w->pending) {
         free_writer(w);
@@ -344,14 +436,97 @@ int dx_trace_append_step(dx_trace_writer *w, const dx_step_row *r)
     put_f64(row, OFF_STEP_TIME, r->step_time_s);
     put_f64(row, OFF_TOKENS_PER_S, r->tokens_per_s);
     put_f64(row, OFF_VAL_LOSS, r->val_loss);
-    const double *per_rank[4] = {r->forward_s, r->backward_s, r->optimizer_s, r->comm_s};
+    const double *per_rank[N_PER_RANK_F64] = {r->forward_s, r->backward_s, r->optimizer_s, r->comm_s};
+    const int64_t *per_rank_i64[N_PER_RANK - N_PER_RANK_F64] = {
+        r->peak_mem_bytes, r->params_bytes, r->grads_bytes, r->optim_bytes, r->activations_bytes};
     size_t W = (size_t)w->world;
-    for (int k = 0; k < 4; k++)
+    for (int k = 0; k < N_PER_RANK_F64; k++)
         for (size_t i = 0; i < W; i++) /* missing arrays are recorded as NaN */
             put_f64(row, OFF_PER_RANK + ((size_t)k * W + i) * 8, per_rank[k] ? per_rank[k][i] : NAN);
-    for (size_t i = 0; i < W; i++)
-        put_i64(row, OFF_PER_RANK + (4 * W + i) * 8, r->peak_mem_bytes ? r->peak_mem_bytes[i] : -1);
+    for (int k = N_PER_RANK_F64; k < N_PER_RANK; k++) {
+        const int64_t *v = per_rank_i64[k - N_PER_RANK_F64];
+        for (size_t i = 0; i < W; i++) /* missing arrays are recorded as -1 */
+            put_i64(row, OFF_PER_RANK + ((size_t)k * W + i) * 8, v ? v[i] : -1);
+    }
     w->n_pending++;
+    return 0;
+}
+
+/* Writes the pending events at the end of /events. */
+static int write_pending_events(dx_trace_writer *w)
+{
+    if (w->events < 0 || w->n_ev_pending == 0) return 0;
+    hsize_t start[1] = {w->events_written}, count[1] = {(hsize_t)w->n_ev_pending};
+    hsize_t newsize[1] = {w->events_written + w->n_ev_pending};
+    int ok = H5Dset_extent(w->events, newsize) >= 0;
+    hid_t fs = ok ? H5Dget_space(w->events) : -1;
+    hid_t ms = ok ? H5Screate_simple(1, count, NULL) : -1;
+    ok = ok && fs >= 0 && ms >= 0 &&
+         H5Sselect_hyperslab(fs, H5S_SELECT_SET, start, NULL, count, NULL) >= 0 &&
+         H5Dwrite(w->events, w->ev_mem_type, ms, fs, H5P_DEFAULT, w->ev_pending) >= 0;
+    if (ms >= 0) H5Sclose(ms);
+    if (fs >= 0) H5Sclose(fs);
+    if (!ok)
+        return dx_fail("trace file '%s': cannot write /events rows %llu..%llu", w->path,
+                       (unsigned long long)w->events_written,
+                       (unsigned long long)(w->events_written + w->n_ev_pending - 1));
+    w->events_written += w->n_ev_pending;
+    w->n_ev_pending = 0;
+    return 0;
+}
+
+int dx_trace_append_events(dx_trace_writer *w, const dx_event *ev, size_t n)
+{
+    if (!w) return dx_fail("trace: append events to a NULL writer");
+    if (w->file < 0) return dx_fail("trace file '%s': already closed", w->path);
+    if (n > 0 && !ev) return dx_fail("trace file '%s': NULL events (n = %zu)", w->path, n);
+    if (w->events < 0) {
+        if (!w->ev_pending && !(w->ev_pending = malloc(EVENTS_CHUNK * sizeof *w->ev_pending)))
+            return dx_fail("trace file '%s': out of memory for the /events buffer", w->path);
+        if (w->ev_mem_type < 0) w->ev_mem_type = events_type(0);
+        if (w->ev_file_type < 0) w->ev_file_type = events_type(1);
+        if (w->ev_mem_type < 0 || w->ev_file_type < 0 ||
+            (w->events = create_events(w->file, w->ev_file_type)) < 0)
+            return dx_fail("trace file '%s': cannot create /events", w->path);
+    }
+    while (n > 0) {
+        size_t k = EVENTS_CHUNK - w->n_ev_pending;
+        if (k > n) k = n;
+        memcpy(w->ev_pending + w->n_ev_pending, ev, k * sizeof *ev);
+        w->n_ev_pending += k;
+        ev += k;
+        n -= k;
+        if (w->n_ev_pending == EVENTS_CHUNK && write_pending_events(w) < 0) return -1;
+    }
+    return 0;
+}
+
+int dx_trace_set_clock_offsets(dx_trace_writer *w, const int64_t *offset_ns, int world)
+{
+    if (!w) return dx_fail("trace: clock offsets for a NULL writer");
+    if (w->file < 0) return dx_fail("trace file '%s': already closed", w->path);
+    if (!offset_ns || world != w->world)
+        return dx_fail("trace file '%s': /metadata/clock_offset_ns needs %d offsets (got %d%s)",
+                       w->path, w->world, world, offset_ns ? "" : ", NULL");
+    hsize_t dims[1] = {(hsize_t)world};
+    hid_t g = H5Gopen2(w->file, "metadata", H5P_DEFAULT);
+    hid_t d = -1;
+    if (g >= 0) {
+        htri_t exists = H5Lexists(g, "clock_offset_ns", H5P_DEFAULT);
+        if (exists > 0) {
+            d = H5Dopen2(g, "clock_offset_ns", H5P_DEFAULT);
+        } else if (exists == 0) {
+            hid_t sp = H5Screate_simple(1, dims, NULL);
+            if (sp >= 0)
+                d = H5Dcreate2(g, "clock_offset_ns", H5T_STD_I64LE, sp, H5P_DEFAULT, H5P_DEFAULT,
+                               H5P_DEFAULT);
+            if (sp >= 0) H5Sclose(sp);
+        }
+    }
+    int ok = d >= 0 && H5Dwrite(d, H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, offset_ns) >= 0;
+    if (d >= 0) H5Dclose(d);
+    if (g >= 0) H5Gclose(g);
+    if (!ok) return dx_fail("trace file '%s': cannot write /metadata/clock_offset_ns", w->path);
     return 0;
 }
 
@@ -360,6 +535,7 @@ int dx_trace_flush(dx_trace_writer *w)
     if (!w) return 0;
     if (w->file < 0) return dx_fail("trace file '%s': already closed", w->path);
     if (write_pending(w) < 0) return -1;
+    if (write_pending_events(w) < 0) return -1;
     if (H5Fflush(w->file, H5F_SCOPE_LOCAL) < 0)
         return dx_fail("trace file '%s': cannot flush", w->path);
     return 0;
@@ -373,7 +549,8 @@ int dx_trace_close(dx_trace_writer *w)
         rc = dx_trace_flush(w);
         int data_rc = 0;
         if (w->steps >= 0 && H5Dclose(w->steps) < 0) data_rc = -1;
-        w->steps = -1;
+        if (w->events >= 0 && H5Dclose(w->events) < 0) data_rc = -1;
+        w->steps = w->events = -1;
         hid_t file = w->file;
         w->file = -1;
         close_handles(w);

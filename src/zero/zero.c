@@ -303,3 +303,24 @@ int dx_zero_get_master(dx_zero *z, int gi, size_t start, size_t count, float *ou
     be->free(be, full);
     return rc;
 }
+
+int dx_zero_set_master(dx_zero *z, int gi, size_t start, size_t count, const float *src)
+{
+    zgroup *g = &z->g[gi];
+    dx_backend *be = z->be;
+    if (start + count > g->n)
+        return dx_fail("zero: master range [%zu, %zu) outside group %d of %zu elements", start,
+                       start + count, gi, g->n);
+    size_t lo = start > g->lo ? start : g->lo, hi = start + count < g->hi ? start + count : g->hi;
+    if (hi > lo) {
+        size_t so = z->stage == 0 ? lo : lo - g->lo;
+        if (be->upload_f32(be, at(g->master, so, z->as), be->acc, src + (lo - start), hi - lo)) return -1;
+        void *work = z->stage == 3 ? at(g->work_shard, lo - g->lo, z->xs) : at(g->work, lo, z->xs);
+        be->acc_to_act(be, work, at(g->master, so, z->as), hi - lo);
+    }
+    if ((z->stage == 1 || z->stage == 2) && z->P > 1)
+        COMM(z, gi, DX_OP_ALL_GATHER, g->n_pad * z->xs,
+             z->dp->all_gather(z->dp, at(g->work, (size_t)z->r * g->shard, z->xs), g->work, g->shard,
+                               be->act));
+    return 0;
+}

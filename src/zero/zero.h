@@ -57,4 +57,9 @@ void dx_zero_set_tracer(dx_zero *z, dx_tracer *tr);
  * checkpoints. */
 int dx_zero_get_master(dx_zero *z, int g, size_t start, size_t count, float *out);
 
+/* Sets elements [start, start+count) of group g's fp32 master weights from host values (every
+ * rank passes the same values and keeps its own shard), and refreshes the working copy.
+ * Collective over the DP group (stages 1-2 all-gather the refreshed working parameters). */
+int dx_zero_set_master(dx_zero *z, int g, size_t start, size_t count, const float *src);
+
 #endif

@@ -1,0 +1,1059 @@
+/* dissect CUDA backend: memory, transfers, gemm (cuBLAS) and the element-wise / reduction ops.
+ * Attention lives in attention.cu. The math of every op is documented in kernels/kernels.h and
+ * matches the CPU twin (kernels/cpu/cpu_ops.c); comments below note where the evaluation
+ * order or precision differs.
+ *
+ * Conventions: X = bf16 (__nv_bfloat16), A = f32. Every kernel reads bf16 into fp32 registers,
+ * computes in fp32 (adamw, loss sums and sum of squares in fp64) and rounds to bf16 once, with
+ * round-to-nearest-even, when it stores an X output. Reductions are deterministic: fixed block
+ * shapes, tree reductions in shared memory, partial results reduced by a second kernel in a
+ * fixed order (no floating-point atomics except in embedding_bwd).
+ */
+#include "cuda_internal.cuh"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define DXC_THREADS 256
+#define DXC_BLAS_WS_BYTES ((size_t)32 << 20) /* cuBLAS workspace (NVIDIA recommends 32 MiB on Hopper) */
+
+[[noreturn]] void dxc_die(const char *op, const char *file, int line, const char *what,
+                          const char *msg)
+{
+    fprintf(stderr, "dissect cuda backend: %s: %s:%d: %s: %s\n", op, file, line, what, msg);
+    fflush(stderr);
+    abort();
+}
+
+/* ============================================================================================
+ * Allocation table: open addressing, linear probing, backward-shift deletion.
+ * ========================================================================================== */
+
+static size_t ptr_hash(const void *p)
+{
+    uint64_t x = (uint64_t)(uintptr_t)p;
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdULL;
+    x ^= x >> 33;
+    x *= 0xc4ceb9fe1a85ec53ULL;
+    x ^= x >> 33;
+    return (size_t)x;
+}
+
+static int tab_grow(dxc_impl *im)
+{
+    size_t ncap = im->cap ? im->cap * 2 : 256;
+    dxc_slot *ns = (dxc_slot *)calloc(ncap, sizeof *ns);
+    if (!ns) return -1;
+    for (size_t i = 0; i < im->cap; i++) {
+        if (!im->slots[i].p) continue;
+        size_t j = ptr_hash(im->slots[i].p) & (ncap - 1);
+        while (ns[j].p) j = (j + 1) & (ncap - 1);
+        ns[j] = im->slots[i];
+    }
+    free(im->slots);
+    im->slots = ns;
+    im->cap = ncap;
+    return 0;
+}
+
+static int tab_insert(dxc_impl *im, void *p, size_t bytes, int cat)
+{
+    if ((im->count + 1) * 2 > im->cap && tab_grow(im)) return -1;
+    size_t mask = im->cap - 1, j = ptr_hash(p) & mask;
+    while (im->slots[j].p) j = (j + 1) & mask;
+    im->slots[j].p = p;
+    im->slots[j].bytes = bytes;
+    im->slots[j].cat = cat;
+    im->count++;
+    return 0;
+}
+
+static long tab_find(const dxc_impl *im, const void *p)
+{
+    if (!im->cap) return -1;
+    size_t mask = im->cap - 1, j = ptr_hash(p) & mask;
+    while (im->slots[j].p) {
+        if (im->slots[j].p == p) return (long)j;
+        j = (j + 1) & mask;
+    }
+    return -1;
+}
+
+static void tab_remove(dxc_impl *im, size_t i)
+{
+    size_t mask = im->cap - 1, j = i;
+    for (;;) {
+        j = (j + 1) & mask;
+        if (!im->slots[j].p) break;
+        size_t home = ptr_hash(im->slots[j].p) & mask;
+        /* the entry at j stays if its home lies cyclically in (i, j] */
+        int stays = i <= j ? (i < home && home <= j) : (i < home || home <= j);
+        if (stays) continue;
+        im->slots[i] = im->slots[j];
+        i = j;
+    }
+    im->slots[i].p = NULL;
+    im->slots[i].bytes = 0;
+    im->slots[i].cat = 0;
+    im->count--;
+}
+
+/* ============================================================================================
+ * Memory and transfers
+ * ========================================================================================== */
+
+static void *cuda_alloc(dx_backend *be, size_t bytes, dx_mem_cat cat)
+{
+    if ((int)cat < 0 || cat >= DX_MEM_NCAT) cat = DX_MEM_OTHER;
+    dxc_impl *im = dxc(be);
+    void *p = NULL;
+    cudaError_t e = cudaSetDevice(im->device);
+    if (e == cudaSuccess) e = cudaMalloc(&p, bytes ? bytes : 1);
+    if (e != cudaSuccess || !p) {
+        (void)cudaGetLastError(); /* clear a non-sticky out-of-memory error */
+        dx_fail("cuda backend: cannot allocate %zu bytes for %s on device %d: %s", bytes,
+                dx_mem_cat_name(cat), im->device, cudaGetErrorString(e));
+        return NULL;
+    }
+    if (tab_insert(im, p, bytes, (int)cat)) {
+        cudaFree(p);
+        dx_fail("cuda backend: out of host memory for the allocation table");
+        return NULL;
+    }
+    dx_mem_account(&be->mem, cat, (long long)bytes);
+    return p;
+}
+
+static void cuda_free(dx_backend *be, void *p)
+{
+    if (!p) return;
+    dxc_impl *im = dxc(be);
+    DXC_ENTER(be, "free");
+    long i = tab_find(im, p);
+    if (i < 0) dxc_die("free", __FILE__, __LINE__, "lookup", "pointer not allocated by this backend");
+    /* queued ops may still read p: wait for them (cudaFree alone does not order with them) */
+    DXC_CHECK("free", cudaStreamSynchronize(im->stream));
+    DXC_CHECK("free", cudaFree(p));
+    dx_mem_account(&be->mem, (dx_mem_cat)im->slots[i].cat, -(long long)im->slots[i].bytes);
+    tab_remove(im, (size_t)i);
+}
+
+static void cuda_zero(dx_backend *be, void *p, size_t bytes)
+{
+    if (!bytes) return;
+    DXC_ENTER(be, "zero");
+    DXC_CHECK("zero", cudaMemsetAsync(p, 0, bytes, dxc(be)->stream));
+    if (dxc(be)->sync_each_op) DXC_CHECK("zero", cudaStreamSynchronize(dxc(be)->stream));
+}
+
+static void cuda_copy(dx_backend *be, void *dst, const void *src, size_t bytes)
+{
+    if (!bytes) return;
+    DXC_ENTER(be, "copy");
+    DXC_CHECK("copy", cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, dxc(be)->stream));
+    if (dxc(be)->sync_each_op) DXC_CHECK("copy", cudaStreamSynchronize(dxc(be)->stream));
+}
+
+/* Copies and waits; returns the first error (also errors of earlier queued work). */
+static cudaError_t memcpy_sync(dx_backend *be, void *dst, const void *src, size_t bytes,
+                               cudaMemcpyKind kind)
+{
+    dxc_impl *im = dxc(be);
+    cudaError_t e = cudaSetDevice(im->device);
+    if (e == cudaSuccess && bytes) e = cudaMemcpyAsync(dst, src, bytes, kind, im->stream);
+    if (e == cudaSuccess) e = cudaStreamSynchronize(im->stream);
+    return e;
+}
+
+static int cuda_upload(dx_backend *be, void *dst, const void *host_src, size_t bytes)
+{
+    cudaError_t e = memcpy_sync(be, dst, host_src, bytes, cudaMemcpyHostToDevice);
+    if (e != cudaSuccess)
+        return dx_fail("cuda backend: upload of %zu bytes: %s", bytes, cudaGetErrorString(e));
+    return 0;
+}
+
+static int cuda_download(dx_backend *be, void *host_dst, const void *src, size_t bytes)
+{
+    cudaError_t e = memcpy_sync(be, host_dst, src, bytes, cudaMemcpyDeviceToHost);
+    if (e != cudaSuccess)
+        return dx_fail("cuda backend: download of %zu bytes: %s", bytes, cudaGetErrorString(e));
+    return 0;
+}
+
+/* Same rounding as the CPU backend: round to nearest even, NaN stays a (quiet) NaN. */
+static uint16_t host_f32_to_bf16(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+
+static float host_bf16_to_f32(uint16_t b)
+{
+    uint32_t u = (uint32_t)b << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+#define DXC_STAGE_ELEMS ((size_t)1 << 22) /* bf16 conversions go through an 8 MiB host buffer */
+
+static int cuda_upload_f32(dx_backend *be, void *dst, dx_dtype dt, const float *src, size_t n)
+{
+    if (dt == DX_F32) return cuda_upload(be, dst, src, n * sizeof(float));
+    if (dt != DX_BF16)
+        return dx_fail("cuda backend: upload_f32: unsupported dtype %s", dx_dtype_name(dt));
+    if (!n) return 0;
+    size_t chunk = n < DXC_STAGE_ELEMS ? n : DXC_STAGE_ELEMS;
+    uint16_t *st = (uint16_t *)malloc(chunk * sizeof(uint16_t));
+    if (!st) return dx_fail("cuda backend: upload_f32: out of host memory");
+    for (size_t i0 = 0; i0 < n; i0 += chunk) {
+        size_t m = n - i0 < chunk ? n - i0 : chunk;
+        for (size_t i = 0; i < m; i++) st[i] = host_f32_to_bf16(src[i0 + i]);
+        /* synchronous per chunk: the staging buffer is reused */
+        cudaError_t e = memcpy_sync(be, (uint16_t *)dst + i0, st, m * sizeof(uint16_t),
+                                    cudaMemcpyHostToDevice);
+        if (e != cudaSuccess) {
+            free(st);
+            return dx_fail("cuda backend: upload_f32 of %zu bf16 values: %s", n,
+                           cudaGetErrorString(e));
+        }
+    }
+    free(st);
+    return 0;
+}
+
+static int cuda_download_f32(dx_backend *be, float *dst, const void *src, dx_dtype dt, size_t n)
+{
+    if (dt == DX_F32) return cuda_download(be, dst, src, n * sizeof(float));
+    if (dt != DX_BF16)
+        return dx_fail("cuda backend: download_f32: unsupported dtype %s", dx_dtype_name(dt));
+    if (!n) return 0;
+    size_t chunk = n < DXC_STAGE_ELEMS ? n : DXC_STAGE_ELEMS;
+    uint16_t *st = (uint16_t *)malloc(chunk * sizeof(uint16_t));
+    if (!st) return dx_fail("cuda backend: download_f32: out of host memory");
+    for (size_t i0 = 0; i0 < n; i0 += chunk) {
+        size_t m = n - i0 < chunk ? n - i0 : chunk;
+        cudaError_t e = memcpy_sync(be, st, (const uint16_t *)src + i0, m * sizeof(uint16_t),
+                                    cudaMemcpyDeviceToHost);
+        if (e != cudaSuccess) {
+            free(st);
+            return dx_fail("cuda backend: download_f32 of %zu bf16 values: %s", n,
+                           cudaGetErrorString(e));
+        }
+        for (size_t i = 0; i < m; i++) dst[i0 + i] = host_bf16_to_f32(st[i]);
+    }
+    free(st);
+    return 0;
+}
+
+static void cuda_sync(dx_backend *be)
+{
+    DXC_ENTER(be, "sync");
+    DXC_CHECK("sync", cudaStreamSynchronize(dxc(be)->stream));
+}
+
+void *dxc_scratch(dx_backend *be, size_t bytes, const char *op)
+{
+    dxc_impl *im = dxc(be);
+    if (bytes <= im->scratch_bytes && im->scratch) return im->scratch;
+    size_t nb = bytes > 2 * im->scratch_bytes ? bytes : 2 * im->scratch_bytes;
+    nb = (nb + ((size_t)1 << 20) - 1) & ~(((size_t)1 << 20) - 1); /* whole MiB */
+    if (im->scratch) { /* free waits for the queued ops that use it */
+        be->free(be, im->scratch);
+        im->scratch = NULL;
+        im->scratch_bytes = 0;
+    }
+    void *p = be->alloc(be, nb, DX_MEM_ACTIVATIONS);
+    if (!p) dxc_die(op, __FILE__, __LINE__, "workspace allocation", dx_last_error());
+    im->scratch = p;
+    im->scratch_bytes = nb;
+    return p;
+}
+
+void dxc_set_smem(dx_backend *be, const void *func, size_t bytes, const char *op)
+{
+    dxc_impl *im = dxc(be);
+    if (bytes > (size_t)im->smem_optin) {
+        char msg[160];
+        snprintf(msg, sizeof msg, "kernel needs %zu bytes of shared memory, device allows %d",
+                 bytes, im->smem_optin);
+        dxc_die(op, __FILE__, __LINE__, "shared memory", msg);
+    }
+    DXC_CHECK(op, cudaFuncSetAttribute(func, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       (int)bytes));
+}
+
+/* ============================================================================================
+ * Device helpers
+ * ========================================================================================== */
+
+static __device__ __forceinline__ float ld(const bf16 *p, size_t i) { return __bfloat162float(p[i]); }
+static __device__ __forceinline__ bf16 tobf(float f) { return __float2bfloat16_rn(f); }
+
+template <typename V> static __device__ __forceinline__ V warp_sum(V v)
+{
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
+    return v;
+}
+
+/* Sum over the block (blockDim.x a multiple of 32, at most 1024), returned to every thread.
+ * Fixed order for a fixed blockDim: deterministic. Every thread must call it. */
+template <typename V> static __device__ V block_sum(V v)
+{
+    __shared__ V sh[32];
+    const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    v = warp_sum(v);
+    __syncthreads(); /* sh may still be read by a previous call */
+    if (lane == 0) sh[wid] = v;
+    __syncthreads();
+    v = lane < nw ? sh[lane] : (V)0;
+    return warp_sum(v);
+}
+
+/* Grid-stride loop over [0, n). */
+#define DXC_FOR(i, n)                                                                          \
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n);                    \
+         i += (size_t)gridDim.x * blockDim.x)
+
+/* Blocks for a grid-stride loop over n > 0 elements. */
+static unsigned grid_for(dx_backend *be, size_t n)
+{
+    size_t b = (n + DXC_THREADS - 1) / DXC_THREADS;
+    size_t cap = (size_t)dxc(be)->num_sms * 32;
+    return (unsigned)(b < cap ? b : cap);
+}
+
+/* ============================================================================================
+ * gemm (cuBLAS)
+ * ========================================================================================== */
+
+/* C = beta * C (beta == 0: C = 0 without reading it), for K == 0. */
+static __global__ void k_scale_c(void *C, int ldc, int M, int N, float beta, int c_acc)
+{
+    size_t total = (size_t)M * N;
+    DXC_FOR(idx, total)
+    {
+        size_t i = idx / (size_t)N, j = idx % (size_t)N, o = i * (size_t)ldc + j;
+        if (c_acc) {
+            float *c = (float *)C;
+            c[o] = beta == 0.0f ? 0.0f : beta * c[o];
+        } else {
+            bf16 *c = (bf16 *)C;
+            c[o] = beta == 0.0f ? tobf(0.0f) : tobf(beta * __bfloat162float(c[o]));
+        }
+    }
+}
+
+/* Row-major C[M,N] = alpha op(A) op(B) + beta C is column-major C^T[N,M] = alpha op(B)^T op(A)^T
+ * + beta C^T, and a row-major matrix with row stride ld is its transpose in column-major with
+ * leading dimension ld: so cuBLAS gets (B, A) swapped, m = N, n = M, the same transpose flags
+ * and the same strides. */
+static void cuda_gemm(dx_backend *be, int trans_a, int trans_b, int M, int N, int K, float alpha,
+                      const void *A, int lda, const void *B, int ldb, float beta, void *C, int ldc,
+                      int c_acc)
+{
+    if (M <= 0 || N <= 0) return;
+    dxc_impl *im = dxc(be);
+    DXC_ENTER(be, "gemm");
+    if (K <= 0) {
+        k_scale_c<<<grid_for(be, (size_t)M * N), DXC_THREADS, 0, im->stream>>>(C, ldc, M, N, beta,
+                                                                               c_acc);
+        DXC_LAUNCHED(be, "gemm");
+        return;
+    }
+    cublasOperation_t opa = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+    cublasOperation_t opb = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+    DXC_BLAS("gemm", cublasGemmEx(im->blas, opa, opb, N, M, K, &alpha, B, CUDA_R_16BF, ldb, A,
+                                  CUDA_R_16BF, lda, &beta, C, c_acc ? CUDA_R_32F : CUDA_R_16BF,
+                                  ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    if (im->sync_each_op) DXC_CHECK("gemm", cudaStreamSynchronize(im->stream));
+}
+
+/* ============================================================================================
+ * RMSNorm: one block per row for y / dx; dw by column partials over row chunks, then a
+ * second kernel that sums the chunks in order.
+ * ========================================================================================== */
+
+static __global__ void __launch_bounds__(DXC_THREADS)
+    k_rmsnorm_fwd(bf16 *__restrict__ y, float *__restrict__ rstd, const bf16 *__restrict__ x,
+                  const bf16 *__restrict__ w, int D, float eps)
+{
+    const size_t row = blockIdx.x;
+    const bf16 *xr = x + row * D;
+    bf16 *yr = y + row * D;
+    float ss = 0;
+    for (int j = threadIdx.x; j < D; j += blockDim.x) {
+        float v = ld(xr, j);
+        ss = fmaf(v, v, ss);
+    }
+    ss = block_sum(ss);
+    const float r = 1.0f / sqrtf(ss / (float)D + eps);
+    if (threadIdx.x == 0) rstd[row] = r;
+    for (int j = threadIdx.x; j < D; j += blockDim.x) yr[j] = tobf(ld(w, j) * (ld(xr, j) * r));
+}
+
+static void cuda_rmsnorm_fwd(dx_backend *be, void *y, void *rstd, const void *x, const void *w,
+                             int N, int D, float eps)
+{
+    if (N <= 0 || D <= 0) return;
+    DXC_ENTER(be, "rmsnorm_fwd");
+    k_rmsnorm_fwd<<<N, DXC_THREADS, 0, dxc(be)->stream>>>((bf16 *)y, (float *)rstd,
+                                                          (const bf16 *)x, (const bf16 *)w, D, eps);
+    DXC_LAUNCHED(be, "rmsnorm_fwd");
+}
+
+static __global__ void __launch_bounds__(DXC_THREADS)
+    k_rmsnorm_bwd_dx(bf16 *dx, const bf16 *__restrict__ dy, const bf16 *__restrict__ x,
+                     const bf16 *__restrict__ w, const float *__restrict__ rstd, int D)
+{
+    const size_t row = blockIdx.x;
+    const bf16 *dyr = dy + row * D, *xr = x + row * D;
+    bf16 *dxr = dx + row * D;
+    const float rs = rstd[row];
+    float c = 0;
+    for (int j = threadIdx.x; j < D; j += blockDim.x)
+        c = fmaf(ld(dyr, j) * ld(w, j), ld(xr, j) * rs, c);
+    c = block_sum(c);
+    const float cm = c / (float)D;
+    for (int j = threadIdx.x; j < D; j += blockDim.x) {
+        float g = ld(dyr, j) * ld(w, j), xh = ld(xr, j) * rs;
+        dxr[j] = tobf(ld(dxr, j) + rs * (g - xh * cm));
+    }
+}
+
+#define DXC_DW_COLS 64    /* columns per dw block (blockDim 32 x 8, two columns per thread) */
+#define DXC_DW_CHUNKS 256 /* at most this many row chunks (partial rows) */
+
+/* part[chunk, j] = sum over the chunk's rows of dy * (x * rstd) */
+static __global__ void __launch_bounds__(DXC_THREADS)
+    k_rmsnorm_bwd_dw_part(float *__restrict__ part, const bf16 *__restrict__ dy,
+                          const bf16 *__restrict__ x, const float *__restrict__ rstd, int N, int D,
+                          int rows_per)
+{
+    __shared__ float sh[8][DXC_DW_COLS];
+    const int tx = threadIdx.x, ty = threadIdx.y;
+    const int ja = blockIdx.x * DXC_DW_COLS + tx, jb = ja + 32;
+    const int chunk = blockIdx.y;
+    const int r0 = chunk * rows_per, r1 = r0 + rows_per < N ? r0 + rows_per : N;
+    float a0 = 0, a1 = 0;
+    for (int r = r0 + ty; r < r1; r += 8) {
+        const float rs = rstd[r];
+        const size_t base = (size_t)r * D;
+        if (ja < D) a0 = fmaf(ld(dy, base + ja), ld(x, base + ja) * rs, a0);
+        if (jb < D) a1 = fmaf(ld(dy, base + jb), ld(x, base + jb) * rs, a1);
+    }
+    sh[ty][tx] = a0;
+    sh[ty][tx + 32] = a1;
+    __syncthreads();
+    if (ty == 0) {
+        float s0 = 0, s1 = 0;
+#pragma unroll
+        for (int k = 0; k < 8; k++) {
+            s0 += sh[k][tx];
+            s1 += sh[k][tx + 32];
+        }
+        if (ja < D) part[(size_t)chunk * D + ja] = s0;
+        if (jb < D) part[(size_t)chunk * D + jb] = s1;
+    }
+}
+
+/* out[j] += sum_c part[c, j], chunks in order, in double */
+static __global__ void k_colsum_add(float *__restrict__ out, const float *__restrict__ part,
+                                    int nchunks, int D)
+{
+    const int j = blockIdx.x * blockDim.x + threadIdx.x;
+    if (j >= D) return;
+    double s = 0;
+    for (int c = 0; c < nchunks; c++) s += (double)part[(size_t)c * D + j];
+    out[j] += (float)s;
+}
+
+static void cuda_rmsnorm_bwd(dx_backend *be, void *dx, void *dw, const void *dy, const void *x,
+                             const void *w, const void *rstd, int N, int D)
+{
+    if (N <= 0 || D <= 0) return;
+    dxc_impl *im = dxc(be);
+    DXC_ENTER(be, "rmsnorm_bwd");
+    k_rmsnorm_bwd_dx<<<N, DXC_THREADS, 0, im->stream>>>((bf16 *)dx, (const bf16 *)dy,
+                                                        (const bf16 *)x, (const bf16 *)w,
+                                                        (const float *)rstd, D);
+    DXC_LAUNCHED(be, "rmsnorm_bwd");
+    int nchunks = (N + 63) / 64;
+    if (nchunks > DXC_DW_CHUNKS) nchunks = DXC_DW_CHUNKS;
+    int rows_per = (N + nchunks - 1) / nchunks; /* a function of N only: deterministic */
+    nchunks = (N + rows_per - 1) / rows_per;
+    float *part = (float *)dxc_scratch(be, (size_t)nchunks * D * sizeof(float), "rmsnorm_bwd");
+    dim3 grid((D + DXC_DW_COLS - 1) / DXC_DW_COLS, nchunks), block(32, 8);
+    k_rmsnorm_bwd_dw_part<<<grid, block, 0, im->stream>>>(part, (const bf16 *)dy, (const bf16 *)x,
+                                                          (const float *)rstd, N, D, rows_per);
+    DXC_LAUNCHED(be, "rmsnorm_bwd");
+    k_colsum_add<<<(D + DXC_THREADS - 1) / DXC_THREADS, DXC_THREADS, 0, im->stream>>>(
+        (float *)dw, part, nchunks, D);
+    DXC_LAUNCHED(be, "rmsnorm_bwd");
+}
+
+/* ============================================================================================
+ * RoPE: a cos/sin table per position, computed in double like the CPU twin and cached
+ * (positions 0..rope_T-1 for the last Dh and theta), then an element-wise rotation.
+ * ========================================================================================== */
+
+static __global__ void k_rope_table(float *tab, int T, int half, int Dh, float theta)
+{
+    const size_t n = (size_t)T * half;
+    DXC_FOR(idx, n)
+    {
+        const int t = (int)(idx / half), i = (int)(idx % half);
+        const double f = (double)t * pow((double)theta, -2.0 * i / Dh);
+        tab[idx] = (float)cos(f);
+        tab[n + idx] = (float)sin(f);
+    }
+}
+
+static __global__ void k_rope(bf16 *x, const float *__restrict__ tab, size_t sin_off,
+                              size_t nrows, int T, int H, int half, float dir)
+{
+    const size_t n = nrows * half;
+    DXC_FOR(idx, n)
+    {
+        const size_t row = idx / half; /* (b*T + t)*H + h */
+        const int i = (int)(idx % half), t = (int)((row / H) % T);
+        bf16 *xr = x + row * 2 * half;
+        const float c = tab[(size_t)t * half + i], s = dir * tab[sin_off + (size_t)t * half + i];
+        const float a = __bfloat162float(xr[i]), b = __bfloat162float(xr[i + half]);
+        xr[i] = tobf(a * c - b * s);
+        xr[i + half] = tobf(b * c + a * s);
+    }
+}
+
+static void rope_apply(dx_backend *be, void *x, int B, int T, int H, int Dh, float theta,
+                       float dir, const char *op)
+{
+    if (B <= 0 || T <= 0 || H <= 0 || Dh < 2) return;
+    dxc_impl *im = dxc(be);
+    DXC_ENTER(be, op);
+    const int half = Dh / 2;
+    if (!im->rope_tab || im->rope_Dh != Dh || im->rope_theta != theta || im->rope_T < T) {
+        const int Tn = T; /* positions 0..T-1; reused while later calls have T <= Tn */
+        if (im->rope_tab) { /* free waits for queued ops that read the old table */
+            be->free(be, im->rope_tab);
+            im->rope_tab = NULL;
+            im->rope_T = 0;
+        }
+        im->rope_tab = (float *)be->alloc(be, (size_t)2 * Tn * half * sizeof(float),
+                                          DX_MEM_ACTIVATIONS);
+        if (!im->rope_tab) dxc_die(op, __FILE__, __LINE__, "rope table", dx_last_error());
+        k_rope_table<<<grid_for(be, (size_t)Tn * half), DXC_THREADS, 0, im->stream>>>(
+            im->rope_tab, Tn, half, Dh, theta);
+        DXC_LAUNCHED(be, op);
+        im->rope_T = Tn;
+        im->rope_Dh = Dh;
+        im->rope_theta = theta;
+    }
+    const size_t nrows = (size_t)B * T * H;
+    k_rope<<<grid_for(be, nrows * half), DXC_THREADS, 0, im->stream>>>(
+        (bf16 *)x, im->rope_tab, (size_t)im->rope_T * half, nrows, T, H, half, dir);
+    DXC_LAUNCHED(be, op);
+}
+
+static void cuda_rope_fwd(dx_backend *be, void *x, int B, int T, int H, int Dh, float theta)
+{
+    rope_apply(be, x, B, T, H, Dh, theta, 1.0f, "rope_fwd");
+}
+
+static void cuda_rope_bwd(dx_backend *be, void *dx, int B, int T, int H, int Dh, float theta)
+{
+    rope_apply(be, dx, B, T, H, Dh, theta, -1.0f, "rope_bwd");
+}
+
+/* ============================================================================================
+ * SwiGLU, add
+ * ========================================================================================== */
+
+static __global__ void k_swiglu_fwd(bf16 *__restrict__ h, const bf16 *__restrict__ g,
+                                    const bf16 *__restrict__ u, size_t n)
+{
+    DXC_FOR(i, n)
+    {
+        const float gi = ld(g, i);
+        h[i] = tobf(gi / (1.0f + expf(-gi)) * ld(u, i));
+    }
+}
+
+static __global__ void k_swiglu_bwd(bf16 *__restrict__ dg, bf16 *__restrict__ du,
+                                    const bf16 *__restrict__ dh, const bf16 *__restrict__ g,
+                                    const bf16 *__restrict__ u, size_t n)
+{
+    DXC_FOR(i, n)
+    {
+        const float gi = ld(g, i), dhi = ld(dh, i);
+        const float s = 1.0f / (1.0f + expf(-gi));
+        dg[i] = tobf(dhi * ld(u, i) * s * (1.0f + gi * (1.0f - s)));
+        du[i] = tobf(dhi * (gi * s));
+    }
+}
+
+static void cuda_swiglu_fwd(dx_backend *be, void *h, const void *g, const void *u, size_t n)
+{
+    if (!n) return;
+    DXC_ENTER(be, "swiglu_fwd");
+    k_swiglu_fwd<<<grid_for(be, n), DXC_THREADS, 0, dxc(be)->stream>>>(
+        (bf16 *)h, (const bf16 *)g, (const bf16 *)u, n);
+    DXC_LAUNCHED(be, "swiglu_fwd");
+}
+
+static void cuda_swiglu_bwd(dx_backend *be, void *dg, void *du, const void *dh, const void *g,
+                            const void *u, size_t n)
+{
+    if (!n) return;
+    DXC_ENTER(be, "swiglu_bwd");
+    k_swiglu_bwd<<<grid_for(be, n), DXC_THREADS, 0, dxc(be)->stream>>>(
+        (bf16 *)dg, (bf16 *)du, (const bf16 *)dh, (const bf16 *)g, (const bf16 *)u, n);
+    DXC_LAUNCHED(be, "swiglu_bwd");
+}
+
+/* y may alias a or b: element i is read before it is written, by the same thread */
+static __global__ void k_add(bf16 *y, const bf16 *a, const bf16 *b, size_t n)
+{
+    DXC_FOR(i, n) y[i] = tobf(ld(a, i) + ld(b, i));
+}
+
+static void cuda_add(dx_backend *be, void *y, const void *a, const void *b, size_t n)
+{
+    if (!n) return;
+    DXC_ENTER(be, "add");
+    k_add<<<grid_for(be, n), DXC_THREADS, 0, dxc(be)->stream>>>((bf16 *)y, (const bf16 *)a,
+                                                                (const bf16 *)b, n);
+    DXC_LAUNCHED(be, "add");
+}
+
+/* ============================================================================================
+ * Embedding
+ * ========================================================================================== */
+
+static __global__ void k_embedding_fwd(bf16 *__restrict__ out, const int32_t *__restrict__ ids,
+                                       const bf16 *__restrict__ table, int D)
+{
+    const size_t row = blockIdx.x;
+    const bf16 *src = table + (size_t)ids[row] * D;
+    bf16 *dst = out + row * D;
+    for (int j = threadIdx.x; j < D; j += blockDim.x) dst[j] = src[j];
+}
+
+/* fp32 atomics: rows with repeated ids add in an unspecified order */
+static __global__ void k_embedding_bwd(float *dtable, const bf16 *__restrict__ dout,
+                                       const int32_t *__restrict__ ids, int D)
+{
+    const size_t row = blockIdx.x;
+    float *dst = dtable + (size_t)ids[row] * D;
+    const bf16 *src = dout + row * D;
+    for (int j = threadIdx.x; j < D; j += blockDim.x) atomicAdd(dst + j, ld(src, j));
+}
+
+static void cuda_embedding_fwd(dx_backend *be, void *out, const int32_t *ids, const void *table,
+                               int N, int D)
+{
+    if (N <= 0 || D <= 0) return;
+    DXC_ENTER(be, "embedding_fwd");
+    k_embedding_fwd<<<N, DXC_THREADS, 0, dxc(be)->stream>>>((bf16 *)out, ids,
+                                                            (const bf16 *)table, D);
+    DXC_LAUNCHED(be, "embedding_fwd");
+}
+
+static void cuda_embedding_bwd(dx_backend *be, void *dtable, const void *dout, const int32_t *ids,
+                               int N, int D)
+{
+    if (N <= 0 || D <= 0) return;
+    DXC_ENTER(be, "embedding_bwd");
+    k_embedding_bwd<<<N, DXC_THREADS, 0, dxc(be)->stream>>>((float *)dtable, (const bf16 *)dout,
+                                                            ids, D);
+    DXC_LAUNCHED(be, "embedding_bwd");
+}
+
+/* ============================================================================================
+ * Cross-entropy: one block per row, online max / sum-of-exp per thread (Milakov & Gimelshein
+ * 2018), merged over the block; row losses in fp64 to a workspace, summed in order by a
+ * second kernel.
+ * ========================================================================================== */
+
+/* (m, s) <- merge of two partial (max, sum of exp(z - max)); m = -inf means empty. */
+static __device__ __forceinline__ void ms_merge(float &m, float &s, float m2, float s2)
+{
+    const float mn = fmaxf(m, m2);
+    if (mn == -INFINITY) { /* both empty */
+        s = s + s2;
+        return;
+    }
+    s = s * expf(m - mn) + s2 * expf(m2 - mn);
+    m = mn;
+}
+
+static __global__ void __launch_bounds__(DXC_THREADS)
+    k_xent(double *__restrict__ rowloss, bf16 *__restrict__ dl, const float *__restrict__ logits,
+           const int32_t *__restrict__ targets, int V, float dscale)
+{
+    __shared__ float shm[32], shs[32];
+    const size_t row = blockIdx.x;
+    const float *z = logits + row * V;
+    bf16 *d = dl ? dl + row * V : NULL;
+    const int t = targets[row];
+    if (t < 0) { /* ignored: no loss, zero gradient (uniform over the block) */
+        if (d)
+            for (int j = threadIdx.x; j < V; j += blockDim.x) d[j] = tobf(0.0f);
+        if (threadIdx.x == 0) rowloss[row] = 0.0;
+        return;
+    }
+    float m = -INFINITY, s = 0;
+    for (int j = threadIdx.x; j < V; j += blockDim.x) {
+        const float zj = z[j];
+        if (zj > m) {
+            s = s * expf(m - zj) + 1.0f;
+            m = zj;
+        } else if (zj == zj) {
+            if (m != -INFINITY) s += expf(zj - m);
+        } else {
+            s = NAN; /* NaN logits give a NaN loss, as on the CPU */
+        }
+    }
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) {
+        const float m2 = __shfl_xor_sync(0xffffffffu, m, off);
+        const float s2 = __shfl_xor_sync(0xffffffffu, s, off);
+        ms_merge(m, s, m2, s2);
+    }
+    const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    if (lane == 0) {
+        shm[wid] = m;
+        shs[wid] = s;
+    }
+    __syncthreads();
+    m = shm[0];
+    s = shs[0];
+    for (int k = 1; k < nw; k++) ms_merge(m, s, shm[k], shs[k]); /* same order in every thread */
+    if (threadIdx.x == 0) rowloss[row] = (double)m + log((double)s) - (double)z[t];
+    if (d) {
+        const float f = (float)((double)dscale / (double)s);
+        for (int j = threadIdx.x; j < V; j += blockDim.x) {
+            float p = expf(z[j] - m) * f;
+            if (j == t) p -= dscale;
+            d[j] = tobf(p);
+        }
+    }
+}
+
+/* out[0] += sum_i part[i] (fixed order; one block) */
+static __global__ void __launch_bounds__(DXC_THREADS)
+    k_sum_add_f64(float *out, const double *__restrict__ part, size_t n)
+{
+    double s = 0;
+    for (size_t i = threadIdx.x; i < n; i += blockDim.x) s += part[i];
+    s = block_sum(s);
+    if (threadIdx.x == 0) out[0] += (float)s;
+}
+
+static void cuda_cross_entropy(dx_backend *be, void *loss_sum, void *dlogits, const void *logits,
+                               const int32_t *targets, int N, int V, float dscale)
+{
+    if (N <= 0 || V <= 0) return;
+    dxc_impl *im = dxc(be);
+    DXC_ENTER(be, "cross_entropy");
+    double *rl = (double *)dxc_scratch(be, (size_t)N * sizeof(double), "cross_entropy");
+    k_xent<<<N, DXC_THREADS, 0, im->stream>>>(rl, (bf16 *)dlogits, (const float *)logits, targets,
+                                              V, dscale);
+    DXC_LAUNCHED(be, "cross_entropy");
+    k_sum_add_f64<<<1, DXC_THREADS, 0, im->stream>>>((float *)loss_sum, rl, (size_t)N);
+    DXC_LAUNCHED(be, "cross_entropy");
+}
+
+/* ============================================================================================
+ * AdamW: fp64 arithmetic with the CPU twin's expression order; the _rn intrinsics forbid FMA
+ * contraction, so master, m and v match the CPU backend bit for bit (bias corrections are
+ * computed on the host with the same pow).
+ * ========================================================================================== */
+
+struct adamw_consts {
+    double b1, b2, omb1, omb2, eps, gs, decay, step1, ibc2;
+};
+
+static __global__ void k_adamw(float *__restrict__ p, bf16 *__restrict__ work,
+                               const float *__restrict__ grad, float *__restrict__ m,
+                               float *__restrict__ v, size_t n, adamw_consts c)
+{
+    DXC_FOR(i, n)
+    {
+        const double g = __dmul_rn((double)grad[i], c.gs);
+        double pi = __dmul_rn((double)p[i], c.decay);
+        const double mi = __dadd_rn(__dmul_rn(c.b1, (double)m[i]), __dmul_rn(c.omb1, g));
+        const double vi = __dadd_rn(__dmul_rn(c.b2, (double)v[i]), __dmul_rn(__dmul_rn(c.omb2, g), g));
+        const double den = __dadd_rn(__dsqrt_rn(__dmul_rn(vi, c.ibc2)), c.eps);
+        pi = __dsub_rn(pi, __ddiv_rn(__dmul_rn(c.step1, mi), den));
+        const float pf = (float)pi;
+        p[i] = pf;
+        m[i] = (float)mi;
+        v[i] = (float)vi;
+        if (work) work[i] = tobf(pf);
+    }
+}
+
+static void cuda_adamw(dx_backend *be, void *master, void *work, const void *grad, void *m,
+                       void *v, size_t n, const dx_adamw_hparams *hp)
+{
+    if (!n) return;
+    DXC_ENTER(be, "adamw");
+    adamw_consts c;
+    const double bc1 = 1.0 - pow(hp->beta1, (double)hp->step);
+    const double bc2 = 1.0 - pow(hp->beta2, (double)hp->step);
+    c.b1 = hp->beta1;
+    c.b2 = hp->beta2;
+    c.omb1 = 1.0 - hp->beta1;
+    c.omb2 = 1.0 - hp->beta2;
+    c.eps = hp->eps;
+    c.gs = hp->grad_scale;
+    c.decay = 1.0 - hp->lr * hp->weight_decay;
+    c.step1 = hp->lr / bc1;
+    c.ibc2 = 1.0 / bc2;
+    k_adamw<<<grid_for(be, n), DXC_THREADS, 0, dxc(be)->stream>>>(
+        (float *)master, (bf16 *)work, (const float *)grad, (float *)m, (float *)v, n, c);
+    DXC_LAUNCHED(be, "adamw");
+}
+
+/* ============================================================================================
+ * sumsq (fp64 block partials, summed in order by a second kernel), scale, acc_to_act
+ * ========================================================================================== */
+
+#define DXC_SUMSQ_BLOCKS 1024
+
+static __global__ void __launch_bounds__(DXC_THREADS)
+    k_sumsq_part(double *__restrict__ part, const float *__restrict__ x, size_t n)
+{
+    double s = 0;
+    DXC_FOR(i, n)
+    {
+        const double xi = (double)x[i];
+        s += xi * xi;
+    }
+    s = block_sum(s);
+    if (threadIdx.x == 0) part[blockIdx.x] = s;
+}
+
+static void cuda_sumsq(dx_backend *be, void *out, const void *x, size_t n)
+{
+    if (!n) return;
+    dxc_impl *im = dxc(be);
+    DXC_ENTER(be, "sumsq");
+    /* the block count depends on n only, so the summation order is fixed */
+    size_t nb = (n + 8 * DXC_THREADS - 1) / (8 * DXC_THREADS);
+    if (nb > DXC_SUMSQ_BLOCKS) nb = DXC_SUMSQ_BLOCKS;
+    double *part = (double *)dxc_scratch(be, nb * sizeof(double), "sumsq");
+    k_sumsq_part<<<(unsigned)nb, DXC_THREADS, 0, im->stream>>>(part, (const float *)x, n);
+    DXC_LAUNCHED(be, "sumsq");
+    k_sum_add_f64<<<1, DXC_THREADS, 0, im->stream>>>((float *)out, part, nb);
+    DXC_LAUNCHED(be, "sumsq");
+}
+
+static __global__ void k_scale(float *x, size_t n, float s)
+{
+    DXC_FOR(i, n) x[i] *= s;
+}
+
+static void cuda_scale(dx_backend *be, void *x, size_t n, float s)
+{
+    if (!n) return;
+    DXC_ENTER(be, "scale");
+    k_scale<<<grid_for(be, n), DXC_THREADS, 0, dxc(be)->stream>>>((float *)x, n, s);
+    DXC_LAUNCHED(be, "scale");
+}
+
+static __global__ void k_acc_to_act(bf16 *__restrict__ dst, const float *__restrict__ src, size_t n)
+{
+    DXC_FOR(i, n) dst[i] = tobf(src[i]);
+}
+
+static void cuda_acc_to_act(dx_backend *be, void *dst, const void *src, size_t n)
+{
+    if (!n) return;
+    DXC_ENTER(be, "acc_to_act");
+    k_acc_to_act<<<grid_for(be, n), DXC_THREADS, 0, dxc(be)->stream>>>((bf16 *)dst,
+                                                                       (const float *)src, n);
+    DXC_LAUNCHED(be, "acc_to_act");
+}
+
+/* ============================================================================================
+ * Attention: attention.cu
+ * ========================================================================================== */
+
+static void cuda_attention_fwd(dx_backend *be, void *o, void *lse, const void *q, const void *k,
+                               const void *v, int B, int T, int H, int Hkv, int Dh)
+{
+    dxc_attention_fwd(be, o, lse, q, k, v, B, T, H, Hkv, Dh);
+}
+
+static void cuda_attention_bwd(dx_backend *be, void *dq, void *dk, void *dv, const void *dout,
+                               const void *q, const void *k, const void *v, const void *o,
+                               const void *lse, int B, int T, int H, int Hkv, int Dh)
+{
+    dxc_attention_bwd(be, dq, dk, dv, dout, q, k, v, o, lse, B, T, H, Hkv, Dh);
+}
+
+/* ============================================================================================
+ * Creation / destruction
+ * ========================================================================================== */
+
+static void cuda_destroy(dx_backend *be)
+{
+    if (!be) return;
+    dxc_impl *im = dxc(be);
+    if (im) {
+        cudaError_t e = cudaSetDevice(im->device);
+        if (e == cudaSuccess && im->stream) e = cudaStreamSynchronize(im->stream);
+        if (e != cudaSuccess)
+            fprintf(stderr, "dissect cuda backend: destroy: %s (releasing anyway)\n",
+                    cudaGetErrorString(e));
+        if (im->blas) cublasDestroy(im->blas);
+        for (size_t i = 0; i < im->cap; i++) { /* the backend's own buffers and any leftovers */
+            if (!im->slots[i].p) continue;
+            cudaFree(im->slots[i].p);
+            dx_mem_account(&be->mem, (dx_mem_cat)im->slots[i].cat,
+                           -(long long)im->slots[i].bytes);
+        }
+        if (im->stream) cudaStreamDestroy(im->stream);
+        free(im->slots);
+        free(im);
+    }
+    free(be);
+}
+
+extern "C" void *dx_cuda_stream(dx_backend *be)
+{
+    if (!be || !be->name || strcmp(be->name, "cuda") != 0 || !be->impl) return NULL;
+    return (void *)dxc(be)->stream;
+}
+
+extern "C" dx_backend *dx_backend_cuda_create(int device, int nthreads)
+{
+    if (nthreads < 1) {
+        dx_fail("cuda backend: nthreads must be >= 1 (got %d)", nthreads);
+        return NULL;
+    }
+    int ndev = 0;
+    cudaError_t e = cudaGetDeviceCount(&ndev);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        dx_fail("cuda backend: no usable CUDA device: %s", cudaGetErrorString(e));
+        return NULL;
+    }
+    if (ndev <= 0) {
+        dx_fail("cuda backend: no CUDA device");
+        return NULL;
+    }
+    if (device < 0 || device >= ndev) {
+        dx_fail("cuda backend: device %d does not exist (%d visible)", device, ndev);
+        return NULL;
+    }
+    int major = 0, minor = 0, nsm = 0, smem = 0;
+    e = cudaSetDevice(device);
+    if (e == cudaSuccess) e = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
+    if (e == cudaSuccess) e = cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device);
+    if (e == cudaSuccess) e = cudaDeviceGetAttribute(&nsm, cudaDevAttrMultiProcessorCount, device);
+    if (e == cudaSuccess)
+        e = cudaDeviceGetAttribute(&smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
+    if (e != cudaSuccess) {
+        dx_fail("cuda backend: device %d: %s", device, cudaGetErrorString(e));
+        return NULL;
+    }
+    if (major < 9) {
+        dx_fail("cuda backend: device %d has compute capability %d.%d; this build targets "
+                "sm_90 (Hopper) and newer", device, major, minor);
+        return NULL;
+    }
+
+    dx_backend *be = (dx_backend *)calloc(1, sizeof *be);
+    dxc_impl *im = (dxc_impl *)calloc(1, sizeof *im);
+    if (!be || !im) {
+        free(be);
+        free(im);
+        dx_fail("cuda backend: out of host memory");
+        return NULL;
+    }
+    be->impl = im;
+    be->name = "cuda";
+    be->act = DX_BF16;
+    be->acc = DX_F32;
+    be->nthreads = nthreads;
+    im->device = device;
+    im->num_sms = nsm > 0 ? nsm : 1;
+    im->smem_optin = smem;
+    const char *sync_env = getenv("DX_CUDA_SYNC");
+    im->sync_each_op = sync_env && sync_env[0] && strcmp(sync_env, "0") != 0;
+
+    be->alloc = cuda_alloc;
+    be->free = cuda_free;
+    be->zero = cuda_zero;
+    be->copy = cuda_copy;
+    be->upload = cuda_upload;
+    be->download = cuda_download;
+    be->upload_f32 = cuda_upload_f32;
+    be->download_f32 = cuda_download_f32;
+    be->sync = cuda_sync;
+    be->gemm = cuda_gemm;
+    be->rmsnorm_fwd = cuda_rmsnorm_fwd;
+    be->rmsnorm_bwd = cuda_rmsnorm_bwd;
+    be->rope_fwd = cuda_rope_fwd;
+    be->rope_bwd = cuda_rope_bwd;
+    be->attention_fwd = cuda_attention_fwd;
+    be->attention_bwd = cuda_attention_bwd;
+    be->swiglu_fwd = cuda_swiglu_fwd;
+    be->swiglu_bwd = cuda_swiglu_bwd;
+    be->embedding_fwd = cuda_embedding_fwd;
+    be->embedding_bwd = cuda_embedding_bwd;
+    be->cross_entropy = cuda_cross_entropy;
+    be->add = cuda_add;
+    be->adamw = cuda_adamw;
+    be->sumsq = cuda_sumsq;
+    be->scale = cuda_scale;
+    be->acc_to_act = cuda_acc_to_act;
+    be->destroy = cuda_destroy;
+
+    e = cudaStreamCreateWithFlags(&im->stream, cudaStreamNonBlocking);
+    if (e != cudaSuccess) {
+        dx_fail("cuda backend: device %d: cannot create a stream: %s", device,
+                cudaGetErrorString(e));
+        im->stream = NULL;
+        cuda_destroy(be);
+        return NULL;
+    }
+    cublasStatus_t bs = cublasCreate(&im->blas);
+    if (bs != CUBLAS_STATUS_SUCCESS) {
+        im->blas = NULL;
+        dx_fail("cuda backend: device %d: cublasCreate: %s", device, cublasGetStatusString(bs));
+        cuda_destroy(be);
+        return NULL;
+    }
+    im->blas_ws = cuda_alloc(be, DXC_BLAS_WS_BYTES, DX_MEM_OTHER);
+    if (!im->blas_ws) {
+        dx_fail_prefix("cuda backend: cuBLAS workspace");
+        cuda_destroy(be);
+        return NULL;
+    }
+    im->blas_ws_bytes = DXC_BLAS_WS_BYTES;
+    /* cublasSetStream resets the workspace: set the stream first */
+    bs = cublasSetStream(im->blas, im->stream);
+    if (bs == CUBLAS_STATUS_SUCCESS)
+        bs = cublasSetWorkspace(im->blas, im->blas_ws, im->blas_ws_bytes);
+    if (bs == CUBLAS_STATUS_SUCCESS)
+        bs = cublasSetMathMode(im->blas, (cublasMath_t)(CUBLAS_DEFAULT_MATH |
+                                                        CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION));
+    if (bs != CUBLAS_STATUS_SUCCESS) {
+        dx_fail("cuda backend: device %d: cuBLAS setup: %s", device, cublasGetStatusString(bs));
+        cuda_destroy(be);
+        return NULL;
+    }
+    return be;
+}

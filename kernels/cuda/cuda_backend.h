@@ -1,0 +1,55 @@
+/* dissect CUDA backend: act (X) = bf16, acc (A) = f32.
+ *
+ * Implements every entry of the dx_backend vtable (kernels/kernels.h) on one CUDA device, with
+ * the semantics of the CPU twin (kernels/cpu/cpu_ops.c). Built only when meson finds nvcc,
+ * cudart, cuBLAS and cuBLASLt (option -Dcuda=auto|enabled|disabled); the core is then compiled
+ * with -DDX_HAVE_CUDA=1.
+ *
+ * Execution: the backend owns one non-blocking compute stream. Every math op, zero and copy is
+ * enqueued asynchronously on that stream and returns at once; `sync` waits for the stream.
+ * upload / upload_f32 / download / download_f32 are synchronous: they return once the host
+ * buffer may be reused (downloads: once the data is on the host), after all previously queued
+ * work. `free` waits for the stream before releasing memory, so a buffer may be freed right
+ * after enqueuing the last op that reads it.
+ *
+ * Errors: alloc and the transfer functions return NULL / -1 with dx_fail() set. The math ops
+ * have no error return: a failing CUDA / cuBLAS call or kernel launch prints the op, file, line
+ * and CUDA error to stderr and aborts. Kernels run asynchronously, so a fault inside a kernel
+ * is reported by a later call; set DX_CUDA_SYNC=1 in the environment to synchronise after every
+ * op and name the faulting op (slow; for debugging).
+ *
+ * Memory: device memory from cudaMalloc (never managed memory), 256-byte aligned. be->mem
+ * counts the bytes requested through alloc per category, and also the backend's own buffers:
+ * the cuBLAS workspace (DX_MEM_OTHER) and the op workspaces grown on demand (attention D
+ * vector, reduction partials, RoPE cos/sin table: DX_MEM_ACTIVATIONS); those stay allocated
+ * until destroy.
+ *
+ * Determinism: all ops give bitwise-identical results run to run on the same device and shapes,
+ * except embedding_bwd, which adds rows into dtable with fp32 atomics (rows with repeated ids
+ * are summed in an unspecified order; differences are in the last bits), and gemm, which is
+ * whatever cuBLAS chooses (deterministic for a fixed handle, stream and shapes).
+ */
+#ifndef DX_CUDA_BACKEND_H
+#define DX_CUDA_BACKEND_H
+
+#include "kernels.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Creates the CUDA backend on device `device` (0-based index among the visible devices;
+ * nthreads >= 1 host threads, used for host-side conversions only). Creates the compute stream
+ * and the cuBLAS handle bound to it. Returns NULL + dx_fail() if there is no such device, no
+ * driver, or a CUDA / cuBLAS call fails. Release with be->destroy(be). */
+dx_backend *dx_backend_cuda_create(int device, int nthreads);
+
+/* The backend's compute stream (a cudaStream_t), e.g. for NCCL calls that must be ordered with
+ * the backend's ops. NULL if `be` is not a CUDA backend. */
+void *dx_cuda_stream(dx_backend *be);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,97 @@
+/* dissect CUDA backend: declarations shared by the .cu files of kernels/cuda (not a public
+ * header; the public one is cuda_backend.h). */
+#ifndef DX_CUDA_INTERNAL_CUH
+#define DX_CUDA_INTERNAL_CUH
+
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <stddef.h>
+#include <stdint.h>
+
+extern "C" {
+#include "common/common.h"
+#include "kernels.h"
+}
+#include "cuda_backend.h"
+
+typedef __nv_bfloat16 bf16;
+
+/* One live allocation: open-addressing hash table slot (p == NULL: empty). */
+struct dxc_slot {
+    void *p;
+    size_t bytes;
+    int cat;
+};
+
+struct dxc_impl {
+    int device;
+    int num_sms;
+    int smem_optin;     /* max dynamic shared memory per block (bytes) */
+    int sync_each_op;   /* DX_CUDA_SYNC=1: synchronise and check after every op */
+    cudaStream_t stream;
+    cublasHandle_t blas;
+    void *blas_ws;      /* cuBLAS workspace (via the backend allocator) */
+    size_t blas_ws_bytes;
+    dxc_slot *slots;    /* live allocations */
+    size_t cap, count;
+    void *scratch;      /* op workspace, grown on demand (stream-ordered reuse) */
+    size_t scratch_bytes;
+    float *rope_tab;    /* cos [rope_T][Dh/2] then sin [rope_T][Dh/2] */
+    int rope_T, rope_Dh;
+    float rope_theta;
+};
+
+static inline dxc_impl *dxc(dx_backend *be) { return (dxc_impl *)be->impl; }
+
+/* Prints "dissect cuda backend: <op>: <file>:<line>: <what>: <msg>" to stderr and aborts. */
+[[noreturn]] void dxc_die(const char *op, const char *file, int line, const char *what,
+                          const char *msg);
+
+#define DXC_CHECK(op, call)                                                                    \
+    do {                                                                                       \
+        cudaError_t dxc_e_ = (call);                                                           \
+        if (dxc_e_ != cudaSuccess)                                                             \
+            dxc_die(op, __FILE__, __LINE__, #call, cudaGetErrorString(dxc_e_));                \
+    } while (0)
+
+#define DXC_BLAS(op, call)                                                                     \
+    do {                                                                                       \
+        cublasStatus_t dxc_s_ = (call);                                                        \
+        if (dxc_s_ != CUBLAS_STATUS_SUCCESS)                                                   \
+            dxc_die(op, __FILE__, __LINE__, #call, cublasGetStatusString(dxc_s_));             \
+    } while (0)
+
+/* After every kernel launch: reports launch errors (bad configuration, too much shared
+ * memory...) at once; with DX_CUDA_SYNC=1 also waits for the kernel and reports faults. */
+#define DXC_LAUNCHED(be, op)                                                                   \
+    do {                                                                                       \
+        DXC_CHECK(op, cudaGetLastError());                                                     \
+        if (dxc(be)->sync_each_op) DXC_CHECK(op, cudaStreamSynchronize(dxc(be)->stream));      \
+    } while (0)
+
+/* Declares the launch's dynamic shared memory as an array `T name[]` (a macro so that a
+ * host-side simulator of the kernels can provide it). */
+#ifndef DXC_DYNAMIC_SMEM
+#define DXC_DYNAMIC_SMEM(T, name) extern __shared__ T name[]
+#endif
+
+/* Makes the backend's device current (cheap when it already is). */
+#define DXC_ENTER(be, op) DXC_CHECK(op, cudaSetDevice(dxc(be)->device))
+
+/* Workspace of at least `bytes` for op `op`, valid until the next call on this backend
+ * (every op runs in stream order, so reuse by the next op is safe). Aborts if out of memory. */
+void *dxc_scratch(dx_backend *be, size_t bytes, const char *op);
+
+/* Sets the maximum dynamic shared memory of `func` and checks it fits on the device. */
+void dxc_set_smem(dx_backend *be, const void *func, size_t bytes, const char *op);
+
+/* attention.cu */
+void dxc_attention_fwd(dx_backend *be, void *o, void *lse, const void *q, const void *k,
+                       const void *v, int B, int T, int H, int Hkv, int Dh);
+void dxc_attention_bwd(dx_backend *be, void *dq, void *dk, void *dv, const void *dout,
+                       const void *q, const void *k, const void *v, const void *o,
+                       const void *lse, int B, int T, int H, int Hkv, int Dh);
+
+#endif

@@ -1,0 +1,1294 @@
+/* dissect report: text summary (and Chrome trace-event JSON) of a dissect HDF5 trace.
+ * Usage and definitions: report.h. Layout of the trace: trace.h.
+ *
+ * Everything is read and computed before the first line is printed, so a file that turns out to
+ * be unreadable half-way gives one error line and no partial report.
+ */
+#include "report.h"
+
+#include "common/common.h"
+#include "common/events.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <hdf5.h>
+#include <limits.h>
+#include <math.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#define READ_CHUNK 65536           /* /events rows per read */
+#define MAX_STEP_ROWS_PRINTED 20   /* per-step rows in the breakdown and idle tables */
+
+typedef struct {
+    const char *path;
+    hid_t file;
+    int world;
+    char trace_level[64];
+
+    /* /steps (per-rank arrays are [row * world + rank], NULL when the field is absent) */
+    size_t n_rows;
+    int64_t *step, *tokens;
+    double *step_time_s;
+    double *fwd, *bwd, *opt, *comm;
+    int64_t *peak;
+
+    /* the selected steps (sorted, distinct) and their /steps row (SIZE_MAX: none) */
+    int64_t *sel;
+    size_t n_sel, *sel_row;
+    int64_t range_lo, range_hi;
+    int explicit_range, warmup_excluded;
+
+    /* /events */
+    int has_events;
+    unsigned long long n_events_total, n_invalid;
+    dx_event *ev; /* the events of the selected steps, ranks 0..world-1 */
+    size_t n_ev, cap_ev;
+    int has_ops, has_modules; /* among the selected events */
+} report;
+
+/* Per (step, rank) numbers in ns (from /events). */
+typedef struct {
+    int has, has_span;
+    double span, fwd, bwd, opt, exposed, idle, compute, comm;
+} group_stats;
+
+/* ------------------------------------------------------------------------------------------ */
+/* small helpers */
+
+static const char *name_of(const char *const *names, int count, unsigned v)
+{
+    return v < (unsigned)count ? names[v] : "unknown";
+}
+
+static int is_collective(unsigned op)
+{
+    return op == DX_OP_ALL_REDUCE || op == DX_OP_REDUCE_SCATTER || op == DX_OP_ALL_GATHER ||
+           op == DX_OP_BROADCAST || op == DX_OP_SEND || op == DX_OP_RECV;
+}
+
+static int valid_event(const dx_event *e)
+{
+    return e->phase < DX_PH_COUNT && e->module < DX_MOD_COUNT && e->op < DX_OP_COUNT &&
+           e->stream < DX_STREAM_COUNT && e->end_ns >= e->start_ns;
+}
+
+static hid_t enum_type(const char *const *names, int n)
+{
+    hid_t t = H5Tenum_create(H5T_NATIVE_UINT8);
+    if (t < 0) return -1;
+    for (int i = 0; i < n; i++) {
+        uint8_t v = (uint8_t)i;
+        if (H5Tenum_insert(t, names[i], &v) < 0) {
+            H5Tclose(t);
+            return -1;
+        }
+    }
+    return t;
+}
+
+/* The in-memory dx_event compound (the enums convert by name from the file's). */
+static hid_t event_mem_type(void)
+{
+    hid_t t = H5Tcreate(H5T_COMPOUND, sizeof(dx_event));
+    if (t < 0) return -1;
+    hid_t ph = enum_type(dx_phase_names, DX_PH_COUNT);
+    hid_t mod = enum_type(dx_module_names, DX_MOD_COUNT);
+    hid_t op = enum_type(dx_op_names, DX_OP_COUNT);
+    hid_t st = enum_type(dx_stream_names, DX_STREAM_COUNT);
+    int ok = ph >= 0 && mod >= 0 && op >= 0 && st >= 0;
+    ok = ok && H5Tinsert(t, "start_ns", offsetof(dx_event, start_ns), H5T_NATIVE_INT64) >= 0;
+    ok = ok && H5Tinsert(t, "end_ns", offsetof(dx_event, end_ns), H5T_NATIVE_INT64) >= 0;
+    ok = ok && H5Tinsert(t, "bytes", offsetof(dx_event, bytes), H5T_NATIVE_INT64) >= 0;
+    ok = ok && H5Tinsert(t, "flops", offsetof(dx_event, flops), H5T_NATIVE_INT64) >= 0;
+    ok = ok && H5Tinsert(t, "rank", offsetof(dx_event, rank), H5T_NATIVE_INT32) >= 0;
+    ok = ok && H5Tinsert(t, "step", offsetof(dx_event, step), H5T_NATIVE_INT32) >= 0;
+    ok = ok && H5Tinsert(t, "micro", offsetof(dx_event, micro), H5T_NATIVE_INT16) >= 0;
+    ok = ok && H5Tinsert(t, "layer", offsetof(dx_event, layer), H5T_NATIVE_INT16) >= 0;
+    ok = ok && H5Tinsert(t, "phase", offsetof(dx_event, phase), ph) >= 0;
+    ok = ok && H5Tinsert(t, "module", offsetof(dx_event, module), mod) >= 0;
+    ok = ok && H5Tinsert(t, "op", offsetof(dx_event, op), op) >= 0;
+    ok = ok && H5Tinsert(t, "stream", offsetof(dx_event, stream), st) >= 0;
+    if (ph >= 0) H5Tclose(ph);
+    if (mod >= 0) H5Tclose(mod);
+    if (op >= 0) H5Tclose(op);
+    if (st >= 0) H5Tclose(st);
+    if (!ok) {
+        H5Tclose(t);
+        return -1;
+    }
+    return t;
+}
+
+static void report_free(report *r)
+{
+    free(r->step);
+    free(r->tokens);
+    free(r->step_time_s);
+    free(r->fwd);
+    free(r->bwd);
+    free(r->opt);
+    free(r->comm);
+    free(r->peak);
+    free(r->sel);
+    free(r->sel_row);
+    free(r->ev);
+    if (r->file >= 0) H5Fclose(r->file);
+    r->file = -1;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* validation and /steps */
+
+/* Reads a string attribute (fixed or variable length) into buf; 1 = absent, -1 = unreadable. */
+static int read_str_attr(hid_t obj, const char *name, char *buf, size_t cap)
+{
+    htri_t ex = H5Aexists(obj, name);
+    if (ex == 0) return 1;
+    if (ex < 0) return -1;
+    hid_t a = H5Aopen(obj, name, H5P_DEFAULT);
+    if (a < 0) return -1;
+    hid_t ft = H5Aget_type(a);
+    int rc = -1;
+    if (ft >= 0 && H5Tget_class(ft) == H5T_STRING) {
+        if (H5Tis_variable_str(ft) > 0) {
+            hid_t mt = H5Tcopy(H5T_C_S1);
+            H5Tset_size(mt, H5T_VARIABLE);
+            H5Tset_cset(mt, H5Tget_cset(ft));
+            char *s = NULL;
+            if (H5Aread(a, mt, &s) >= 0 && s) {
+                snprintf(buf, cap, "%s", s);
+                H5free_memory(s);
+                rc = 0;
+            }
+            H5Tclose(mt);
+        } else {
+            size_t n = H5Tget_size(ft);
+            char *s = calloc(n + 1, 1);
+            hid_t mt = H5Tcopy(H5T_C_S1);
+            H5Tset_size(mt, n + 1);
+            if (s && H5Aread(a, mt, s) >= 0) {
+                snprintf(buf, cap, "%s", s);
+                rc = 0;
+            }
+            H5Tclose(mt);
+            free(s);
+        }
+    } else if (ft >= 0) {
+        rc = -2; /* not a string */
+    }
+    if (ft >= 0) H5Tclose(ft);
+    H5Aclose(a);
+    return rc;
+}
+
+static int read_int_attr(hid_t obj, const char *name, long long *v)
+{
+    if (H5Aexists(obj, name) <= 0) return -1;
+    hid_t a = H5Aopen(obj, name, H5P_DEFAULT);
+    if (a < 0) return -1;
+    int rc = H5Aread(a, H5T_NATIVE_LLONG, v) >= 0 ? 0 : -1;
+    H5Aclose(a);
+    return rc;
+}
+
+/* Reads /steps field `name` (scalar when width == 1, else an array of `width`) as `base`.
+ * Returns 0, 1 if the field is absent (allowed unless required), -1 + dx_fail. */
+static int read_steps_field(report *r, hid_t d, hid_t ftype, const char *name, hid_t base,
+                            size_t width, void **out, int required)
+{
+    *out = NULL;
+    if (H5Tget_member_index(ftype, name) < 0) {
+        if (required) return dx_fail("%s: /steps has no field '%s'", r->path, name);
+        return 1;
+    }
+    size_t esz = H5Tget_size(base);
+    void *buf = malloc((r->n_rows ? r->n_rows : 1) * width * esz);
+    if (!buf) return dx_fail("%s: out of memory reading /steps", r->path);
+    hsize_t dims[1] = {width};
+    hid_t member = width > 1 ? H5Tarray_create2(base, 1, dims) : H5Tcopy(base);
+    hid_t mt = H5Tcreate(H5T_COMPOUND, esz * width);
+    int ok = member >= 0 && mt >= 0 && H5Tinsert(mt, name, 0, member) >= 0;
+    if (ok && r->n_rows > 0) ok = H5Dread(d, mt, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf) >= 0;
+    if (member >= 0) H5Tclose(member);
+    if (mt >= 0) H5Tclose(mt);
+    if (!ok) {
+        free(buf);
+        return dx_fail("%s: cannot read /steps field '%s' (truncated or corrupt file?)", r->path,
+                       name);
+    }
+    *out = buf;
+    return 0;
+}
+
+static int open_trace(report *r)
+{
+    struct stat st;
+    if (stat(r->path, &st) != 0) return dx_fail("%s: %s", r->path, strerror(errno));
+    if (S_ISDIR(st.st_mode)) return dx_fail("%s: is a directory, not a trace file", r->path);
+    FILE *f = fopen(r->path, "rb");
+    if (!f) return dx_fail("%s: %s", r->path, strerror(errno));
+    fclose(f);
+    htri_t is = H5Fis_hdf5(r->path);
+    if (is <= 0) return dx_fail("%s: not an HDF5 file (expected a dissect trace)", r->path);
+    r->file = H5Fopen(r->path, H5F_ACC_RDONLY, H5P_DEFAULT);
+    if (r->file < 0)
+        return dx_fail("%s: cannot open the HDF5 file (truncated or corrupt?)", r->path);
+
+    char fmt[64] = "";
+    int rc = read_str_attr(r->file, "format", fmt, sizeof fmt);
+    if (rc == 1) return dx_fail("%s: not a dissect trace (no root attribute 'format')", r->path);
+    if (rc != 0 || strcmp(fmt, "dissect-trace") != 0)
+        return dx_fail("%s: not a dissect trace (root attribute format is %s%s%s, not "
+                       "'dissect-trace')", r->path, rc ? "unreadable" : "'", rc ? "" : fmt,
+                       rc ? "" : "'");
+    long long world = 0;
+    if (read_int_attr(r->file, "world_size", &world) != 0 || world < 1 || world > 1 << 20)
+        return dx_fail("%s: dissect trace without a valid root attribute 'world_size'", r->path);
+    r->world = (int)world;
+    snprintf(r->trace_level, sizeof r->trace_level, "unknown");
+    if (H5Lexists(r->file, "metadata", H5P_DEFAULT) > 0) {
+        hid_t g = H5Gopen2(r->file, "metadata", H5P_DEFAULT);
+        if (g < 0) return dx_fail("%s: cannot open /metadata (truncated or corrupt file?)", r->path);
+        rc = read_str_attr(g, "trace_level", r->trace_level, sizeof r->trace_level);
+        H5Gclose(g);
+        if (rc < 0) return dx_fail("%s: cannot read /metadata trace_level", r->path);
+        if (rc == 1) snprintf(r->trace_level, sizeof r->trace_level, "unknown");
+    }
+    return 0;
+}
+
+static int load_steps(report *r)
+{
+    if (H5Lexists(r->file, "steps", H5P_DEFAULT) <= 0)
+        return dx_fail("%s: dissect trace without /steps", r->path);
+    hid_t d = H5Dopen2(r->file, "steps", H5P_DEFAULT);
+    if (d < 0) return dx_fail("%s: cannot open /steps (truncated or corrupt file?)", r->path);
+    hid_t ft = H5Dget_type(d);
+    hid_t sp = H5Dget_space(d);
+    hsize_t n = 0;
+    int rc = 0;
+    if (ft < 0 || sp < 0 || H5Tget_class(ft) != H5T_COMPOUND ||
+        H5Sget_simple_extent_ndims(sp) != 1 || H5Sget_simple_extent_dims(sp, &n, NULL) < 0)
+        rc = dx_fail("%s: /steps is not a 1-D compound dataset", r->path);
+    r->n_rows = (size_t)n;
+    size_t W = (size_t)r->world;
+    void *p;
+    if (!rc && (rc = read_steps_field(r, d, ft, "step", H5T_NATIVE_INT64, 1, &p, 1)) == 0)
+        r->step = p;
+    if (!rc && (rc = read_steps_field(r, d, ft, "step_time_s", H5T_NATIVE_DOUBLE, 1, &p, 1)) == 0)
+        r->step_time_s = p;
+    if (!rc && (rc = read_steps_field(r, d, ft, "tokens", H5T_NATIVE_INT64, 1, &p, 0)) >= 0) {
+        r->tokens = p;
+        rc = 0;
+    }
+    double **per_rank[4] = {&r->fwd, &r->bwd, &r->opt, &r->comm};
+    const char *names[4] = {"forward_s", "backward_s", "optimizer_s", "comm_s"};
+    for (int k = 0; !rc && k < 4; k++)
+        if ((rc = read_steps_field(r, d, ft, names[k], H5T_NATIVE_DOUBLE, W, &p, 0)) >= 0) {
+            *per_rank[k] = p;
+            rc = 0;
+        }
+    if (!rc && (rc = read_steps_field(r, d, ft, "peak_mem_bytes", H5T_NATIVE_INT64, W, &p, 0)) >= 0) {
+        r->peak = p;
+        rc = 0;
+    }
+    if (sp >= 0) H5Sclose(sp);
+    if (ft >= 0) H5Tclose(ft);
+    H5Dclose(d);
+    return rc ? -1 : 0;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* /events */
+
+typedef int (*event_fn)(report *r, const dx_event *ev, size_t n, void *ctx);
+
+/* Calls fn on successive blocks of /events (in file order). */
+static int for_each_events(report *r, event_fn fn, void *ctx)
+{
+    hid_t d = H5Dopen2(r->file, "events", H5P_DEFAULT);
+    if (d < 0) return dx_fail("%s: cannot open /events (truncated or corrupt file?)", r->path);
+    hid_t ft = H5Dget_type(d), fs = H5Dget_space(d), mt = event_mem_type();
+    hsize_t n = 0;
+    int rc = 0;
+    if (ft < 0 || fs < 0 || mt < 0 || H5Tget_class(ft) != H5T_COMPOUND ||
+        H5Sget_simple_extent_ndims(fs) != 1 || H5Sget_simple_extent_dims(fs, &n, NULL) < 0)
+        rc = dx_fail("%s: /events is not a 1-D compound dataset", r->path);
+    static const char *const fields[] = {"start_ns", "end_ns", "bytes", "flops", "rank", "step",
+                                         "micro", "layer", "phase", "module", "op", "stream"};
+    for (size_t i = 0; !rc && i < sizeof fields / sizeof fields[0]; i++)
+        if (H5Tget_member_index(ft, fields[i]) < 0)
+            rc = dx_fail("%s: /events has no field '%s'", r->path, fields[i]);
+    r->n_events_total = (unsigned long long)n;
+    dx_event *buf = rc ? NULL : malloc(READ_CHUNK * sizeof *buf);
+    if (!rc && !buf) rc = dx_fail("%s: out of memory reading /events", r->path);
+    for (hsize_t off = 0; !rc && off < n; off += READ_CHUNK) {
+        hsize_t cnt[1] = {n - off < READ_CHUNK ? n - off : READ_CHUNK}, start[1] = {off};
+        memset(buf, 0, (size_t)cnt[0] * sizeof *buf);
+        hid_t ms = H5Screate_simple(1, cnt, NULL);
+        int ok = ms >= 0 && H5Sselect_hyperslab(fs, H5S_SELECT_SET, start, NULL, cnt, NULL) >= 0 &&
+                 H5Dread(d, mt, ms, fs, H5P_DEFAULT, buf) >= 0;
+        if (ms >= 0) H5Sclose(ms);
+        if (!ok)
+            rc = dx_fail("%s: cannot read /events rows %llu..%llu (truncated or corrupt file?)",
+                         r->path, (unsigned long long)off, (unsigned long long)(off + cnt[0] - 1));
+        else
+            rc = fn(r, buf, (size_t)cnt[0], ctx);
+    }
+    free(buf);
+    if (mt >= 0) H5Tclose(mt);
+    if (fs >= 0) H5Sclose(fs);
+    if (ft >= 0) H5Tclose(ft);
+    H5Dclose(d);
+    return rc ? -1 : 0;
+}
+
+static int step_selected(const report *r, int64_t step)
+{
+    size_t lo = 0, hi = r->n_sel;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (r->sel[mid] < step)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo < r->n_sel && r->sel[lo] == step;
+}
+
+static int keep_events(report *r, const dx_event *ev, size_t n, void *ctx)
+{
+    (void)ctx;
+    for (size_t i = 0; i < n; i++) {
+        const dx_event *e = &ev[i];
+        if (e->rank < 0 || e->rank >= r->world || !step_selected(r, e->step)) continue;
+        if (!valid_event(e)) {
+            r->n_invalid++;
+            continue;
+        }
+        if (r->n_ev == r->cap_ev) {
+            size_t cap = r->cap_ev ? 2 * r->cap_ev : 65536;
+            dx_event *p = realloc(r->ev, cap * sizeof *p);
+            if (!p) return dx_fail("%s: out of memory for %zu events", r->path, cap);
+            r->ev = p;
+            r->cap_ev = cap;
+        }
+        r->ev[r->n_ev++] = *e;
+        if (e->op == DX_OP_MODULE)
+            r->has_modules = 1;
+        else if (e->op != DX_OP_STEP)
+            r->has_ops = 1;
+    }
+    return 0;
+}
+
+/* Step numbers seen in /events (used when /steps is empty). */
+typedef struct {
+    int64_t *v;
+    size_t n, cap;
+} i64_list;
+
+static int collect_steps(report *r, const dx_event *ev, size_t n, void *ctx)
+{
+    i64_list *l = ctx;
+    for (size_t i = 0; i < n; i++) {
+        if (ev[i].step <= 0) continue;
+        if (l->n && l->v[l->n - 1] == ev[i].step) continue;
+        if (l->n == l->cap) {
+            size_t cap = l->cap ? 2 * l->cap : 1024;
+            int64_t *p = realloc(l->v, cap * sizeof *p);
+            if (!p) return dx_fail("%s: out of memory", r->path);
+            l->v = p;
+            l->cap = cap;
+        }
+        l->v[l->n++] = ev[i].step;
+    }
+    return 0;
+}
+
+static int cmp_i64(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+static int cmp_event(const void *a, const void *b)
+{
+    const dx_event *x = a, *y = b;
+    if (x->rank != y->rank) return x->rank < y->rank ? -1 : 1;
+    if (x->step != y->step) return x->step < y->step ? -1 : 1;
+    if (x->start_ns != y->start_ns) return x->start_ns < y->start_ns ? -1 : 1;
+    return (x->end_ns < y->end_ns) - (x->end_ns > y->end_ns);
+}
+
+/* Chooses the steps: all /steps rows (or the steps seen in /events when /steps is empty) in
+ * [lo, hi]; without an explicit range every step but the first when there are >= 2. */
+static int select_steps(report *r)
+{
+    int64_t *all = NULL;
+    size_t n_all = 0;
+    if (r->n_rows > 0) {
+        all = malloc(r->n_rows * sizeof *all);
+        if (!all) return dx_fail("%s: out of memory", r->path);
+        memcpy(all, r->step, r->n_rows * sizeof *all);
+        n_all = r->n_rows;
+    } else if (r->has_events) {
+        i64_list l = {0};
+        if (for_each_events(r, collect_steps, &l)) {
+            free(l.v);
+            return -1;
+        }
+        all = l.v;
+        n_all = l.n;
+    }
+    if (n_all == 0) {
+        free(all);
+        return dx_fail("%s: the trace holds no steps (did the run stop before the first flush?)",
+                       r->path);
+    }
+    qsort(all, n_all, sizeof *all, cmp_i64);
+    size_t m = 0;
+    for (size_t i = 0; i < n_all; i++)
+        if (m == 0 || all[m - 1] != all[i]) all[m++] = all[i];
+    n_all = m;
+    int64_t first = all[0], last = all[n_all - 1];
+    if (!r->explicit_range) {
+        r->range_lo = first;
+        r->range_hi = last;
+        if (n_all >= 2) {
+            r->range_lo = all[1];
+            r->warmup_excluded = 1;
+        }
+    }
+    r->sel = malloc(n_all * sizeof *r->sel);
+    r->sel_row = malloc(n_all * sizeof *r->sel_row);
+    if (!r->sel || !r->sel_row) {
+        free(all);
+        return dx_fail("%s: out of memory", r->path);
+    }
+    for (size_t i = 0; i < n_all; i++)
+        if (all[i] >= r->range_lo && all[i] <= r->range_hi) r->sel[r->n_sel++] = all[i];
+    free(all);
+    if (r->n_sel == 0)
+        return dx_fail("%s: no steps in --steps %lld:%lld (the trace has steps %lld..%lld)", r->path,
+                       (long long)r->range_lo, (long long)r->range_hi, (long long)first,
+                       (long long)last);
+    for (size_t i = 0; i < r->n_sel; i++) {
+        r->sel_row[i] = SIZE_MAX;
+        for (size_t k = 0; k < r->n_rows; k++)
+            if (r->step[k] == r->sel[i]) r->sel_row[i] = k; /* the last row of that step */
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* interval arithmetic */
+
+typedef struct {
+    int64_t s, e;
+} ival;
+
+static int cmp_ival(const void *a, const void *b)
+{
+    const ival *x = a, *y = b;
+    return (x->s > y->s) - (x->s < y->s);
+}
+
+/* Sorts and merges in place; returns the number of disjoint intervals. */
+static size_t merge(ival *v, size_t n)
+{
+    if (n == 0) return 0;
+    qsort(v, n, sizeof *v, cmp_ival);
+    size_t m = 0;
+    for (size_t i = 1; i < n; i++) {
+        if (v[i].s <= v[m].e) {
+            if (v[i].e > v[m].e) v[m].e = v[i].e;
+        } else {
+            v[++m] = v[i];
+        }
+    }
+    return m + 1;
+}
+
+static int64_t total_len(const ival *v, size_t n)
+{
+    int64_t t = 0;
+    for (size_t i = 0; i < n; i++) t += v[i].e - v[i].s;
+    return t;
+}
+
+/* Length of the intersection of two merged lists. */
+static int64_t overlap_len(const ival *a, size_t na, const ival *b, size_t nb)
+{
+    int64_t t = 0;
+    size_t i = 0, j = 0;
+    while (i < na && j < nb) {
+        int64_t s = a[i].s > b[j].s ? a[i].s : b[j].s;
+        int64_t e = a[i].e < b[j].e ? a[i].e : b[j].e;
+        if (e > s) t += e - s;
+        if (a[i].e < b[j].e)
+            i++;
+        else
+            j++;
+    }
+    return t;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* analysis */
+
+typedef struct {
+    group_stats *g;          /* [sel index * world + rank] */
+    double op_ns[DX_OP_COUNT][DX_MOD_COUNT], op_flops[DX_OP_COUNT][DX_MOD_COUNT],
+        op_bytes[DX_OP_COUNT][DX_MOD_COUNT];
+    long long op_count[DX_OP_COUNT][DX_MOD_COUNT];
+    double *layer_ns;        /* [(max_layer + 2) * DX_MOD_COUNT]; row max_layer + 1 = other */
+    int max_layer;
+    int module_used[DX_MOD_COUNT];
+    double span_sum;         /* summed step spans over all (step, rank) */
+    size_t missing_spans, groups;
+    int from_modules;        /* the units are module spans (no op events) */
+} analysis;
+
+static size_t sel_index(const report *r, int64_t step)
+{
+    size_t lo = 0, hi = r->n_sel;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (r->sel[mid] < step)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+/* Is e one of the events the breakdown is made of? */
+static int is_unit(const analysis *a, const dx_event *e)
+{
+    if (e->op == DX_OP_STEP) return 0;
+    return a->from_modules ? e->op == DX_OP_MODULE : e->op != DX_OP_MODULE;
+}
+
+static int is_comm_unit(const dx_event *e)
+{
+    return is_collective(e->op) || (e->op == DX_OP_MODULE && e->stream == DX_STREAM_COMM);
+}
+
+static int analyse(report *r, analysis *a)
+{
+    memset(a, 0, sizeof *a);
+    a->from_modules = !r->has_ops && r->has_modules;
+    size_t W = (size_t)r->world;
+    a->g = calloc(r->n_sel * W, sizeof *a->g);
+    a->max_layer = -1;
+    for (size_t i = 0; i < r->n_ev; i++)
+        if (is_unit(a, &r->ev[i]) && r->ev[i].layer > a->max_layer) a->max_layer = r->ev[i].layer;
+    a->layer_ns = calloc((size_t)(a->max_layer + 2) * DX_MOD_COUNT, sizeof *a->layer_ns);
+    ival *all = malloc((r->n_ev + 1) * sizeof *all), *cmp = malloc((r->n_ev + 1) * sizeof *cmp),
+         *com = malloc((r->n_ev + 1) * sizeof *com);
+    if (!a->g || !a->layer_ns || !all || !cmp || !com) {
+        free(all);
+        free(cmp);
+        free(com);
+        return dx_fail("%s: out of memory analysing %zu events", r->path, r->n_ev);
+    }
+    qsort(r->ev, r->n_ev, sizeof *r->ev, cmp_event);
+    for (size_t b = 0; b < r->n_ev;) {
+        size_t e = b;
+        while (e < r->n_ev && r->ev[e].rank == r->ev[b].rank && r->ev[e].step == r->ev[b].step) e++;
+        group_stats *g = &a->g[sel_index(r, r->ev[b].step) * W + (size_t)r->ev[b].rank];
+        g->has = 1;
+        a->groups++;
+        /* the step span (several: their hull) */
+        int64_t s0 = INT64_MAX, s1 = INT64_MIN, x0 = INT64_MAX, x1 = INT64_MIN;
+        for (size_t i = b; i < e; i++) {
+            const dx_event *ev = &r->ev[i];
+            if (ev->op == DX_OP_STEP) {
+                if (ev->start_ns < s0) s0 = ev->start_ns;
+                if (ev->end_ns > s1) s1 = ev->end_ns;
+            }
+            if (ev->start_ns < x0) x0 = ev->start_ns;
+            if (ev->end_ns > x1) x1 = ev->end_ns;
+        }
+        g->has_span = s0 <= s1;
+        if (!g->has_span) { /* fall back to the extent of the events */
+            s0 = x0;
+            s1 = x1;
+            a->missing_spans++;
+        }
+        size_t na = 0, nc = 0, nm = 0;
+        for (size_t i = b; i < e; i++) {
+            const dx_event *ev = &r->ev[i];
+            if (!is_unit(a, ev)) continue;
+            int64_t s = ev->start_ns < s0 ? s0 : ev->start_ns, t = ev->end_ns > s1 ? s1 : ev->end_ns;
+            double dur = (double)(ev->end_ns - ev->start_ns);
+            /* whole-run sums use the unclipped durations */
+            a->op_ns[ev->op][ev->module] += dur;
+            a->op_flops[ev->op][ev->module] += (double)ev->flops;
+            a->op_bytes[ev->op][ev->module] += (double)ev->bytes;
+            a->op_count[ev->op][ev->module]++;
+            int layer = ev->layer >= 0 ? ev->layer : a->max_layer + 1;
+            a->layer_ns[(size_t)layer * DX_MOD_COUNT + ev->module] += dur;
+            a->module_used[ev->module] = 1;
+            if (t <= s) continue;
+            all[na++] = (ival){s, t};
+            int comm = is_comm_unit(ev);
+            if (comm) {
+                com[nm++] = (ival){s, t};
+                continue;
+            }
+            if (ev->stream == DX_STREAM_COMPUTE) cmp[nc++] = (ival){s, t};
+            if (ev->stream == DX_STREAM_COMPUTE || ev->stream == DX_STREAM_HOST) {
+                double d = (double)(t - s);
+                g->compute += d;
+                if (ev->phase == DX_PH_FORWARD) g->fwd += d;
+                if (ev->phase == DX_PH_BACKWARD) g->bwd += d;
+                if (ev->phase == DX_PH_OPTIMIZER) g->opt += d;
+            }
+        }
+        na = merge(all, na);
+        nc = merge(cmp, nc);
+        nm = merge(com, nm);
+        g->span = (double)(s1 - s0);
+        g->idle = g->span - (double)total_len(all, na);
+        g->comm = (double)total_len(com, nm);
+        g->exposed = g->comm - (double)overlap_len(com, nm, cmp, nc);
+        a->span_sum += g->span;
+        b = e;
+    }
+    free(all);
+    free(cmp);
+    free(com);
+    return 0;
+}
+
+static void analysis_free(analysis *a)
+{
+    free(a->g);
+    free(a->layer_ns);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Chrome trace-event JSON */
+
+typedef struct {
+    FILE *f;
+    int only_range;
+    int first;
+} chrome_ctx;
+
+static int write_chrome_events(report *r, const dx_event *ev, size_t n, void *ctx)
+{
+    chrome_ctx *c = ctx;
+    for (size_t i = 0; i < n; i++) {
+        const dx_event *e = &ev[i];
+        if (c->only_range && !step_selected(r, e->step)) continue;
+        const char *name = e->op == DX_OP_MODULE ? name_of(dx_module_names, DX_MOD_COUNT, e->module)
+                                                 : name_of(dx_op_names, DX_OP_COUNT, e->op);
+        fprintf(c->f,
+                "%s\n{\"name\":\"%s\",\"cat\":\"%s\",\"ph\":\"X\",\"ts\":%.3f,\"dur\":%.3f,"
+                "\"pid\":%d,\"tid\":%u,\"args\":{\"step\":%d,\"micro\":%d,\"layer\":%d,"
+                "\"phase\":\"%s\",\"bytes\":%lld,\"flops\":%lld}}",
+                c->first ? "" : ",", name, name_of(dx_module_names, DX_MOD_COUNT, e->module),
+                (double)e->start_ns / 1e3, (double)(e->end_ns - e->start_ns) / 1e3, (int)e->rank,
+                (unsigned)e->stream, (int)e->step, (int)e->micro, (int)e->layer,
+                name_of(dx_phase_names, DX_PH_COUNT, e->phase), (long long)e->bytes,
+                (long long)e->flops);
+        c->first = 0;
+    }
+    if (ferror(c->f)) return dx_fail("write error");
+    return 0;
+}
+
+static int write_chrome(report *r, const char *out)
+{
+    size_t len = strlen(out);
+    char *tmp = malloc(len + 5);
+    if (!tmp) return dx_fail("%s: out of memory", out);
+    memcpy(tmp, out, len);
+    memcpy(tmp + len, ".tmp", 5);
+    FILE *f = fopen(tmp, "w");
+    if (!f) {
+        int e = errno;
+        free(tmp);
+        return dx_fail("--chrome %s: cannot create %s.tmp: %s", out, out, strerror(e));
+    }
+    chrome_ctx c = {f, r->explicit_range, 1};
+    fprintf(f, "{\"traceEvents\":[");
+    for (int p = 0; p < r->world; p++) {
+        fprintf(f, "%s\n{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":0,"
+                   "\"args\":{\"name\":\"rank %d\"}}", c.first ? "" : ",", p, p);
+        c.first = 0;
+        fprintf(f, ",\n{\"name\":\"process_sort_index\",\"ph\":\"M\",\"pid\":%d,\"tid\":0,"
+                   "\"args\":{\"sort_index\":%d}}", p, p);
+        for (int s = 0; s < DX_STREAM_COUNT; s++)
+            fprintf(f, ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":%d,"
+                       "\"args\":{\"name\":\"%s\"}}", p, s, dx_stream_names[s]);
+    }
+    int rc = r->has_events ? for_each_events(r, write_chrome_events, &c) : 0;
+    if (rc == 0) fprintf(f, "\n],\"displayTimeUnit\":\"ms\"}\n");
+    if (rc == 0 && ferror(f)) rc = dx_fail("write error");
+    if (fclose(f) != 0 && rc == 0) rc = dx_fail("write error");
+    if (rc == 0 && rename(tmp, out) != 0) rc = dx_fail("cannot rename to %s: %s", out, strerror(errno));
+    if (rc != 0) {
+        remove(tmp);
+        const char *why = dx_last_error();
+        char msg[512];
+        snprintf(msg, sizeof msg, "%s", why);
+        /* messages from reading /events already name the trace */
+        if (strstr(msg, r->path) == msg)
+            dx_fail("%s", msg);
+        else
+            dx_fail("--chrome %s: %s", out, msg);
+    }
+    free(tmp);
+    return rc;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* printing */
+
+static void print_ms(double ns, int width)
+{
+    if (isnan(ns))
+        printf(" %*s", width, "-");
+    else
+        printf(" %*.3f", width, ns / 1e6);
+}
+
+/* One breakdown row: fields in ns (NaN = missing). */
+static void breakdown_row(const char *step, const char *who, const double v[6])
+{
+    printf("  %6s  %-6s", step, who);
+    static const int w[6] = {10, 11, 12, 15, 10, 10};
+    for (int k = 0; k < 6; k++) print_ms(v[k], w[k]);
+    printf("\n");
+}
+
+static void breakdown_header(void)
+{
+    printf("  %6s  %-6s %10s %11s %12s %15s %10s %10s\n", "step", "ranks", "forward ms",
+           "backward ms", "optimizer ms", "exposed comm ms", "idle ms", "step ms");
+}
+
+/* Values of group g for the breakdown columns. */
+static void group_values(const group_stats *g, double v[6])
+{
+    if (!g || !g->has) {
+        for (int k = 0; k < 6; k++) v[k] = NAN;
+        return;
+    }
+    v[0] = g->fwd;
+    v[1] = g->bwd;
+    v[2] = g->opt;
+    v[3] = g->exposed;
+    v[4] = g->idle;
+    v[5] = g->span;
+}
+
+/* mean / min / max over the selected steps of column values vals[i*6 + k] (NaN skipped) */
+static void stats_rows(const char *who, const double *vals, size_t n)
+{
+    double mean[6], mn[6], mx[6];
+    for (int k = 0; k < 6; k++) {
+        double s = 0;
+        size_t c = 0;
+        mn[k] = INFINITY;
+        mx[k] = -INFINITY;
+        for (size_t i = 0; i < n; i++) {
+            double x = vals[i * 6 + (size_t)k];
+            if (isnan(x)) continue;
+            s += x;
+            c++;
+            if (x < mn[k]) mn[k] = x;
+            if (x > mx[k]) mx[k] = x;
+        }
+        mean[k] = c ? s / (double)c : NAN;
+        if (!c) mn[k] = mx[k] = NAN;
+    }
+    breakdown_row("mean", who, mean);
+    breakdown_row("min", who, mn);
+    breakdown_row("max", who, mx);
+}
+
+static double steps_value(const report *r, const double *arr, size_t row, int rank)
+{
+    if (!arr || row == SIZE_MAX) return NAN;
+    return arr[row * (size_t)r->world + (size_t)rank] * 1e9; /* s -> ns */
+}
+
+static void print_summary(const report *r, const analysis *a)
+{
+    double st = 0, tok = 0;
+    size_t n = 0;
+    int have_tok = r->tokens != NULL;
+    for (size_t i = 0; i < r->n_sel; i++) {
+        size_t row = r->sel_row[i];
+        if (row == SIZE_MAX) continue;
+        st += r->step_time_s[row];
+        if (have_tok) tok += (double)r->tokens[row];
+        n++;
+    }
+    printf("dissect report: %s\n\nRun summary\n", r->path);
+    printf("  %-22s %d\n", "world size (ranks)", r->world);
+    printf("  %-22s %s\n", "trace level", r->trace_level);
+    printf("  %-22s %zu (steps %lld..%lld of %lld..%lld%s)\n", "steps in range", r->n_sel,
+           (long long)r->sel[0], (long long)r->sel[r->n_sel - 1],
+           (long long)(r->n_rows ? r->step[0] : r->sel[0]),
+           (long long)(r->n_rows ? r->step[r->n_rows - 1] : r->sel[r->n_sel - 1]),
+           r->warmup_excluded ? "; the first step is left out as warm-up" : "");
+    if (n) {
+        printf("  %-22s %.3f\n", "mean step time (ms)", st / (double)n * 1e3);
+        if (have_tok && st > 0)
+            printf("  %-22s %.1f\n", "tokens/s", tok / st);
+        else
+            printf("  %-22s -\n", "tokens/s");
+    } else {
+        printf("  %-22s - (no /steps rows for these steps)\n", "mean step time (ms)");
+    }
+    if (r->has_events)
+        printf("  %-22s %zu in range (%llu in the trace)%s\n", "events", r->n_ev,
+               r->n_events_total, a->from_modules ? "; no op events, using module spans" : "");
+    else
+        printf("  %-22s none (no /events in this trace)\n", "events");
+    if (r->n_invalid)
+        printf("  %-22s %llu events with unknown enum values or end < start were skipped\n",
+               "warning", r->n_invalid);
+    if (a->missing_spans)
+        printf("  %-22s %zu (rank, step) groups have no step span; their extent is used\n",
+               "warning", a->missing_spans);
+    printf("\n");
+}
+
+static int use_events(const report *r, const analysis *a)
+{
+    (void)a;
+    return r->has_events && (r->has_ops || r->has_modules);
+}
+
+static void print_breakdown(const report *r, const analysis *a)
+{
+    size_t W = (size_t)r->world, n = r->n_sel;
+    double *v0 = malloc(n * 6 * sizeof *v0), *vm = malloc(n * 6 * sizeof *vm);
+    if (!v0 || !vm) {
+        free(v0);
+        free(vm);
+        return;
+    }
+    int ev = use_events(r, a);
+    if (ev)
+        printf("Step breakdown (from /events%s; rank 0 and the max over ranks of each column)\n",
+               a->from_modules ? " module spans" : "");
+    else
+        printf("Step breakdown (from /steps: the trace has no op or module events; 'exposed comm' "
+               "is the total comm_s, idle = step - the other columns)\n");
+    for (size_t i = 0; i < n; i++) {
+        for (int k = 0; k < 6; k++) vm[i * 6 + (size_t)k] = NAN;
+        if (ev) {
+            group_values(&a->g[i * W], &v0[i * 6]);
+            for (size_t p = 0; p < W; p++) {
+                double v[6];
+                group_values(&a->g[i * W + p], v);
+                for (int k = 0; k < 6; k++) {
+                    double *m = &vm[i * 6 + (size_t)k];
+                    if (!isnan(v[k]) && (isnan(*m) || v[k] > *m)) *m = v[k];
+                }
+            }
+        } else {
+            size_t row = r->sel_row[i];
+            for (size_t p = 0; p < W; p++) {
+                double v[6];
+                v[0] = steps_value(r, r->fwd, row, (int)p);
+                v[1] = steps_value(r, r->bwd, row, (int)p);
+                v[2] = steps_value(r, r->opt, row, (int)p);
+                v[3] = steps_value(r, r->comm, row, (int)p);
+                v[5] = row == SIZE_MAX ? NAN : r->step_time_s[row] * 1e9;
+                v[4] = v[5] - v[0] - v[1] - v[2] - v[3];
+                if (v[4] < 0) v[4] = 0;
+                for (int k = 0; k < 6; k++) {
+                    if (p == 0) v0[i * 6 + (size_t)k] = v[k];
+                    double *m = &vm[i * 6 + (size_t)k];
+                    if (!isnan(v[k]) && (isnan(*m) || v[k] > *m)) *m = v[k];
+                }
+            }
+        }
+    }
+    breakdown_header();
+    if (n > 1 && n <= MAX_STEP_ROWS_PRINTED) {
+        for (size_t i = 0; i < n; i++) {
+            char s[32];
+            snprintf(s, sizeof s, "%lld", (long long)r->sel[i]);
+            breakdown_row(s, "rank 0", &v0[i * 6]);
+            breakdown_row(s, "max", &vm[i * 6]);
+        }
+    }
+    stats_rows("rank 0", v0, n);
+    stats_rows("max", vm, n);
+    printf("\n");
+    free(v0);
+    free(vm);
+}
+
+typedef struct {
+    int op, module;
+    double ns;
+} op_row;
+
+static int cmp_op_row(const void *a, const void *b)
+{
+    const op_row *x = a, *y = b;
+    if (x->ns != y->ns) return x->ns < y->ns ? 1 : -1;
+    if (x->op != y->op) return x->op - y->op;
+    return x->module - y->module;
+}
+
+static void print_top(const report *r, const analysis *a, int top)
+{
+    if (!use_events(r, a)) {
+        printf("Top operators: not available (no op or module events in this trace)\n\n");
+        return;
+    }
+    op_row rows[DX_OP_COUNT * DX_MOD_COUNT];
+    int n = 0;
+    for (int o = 0; o < DX_OP_COUNT; o++)
+        for (int m = 0; m < DX_MOD_COUNT; m++)
+            if (a->op_count[o][m] > 0) rows[n++] = (op_row){o, m, a->op_ns[o][m]};
+    qsort(rows, (size_t)n, sizeof rows[0], cmp_op_row);
+    printf("Top operators (by op and module, all ranks; share = %% of the summed step time of "
+           "all ranks; %d of %d shown)\n", n < top ? n : top, n);
+    printf("  %-16s %-10s %8s %12s %12s %8s %10s %9s\n", "op", "module", "count", "total ms",
+           "mean us", "share %", "GFLOP/s", "GB/s");
+    for (int i = 0; i < n && i < top; i++) {
+        int o = rows[i].op, m = rows[i].module;
+        double ns = a->op_ns[o][m];
+        long long c = a->op_count[o][m];
+        printf("  %-16s %-10s %8lld %12.3f %12.3f", o == DX_OP_MODULE ? "(module span)" : dx_op_names[o],
+               dx_module_names[m], c, ns / 1e6, c ? ns / (double)c / 1e3 : 0.0);
+        if (a->span_sum > 0)
+            printf(" %8.2f", 100.0 * ns / a->span_sum);
+        else
+            printf(" %8s", "-");
+        if (ns > 0 && a->op_flops[o][m] > 0)
+            printf(" %10.2f", a->op_flops[o][m] / ns);
+        else
+            printf(" %10s", "-");
+        if (ns > 0 && a->op_bytes[o][m] > 0)
+            printf(" %9.2f", a->op_bytes[o][m] / ns);
+        else
+            printf(" %9s", "-");
+        printf("\n");
+    }
+    printf("\n");
+}
+
+static int col_width(const char *name)
+{
+    size_t n = strlen(name);
+    return n > 9 ? (int)n : 9;
+}
+
+static void print_layers(const report *r, const analysis *a)
+{
+    if (!use_events(r, a)) {
+        printf("Per-layer modules: not available (no op or module events in this trace)\n\n");
+        return;
+    }
+    double denom = (double)r->n_sel * (double)r->world * 1e6; /* -> ms per step per rank */
+    printf("Per-layer modules (ms per step, mean over ranks; %s summed per module and layer)\n",
+           a->from_modules ? "module spans" : "ops");
+    printf("  %-6s", "layer");
+    for (int m = 0; m < DX_MOD_COUNT; m++)
+        if (a->module_used[m]) printf(" %*s", col_width(dx_module_names[m]), dx_module_names[m]);
+    printf(" %10s\n", "total");
+    for (int l = 0; l <= a->max_layer + 1; l++) {
+        double row = 0;
+        int any = 0;
+        for (int m = 0; m < DX_MOD_COUNT; m++) {
+            row += a->layer_ns[(size_t)l * DX_MOD_COUNT + (size_t)m];
+            if (a->layer_ns[(size_t)l * DX_MOD_COUNT + (size_t)m] > 0) any = 1;
+        }
+        if (!any) continue;
+        if (l == a->max_layer + 1)
+            printf("  %-6s", "other");
+        else
+            printf("  %-6d", l);
+        for (int m = 0; m < DX_MOD_COUNT; m++) {
+            if (!a->module_used[m]) continue;
+            int w = col_width(dx_module_names[m]);
+            double v = a->layer_ns[(size_t)l * DX_MOD_COUNT + (size_t)m];
+            if (v > 0)
+                printf(" %*.3f", w, v / denom);
+            else
+                printf(" %*s", w, "-");
+        }
+        printf(" %10.3f\n", row / denom);
+    }
+    printf("\n");
+}
+
+static void print_ranks(const report *r, const analysis *a)
+{
+    size_t W = (size_t)r->world;
+    int ev = use_events(r, a);
+    printf("Ranks (ms per step, mean over the steps in range; %s)\n",
+           ev ? "compute = compute/host ops, comm = time covered by collectives"
+              : "from /steps: step = rank 0's step time, compute = forward + backward + optimizer");
+    printf("  %5s %10s %11s %10s %16s %10s %13s\n", "rank", "step ms", "compute ms", "comm ms",
+           "exposed comm ms", "idle ms", "peak mem MiB");
+    int slow = -1, fast = -1;
+    double slow_v = 0, fast_v = 0;
+    for (size_t p = 0; p < W; p++) {
+        double sum[5] = {0};
+        size_t c = 0, cs[5] = {0};
+        for (size_t i = 0; i < r->n_sel; i++) {
+            if (ev) {
+                const group_stats *g = &a->g[i * W + p];
+                if (!g->has) continue;
+                sum[0] += g->span;
+                sum[1] += g->compute;
+                sum[2] += g->comm;
+                sum[3] += g->exposed;
+                sum[4] += g->idle;
+                c++;
+            } else {
+                size_t row = r->sel_row[i];
+                if (row == SIZE_MAX) continue;
+                double f = steps_value(r, r->fwd, row, (int)p), b = steps_value(r, r->bwd, row, (int)p),
+                       o = steps_value(r, r->opt, row, (int)p), m = steps_value(r, r->comm, row, (int)p);
+                sum[0] += r->step_time_s[row] * 1e9;
+                c++;
+                if (!isnan(f + b + o)) {
+                    sum[1] += f + b + o;
+                    cs[1]++;
+                }
+                if (!isnan(m)) {
+                    sum[2] += m;
+                    cs[2]++;
+                }
+            }
+        }
+        double peak = NAN;
+        if (r->peak)
+            for (size_t i = 0; i < r->n_sel; i++) {
+                size_t row = r->sel_row[i];
+                if (row == SIZE_MAX) continue;
+                double v = (double)r->peak[row * W + p];
+                if (v >= 0 && (isnan(peak) || v > peak)) peak = v;
+            }
+        double mean[5];
+        for (int k = 0; k < 5; k++) {
+            size_t cnt = ev ? c : (k == 0 ? c : cs[k]);
+            mean[k] = cnt && (ev || k < 3) ? sum[k] / (double)cnt : NAN;
+        }
+        printf("  %5zu", p);
+        print_ms(mean[0], 10);
+        print_ms(mean[1], 11);
+        print_ms(mean[2], 10);
+        print_ms(mean[3], 16);
+        print_ms(mean[4], 10);
+        if (isnan(peak))
+            printf(" %13s\n", "-");
+        else
+            printf(" %13.1f\n", peak / (1024.0 * 1024.0));
+        if (!isnan(mean[1])) {
+            if (slow < 0 || mean[1] > slow_v) slow = (int)p, slow_v = mean[1];
+            if (fast < 0 || mean[1] < fast_v) fast = (int)p, fast_v = mean[1];
+        }
+    }
+    if (slow >= 0 && fast_v > 0)
+        printf("  straggler: slowest rank %d (compute %.3f ms/step), fastest rank %d (%.3f ms/step), "
+               "ratio %.3f\n", slow, slow_v / 1e6, fast, fast_v / 1e6, slow_v / fast_v);
+    printf("\n");
+}
+
+static void print_idle(const report *r, const analysis *a)
+{
+    if (!use_events(r, a)) {
+        printf("Idle: not available (no op or module events in this trace)\n");
+        return;
+    }
+    size_t W = (size_t)r->world;
+    printf("Idle (step span not covered by any op; %% of the step span; max = the idlest rank)\n");
+    printf("  %6s %12s %9s %10s %9s %9s\n", "step", "rank 0 ms", "rank 0 %", "max ms", "max %",
+           "max rank");
+    double s0 = 0, sp0 = 0, sm = 0, spm = 0;
+    size_t n0 = 0, nm = 0;
+    for (size_t i = 0; i < r->n_sel; i++) {
+        const group_stats *g0 = &a->g[i * W];
+        int mr = -1;
+        for (size_t p = 0; p < W; p++) {
+            const group_stats *g = &a->g[i * W + p];
+            if (g->has && (mr < 0 || g->idle > a->g[i * W + (size_t)mr].idle)) mr = (int)p;
+        }
+        const group_stats *gm = mr >= 0 ? &a->g[i * W + (size_t)mr] : NULL;
+        if (g0->has) {
+            s0 += g0->idle;
+            sp0 += g0->span;
+            n0++;
+        }
+        if (gm) {
+            sm += gm->idle;
+            spm += gm->span;
+            nm++;
+        }
+        if (r->n_sel > MAX_STEP_ROWS_PRINTED) continue;
+        printf("  %6lld", (long long)r->sel[i]);
+        print_ms(g0->has ? g0->idle : NAN, 12);
+        if (g0->has && g0->span > 0)
+            printf(" %9.2f", 100.0 * g0->idle / g0->span);
+        else
+            printf(" %9s", "-");
+        print_ms(gm ? gm->idle : NAN, 10);
+        if (gm && gm->span > 0)
+            printf(" %9.2f %9d\n", 100.0 * gm->idle / gm->span, mr);
+        else
+            printf(" %9s %9s\n", "-", "-");
+    }
+    printf("  %6s", "mean");
+    print_ms(n0 ? s0 / (double)n0 : NAN, 12);
+    if (sp0 > 0)
+        printf(" %9.2f", 100.0 * s0 / sp0);
+    else
+        printf(" %9s", "-");
+    print_ms(nm ? sm / (double)nm : NAN, 10);
+    if (spm > 0)
+        printf(" %9.2f %9s\n", 100.0 * sm / spm, "");
+    else
+        printf(" %9s %9s\n", "-", "");
+}
+
+/* ------------------------------------------------------------------------------------------ */
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: dissect report RUN.h5 [--steps A:B] [--top N] [--chrome OUT.json]\n\n"
+            "Summarises a dissect trace: run summary, step breakdown (forward, backward, optimizer,\n"
+            "exposed communication, idle), top operators, per-layer modules, ranks, idle.\n\n"
+            "  --steps A:B        steps A..B inclusive (A:, :B and A also work); default: all but\n"
+            "                     the first (warm-up) step\n"
+            "  --top N            operators listed (default 15)\n"
+            "  --chrome OUT.json  also write a Chrome trace-event file (Perfetto, chrome://tracing)\n"
+            "                     with every event (with --steps: the events of those steps)\n");
+}
+
+static int parse_range(report *r, const char *s)
+{
+    char *end;
+    const char *colon = strchr(s, ':');
+    r->range_lo = LLONG_MIN;
+    r->range_hi = LLONG_MAX;
+    if (!colon) {
+        errno = 0;
+        long long v = strtoll(s, &end, 10);
+        if (errno || end == s || *end) return -1;
+        r->range_lo = r->range_hi = v;
+        return 0;
+    }
+    if (colon != s) {
+        errno = 0;
+        r->range_lo = strtoll(s, &end, 10);
+        if (errno || end != colon) return -1;
+    }
+    if (colon[1]) {
+        errno = 0;
+        r->range_hi = strtoll(colon + 1, &end, 10);
+        if (errno || *end) return -1;
+    }
+    return r->range_lo <= r->range_hi ? 0 : -1;
+}
+
+int dx_report_main(int argc, char **argv)
+{
+    static const struct option opts[] = {{"steps", required_argument, NULL, 's'},
+                                         {"top", required_argument, NULL, 't'},
+                                         {"chrome", required_argument, NULL, 'c'},
+                                         {"help", no_argument, NULL, 'h'},
+                                         {NULL, 0, NULL, 0}};
+    report r;
+    memset(&r, 0, sizeof r);
+    r.file = -1;
+    const char *chrome = NULL;
+    int top = 15, o;
+    opterr = 0;
+    optind = 0;
+    while ((o = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
+        switch (o) {
+        case 's':
+            if (parse_range(&r, optarg)) {
+                fprintf(stderr, "dissect: error: report: --steps '%s': expected A:B with A <= B\n", optarg);
+                return 2;
+            }
+            r.explicit_range = 1;
+            break;
+        case 't': {
+            char *end;
+            long v = strtol(optarg, &end, 10);
+            if (end == optarg || *end || v < 1 || v > 100000) {
+                fprintf(stderr, "dissect: error: report: --top '%s': expected a count >= 1\n", optarg);
+                return 2;
+            }
+            top = (int)v;
+            break;
+        }
+        case 'c':
+            chrome = optarg;
+            break;
+        case 'h':
+            usage(stdout);
+            return 0;
+        case ':':
+            fprintf(stderr, "dissect: error: report: flag '%s' needs a value\n", argv[optind - 1]);
+            return 2;
+        default:
+            fprintf(stderr, "dissect: error: report: unknown flag '%s'\n", argv[optind - 1]);
+            usage(stderr);
+            return 2;
+        }
+    }
+    if (argc - optind != 1) {
+        fprintf(stderr, "dissect: error: report: %s\n",
+                argc - optind < 1 ? "missing trace file" : "more than one trace file");
+        usage(stderr);
+        return 2;
+    }
+    r.path = argv[optind];
+
+    /* our messages replace HDF5's error stack printing */
+    H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
+    analysis a;
+    memset(&a, 0, sizeof a);
+    int rc = open_trace(&r);
+    if (!rc) rc = load_steps(&r);
+    if (!rc) {
+        htri_t ex = H5Lexists(r.file, "events", H5P_DEFAULT);
+        if (ex < 0) rc = dx_fail("%s: cannot read the root group (truncated or corrupt file?)", r.path);
+        r.has_events = ex > 0;
+    }
+    if (!rc) rc = select_steps(&r);
+    if (!rc && r.has_events) rc = for_each_events(&r, keep_events, NULL);
+    if (!rc) rc = analyse(&r, &a);
+    if (!rc && chrome) rc = write_chrome(&r, chrome);
+    if (!rc) {
+        print_summary(&r, &a);
+        print_breakdown(&r, &a);
+        print_top(&r, &a, top);
+        print_layers(&r, &a);
+        print_ranks(&r, &a);
+        print_idle(&r, &a);
+        if (chrome) printf("\nChrome trace written to %s\n", chrome);
+        if (fflush(stdout) != 0) rc = dx_fail("report: cannot write to stdout");
+    }
+    analysis_free(&a);
+    report_free(&r);
+    if (rc) {
+        fprintf(stderr, "dissect: error: %s\n", dx_last_error());
+        return 1;
+    }
+    return 0;
+}

@@ -1,0 +1,784 @@
+/* dissect: tests of the CUDA backend (bf16 activations, f32 accumulators) against its CPU twin
+ * (the "cpu" f32 backend, itself tested against float64 references in test_kernels.c).
+ *
+ * For every op and several shapes (odd sizes included): fresh random inputs, rounded to bf16
+ * where the CUDA op reads X (bf16), so that both backends see exactly the same numbers; CUDA
+ * outputs poisoned with 0xFF bytes (NaN in bf16 and f32) before each call, so elements left
+ * unwritten fail; "(+=)" outputs prefilled with the same random values on both sides. Each
+ * output is compared by its relative L2 error ||gpu - cpu|| / ||cpu|| (NaN anywhere fails):
+ *   bf16 outputs                               < 1e-2  (one bf16 rounding is 2^-9 ~ 2e-3)
+ *   f32 outputs computed from exact inputs     < 1e-5
+ *     except gemm with an f32 C: < 1e-4, because tensor-core fp32 accumulation is not IEEE
+ *     round-to-nearest (alignment and truncation inside the MMA: Fasi et al. 2021,
+ *     "Numerical behavior of NVIDIA tensor cores"), so its error grows faster with K than
+ *     the CPU's sgemm;
+ *   copies and conversions that must be exact  == 0  (mismatching elements counted).
+ * Prints one line per output: op, shape, error, bound, ok; then "N passed, M failed" and exits
+ * 1 on any failure. Attention is also timed with CUDA events (informative only).
+ * Without a CUDA device it prints "no CUDA device: skipped" and exits 77 (meson's skip code).
+ */
+#include "common/common.h"
+#include "cuda/cuda_backend.h"
+#include "kernels.h"
+
+#include <cuda_runtime_api.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static dx_backend *gpu, *cpu;
+static int n_pass, n_fail;
+
+/* ---- reporting ---- */
+
+static void report(const char *op, const char *shape, double err, double bound)
+{
+    int ok = bound == 0 ? err == 0 : err < bound; /* NaN fails either way */
+    printf("%-24s %-40s %11.3e %8.0e  %s\n", op, shape, err, bound, ok ? "ok" : "FAIL");
+    fflush(stdout);
+    if (ok) n_pass++;
+    else n_fail++;
+}
+
+static void die(const char *what)
+{
+    fprintf(stderr, "test_cuda_kernels: %s: %s\n", what, dx_last_error());
+    exit(2);
+}
+
+/* ---- host data ---- */
+
+static float bf16_round(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return f;
+    u += 0x7fffu + ((u >> 16) & 1u);
+    u &= 0xffff0000u;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+static void *xmalloc(size_t bytes)
+{
+    void *p = malloc(bytes ? bytes : 1);
+    if (!p) {
+        fprintf(stderr, "test_cuda_kernels: out of host memory\n");
+        exit(2);
+    }
+    return p;
+}
+
+/* shift + scale * N(0,1), rounded to bf16 if bf (else exact float) */
+static float *hrand(size_t n, uint64_t seed, double scale, double shift, int bf)
+{
+    float *p = xmalloc(n * sizeof(float));
+    for (size_t i = 0; i < n; i++) {
+        float f = (float)(shift + scale * dx_normal(seed, 11, i));
+        p[i] = bf ? bf16_round(f) : f;
+    }
+    return p;
+}
+
+static float *hcopy(const float *x, size_t n)
+{
+    float *p = xmalloc(n * sizeof(float));
+    memcpy(p, x, n * sizeof(float));
+    return p;
+}
+
+static double relerr(const float *a, const float *ref, size_t n)
+{
+    double num = 0, den = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = (double)a[i] - (double)ref[i];
+        num += d * d;
+        den += (double)ref[i] * ref[i];
+    }
+    /* a reference with RMS below 1e-6 (a vanishing gradient) is compared absolutely */
+    if (den < 1e-12 * (double)n) den = 1e-12 * (double)n;
+    return sqrt(num / den);
+}
+
+static double mismatches(const float *a, const float *b, size_t n)
+{
+    size_t bad = 0;
+    for (size_t i = 0; i < n; i++)
+        if (memcmp(&a[i], &b[i], 4) != 0) bad++;
+    return (double)bad;
+}
+
+/* ---- GPU buffers (dtype given per buffer) and CPU buffers (f32) ---- */
+
+static void poison(void *p, size_t bytes)
+{
+    if (cudaMemsetAsync(p, 0xFF, bytes, (cudaStream_t)dx_cuda_stream(gpu)) != cudaSuccess) {
+        fprintf(stderr, "test_cuda_kernels: cudaMemsetAsync failed\n");
+        exit(2);
+    }
+}
+
+static void *g_alloc(size_t n, dx_dtype dt)
+{
+    void *p = gpu->alloc(gpu, (n ? n : 1) * dx_dtype_size(dt), DX_MEM_OTHER);
+    if (!p) die("gpu alloc");
+    return p;
+}
+
+static void *g_from(const float *h, size_t n, dx_dtype dt)
+{
+    void *p = g_alloc(n, dt);
+    if (gpu->upload_f32(gpu, p, dt, h, n)) die("gpu upload_f32");
+    return p;
+}
+
+static void *g_nan(size_t n, dx_dtype dt)
+{
+    void *p = g_alloc(n, dt);
+    poison(p, n * dx_dtype_size(dt));
+    return p;
+}
+
+static float *g_get(const void *p, size_t n, dx_dtype dt)
+{
+    float *h = xmalloc(n * sizeof(float));
+    if (gpu->download_f32(gpu, h, p, dt, n)) die("gpu download_f32");
+    return h;
+}
+
+static void *g_ints(const int32_t *h, size_t n)
+{
+    void *p = gpu->alloc(gpu, (n ? n : 1) * sizeof(int32_t), DX_MEM_OTHER);
+    if (!p || gpu->upload(gpu, p, h, n * sizeof(int32_t))) die("gpu ints");
+    return p;
+}
+
+static void *c_from(const float *h, size_t n)
+{
+    void *p = cpu->alloc(cpu, (n ? n : 1) * sizeof(float), DX_MEM_OTHER);
+    if (!p) die("cpu alloc");
+    memcpy(p, h, n * sizeof(float));
+    return p;
+}
+
+static void *c_nan(size_t n)
+{
+    void *p = cpu->alloc(cpu, (n ? n : 1) * sizeof(float), DX_MEM_OTHER);
+    if (!p) die("cpu alloc");
+    for (size_t i = 0; i < n; i++) ((float *)p)[i] = NAN;
+    return p;
+}
+
+static void gfree(void *p) { gpu->free(gpu, p); }
+static void cfree(void *p) { cpu->free(cpu, p); }
+
+#define BF DX_BF16
+#define F32 DX_F32
+
+/* compares a GPU buffer (dtype dt) with a CPU f32 buffer */
+static void cmp(const char *op, const char *shape, const void *g, dx_dtype dt, const void *c,
+                size_t n, double bound)
+{
+    float *a = g_get(g, n, dt);
+    report(op, shape, relerr(a, (const float *)c, n), bound);
+    free(a);
+}
+
+#define B_X 1e-2   /* bf16 outputs */
+#define B_A 1e-5   /* f32 outputs from exact inputs */
+#define B_GEMM_A 1e-4
+
+/* ---- timing ---- */
+
+typedef struct {
+    cudaEvent_t a, b;
+} timer;
+
+static void t_start(timer *t)
+{
+    cudaEventCreate(&t->a);
+    cudaEventCreate(&t->b);
+    cudaEventRecord(t->a, (cudaStream_t)dx_cuda_stream(gpu));
+}
+
+static double t_stop(timer *t)
+{
+    float ms = 0;
+    cudaEventRecord(t->b, (cudaStream_t)dx_cuda_stream(gpu));
+    cudaEventSynchronize(t->b);
+    cudaEventElapsedTime(&ms, t->a, t->b);
+    cudaEventDestroy(t->a);
+    cudaEventDestroy(t->b);
+    return ms;
+}
+
+/* ============================================================================================
+ * memory, transfers
+ * ========================================================================================== */
+
+static void test_memory(void)
+{
+    dx_mem_stats s0 = gpu->mem;
+    void *a = gpu->alloc(gpu, 1001, DX_MEM_PARAMS), *b = gpu->alloc(gpu, 77, DX_MEM_GRADS);
+    void *c = gpu->alloc(gpu, 0, DX_MEM_OPTIM);
+    if (!a || !b || !c) die("alloc");
+    int ok = gpu->mem.current[DX_MEM_PARAMS] == s0.current[DX_MEM_PARAMS] + 1001 &&
+             gpu->mem.current[DX_MEM_GRADS] == s0.current[DX_MEM_GRADS] + 77 &&
+             gpu->mem.current_total == s0.current_total + 1078 && ((uintptr_t)a & 63) == 0 &&
+             ((uintptr_t)b & 63) == 0;
+    gfree(a);
+    gfree(b);
+    gfree(c);
+    gfree(NULL);
+    ok = ok && gpu->mem.current_total == s0.current_total &&
+         gpu->mem.current[DX_MEM_PARAMS] == s0.current[DX_MEM_PARAMS];
+    report("alloc/free accounting", "1001+77+0 bytes", ok ? 0 : 1, 0);
+
+    /* many allocations: exercises the pointer table's growth and deletion */
+    enum { NA = 1000 };
+    void *ps[NA];
+    for (int i = 0; i < NA; i++) {
+        ps[i] = gpu->alloc(gpu, (size_t)(i % 13) * 64 + 3, (dx_mem_cat)(i % DX_MEM_NCAT));
+        if (!ps[i]) die("alloc");
+    }
+    for (int i = 0; i < NA; i += 2) gfree(ps[i]);
+    for (int i = 1; i < NA; i += 2) gfree(ps[i]);
+    report("alloc/free accounting", "1000 buffers", gpu->mem.current_total == s0.current_total ? 0 : 1,
+           0);
+
+    const size_t n = 1001;
+    unsigned char *h = xmalloc(n), *r = xmalloc(n);
+    for (size_t i = 0; i < n; i++) h[i] = (unsigned char)(dx_hash64(i) & 0xff);
+    void *d = g_alloc(n, DX_F32), *d2 = g_alloc(n, DX_F32);
+    if (gpu->upload(gpu, d, h, n) || gpu->download(gpu, r, d, n)) die("transfer");
+    report("upload/download", "1001 bytes", memcmp(h, r, n) ? 1 : 0, 0);
+    poison(d2, n);
+    gpu->copy(gpu, d2, d, n);
+    memset(r, 0, n);
+    if (gpu->download(gpu, r, d2, n)) die("download");
+    report("copy", "1001 bytes", memcmp(h, r, n) ? 1 : 0, 0);
+    poison(d2, n);
+    gpu->zero(gpu, d2, n);
+    if (gpu->download(gpu, r, d2, n)) die("download");
+    size_t nz = 0;
+    for (size_t i = 0; i < n; i++) nz += r[i] != 0;
+    report("zero", "1001 bytes", (double)nz, 0);
+    gfree(d);
+    gfree(d2);
+    free(h);
+    free(r);
+
+    /* f32 <-> bf16 conversions: bf16-representable values round-trip exactly; arbitrary
+     * floats round to nearest even (checked on ties, zeros, infinities) */
+    size_t m = (1u << 22) + 5; /* more than one staging chunk */
+    float *x = hrand(m, 1, 3.0, 0.0, 1), *xf = hrand(m, 2, 3.0, 0.0, 0);
+    void *g = g_from(x, m, BF);
+    float *y = g_get(g, m, BF);
+    report("upload_f32/download_f32", "bf16 n=4194309 exact", mismatches(x, y, m), 0);
+    free(y);
+    void *g2 = g_from(xf, m, F32);
+    y = g_get(g2, m, F32);
+    report("upload_f32/download_f32", "f32 n=4194309 exact", mismatches(xf, y, m), 0);
+    free(y);
+    gfree(g);
+    gfree(g2);
+    float sp[] = {0.0f, -0.0f, INFINITY, -INFINITY, 1.0f + 0x1p-8f, 1.0f + 3 * 0x1p-8f,
+                  -(1.0f + 0x1p-8f), 1.0f + 0x1p-8f + 0x1p-20f, 3.0e38f, 1e-40f, 65504.0f};
+    size_t ns = sizeof sp / sizeof sp[0];
+    float *rs = xmalloc(ns * sizeof(float));
+    for (size_t i = 0; i < ns; i++) rs[i] = bf16_round(sp[i]);
+    g = g_from(sp, ns, BF);
+    y = g_get(g, ns, BF);
+    report("upload_f32 rounding", "ties, zeros, inf, denormal", mismatches(rs, y, ns), 0);
+    free(y);
+    gfree(g);
+    free(rs);
+    free(x);
+    free(xf);
+}
+
+/* ============================================================================================
+ * gemm
+ * ========================================================================================== */
+
+static void test_gemm(uint64_t seed, int ta, int tb, int M, int N, int K, float beta, int c_acc)
+{
+    const float alpha = 0.75f;
+    int lda = (ta ? M : K) + 3, ra = ta ? K : M;
+    int ldb = (tb ? K : N) + 2, rb = tb ? N : K;
+    int ldc = N + 1;
+    size_t na = (size_t)ra * lda, nb = (size_t)rb * ldb, nc = (size_t)M * ldc;
+    float *A = hrand(na, seed, 1, 0, 1), *Bm = hrand(nb, seed + 1, 1, 0, 1);
+    float *C0 = hrand(nc, seed + 2, 1, 0, !c_acc);
+    dx_dtype ct = c_acc ? F32 : BF;
+    void *ga = g_from(A, na, BF), *gb = g_from(Bm, nb, BF);
+    void *gc = beta == 0 ? g_nan(nc, ct) : g_from(C0, nc, ct);
+    void *ca = c_from(A, na), *cb = c_from(Bm, nb), *cc = beta == 0 ? c_nan(nc) : c_from(C0, nc);
+    gpu->gemm(gpu, ta, tb, M, N, K, alpha, ga, lda, gb, ldb, beta, gc, ldc, c_acc);
+    cpu->gemm(cpu, ta, tb, M, N, K, alpha, ca, lda, cb, ldb, beta, cc, ldc, 0);
+    float *C = g_get(gc, nc, ct), *Cr = cc;
+    float *blk = xmalloc((size_t)M * N * sizeof(float)), *rblk = xmalloc((size_t)M * N * sizeof(float));
+    size_t padbad = 0;
+    for (int i = 0; i < M; i++) {
+        memcpy(blk + (size_t)i * N, C + (size_t)i * ldc, (size_t)N * sizeof(float));
+        memcpy(rblk + (size_t)i * N, Cr + (size_t)i * ldc, (size_t)N * sizeof(float));
+        float pad = C[(size_t)i * ldc + N];
+        if (beta != 0 && memcmp(&pad, &C0[(size_t)i * ldc + N], 4) != 0) padbad++;
+        if (beta == 0 && !isnan(pad)) padbad++;
+    }
+    char shape[96];
+    snprintf(shape, sizeof shape, "ta=%d tb=%d M=%d N=%d K=%d b=%g C=%s", ta, tb, M, N, K, beta,
+             c_acc ? "f32" : "bf16");
+    report("gemm", shape, relerr(blk, rblk, (size_t)M * N), c_acc ? B_GEMM_A : B_X);
+    report("gemm ldc padding kept", shape, (double)padbad, 0);
+    free(C);
+    free(blk);
+    free(rblk);
+    free(A);
+    free(Bm);
+    free(C0);
+    gfree(ga);
+    gfree(gb);
+    gfree(gc);
+    cfree(ca);
+    cfree(cb);
+    cfree(cc);
+}
+
+/* ============================================================================================
+ * rmsnorm
+ * ========================================================================================== */
+
+static void test_rmsnorm(uint64_t seed, int N, int D)
+{
+    const float eps = 1e-5f;
+    size_t nx = (size_t)N * D;
+    char shape[64];
+    snprintf(shape, sizeof shape, "N=%d D=%d", N, D);
+    float *x = hrand(nx, seed, 1, 0, 1), *w = hrand(D, seed + 1, 0.5, 1.0, 1);
+    float *dy = hrand(nx, seed + 2, 1, 0, 1), *pdx = hrand(nx, seed + 3, 1, 0, 1);
+    float *pdw = hrand(D, seed + 4, 1, 0, 0);
+
+    void *gx = g_from(x, nx, BF), *gw = g_from(w, D, BF), *gy = g_nan(nx, BF), *gr = g_nan(N, F32);
+    void *cx = c_from(x, nx), *cw = c_from(w, D), *cy = c_nan(nx), *cr = c_nan(N);
+    gpu->rmsnorm_fwd(gpu, gy, gr, gx, gw, N, D, eps);
+    cpu->rmsnorm_fwd(cpu, cy, cr, cx, cw, N, D, eps);
+    cmp("rmsnorm_fwd y", shape, gy, BF, cy, nx, B_X);
+    cmp("rmsnorm_fwd rstd", shape, gr, F32, cr, N, B_A);
+
+    /* backward from the same rstd (the CPU's) on both sides */
+    void *grs = g_from((const float *)cr, N, F32), *gdy = g_from(dy, nx, BF);
+    void *gdx = g_from(pdx, nx, BF), *gdw = g_from(pdw, D, F32);
+    void *cdy = c_from(dy, nx), *cdx = c_from(pdx, nx), *cdw = c_from(pdw, D);
+    gpu->rmsnorm_bwd(gpu, gdx, gdw, gdy, gx, gw, grs, N, D);
+    cpu->rmsnorm_bwd(cpu, cdx, cdw, cdy, cx, cw, cr, N, D);
+    cmp("rmsnorm_bwd dx (+=)", shape, gdx, BF, cdx, nx, B_X);
+    cmp("rmsnorm_bwd dw (+=)", shape, gdw, F32, cdw, D, B_A);
+
+    free(x);
+    free(w);
+    free(dy);
+    free(pdx);
+    free(pdw);
+    gfree(gx);
+    gfree(gw);
+    gfree(gy);
+    gfree(gr);
+    gfree(grs);
+    gfree(gdy);
+    gfree(gdx);
+    gfree(gdw);
+    cfree(cx);
+    cfree(cw);
+    cfree(cy);
+    cfree(cr);
+    cfree(cdy);
+    cfree(cdx);
+    cfree(cdw);
+}
+
+/* ============================================================================================
+ * rope
+ * ========================================================================================== */
+
+static void test_rope(uint64_t seed, int B, int T, int H, int Dh)
+{
+    const float theta = 10000.0f;
+    size_t n = (size_t)B * T * H * Dh;
+    char shape[64];
+    snprintf(shape, sizeof shape, "B=%d T=%d H=%d Dh=%d", B, T, H, Dh);
+    float *x = hrand(n, seed, 1, 0, 1);
+    for (int dir = 0; dir < 2; dir++) {
+        void *g = g_from(x, n, BF), *c = c_from(x, n);
+        if (dir == 0) {
+            gpu->rope_fwd(gpu, g, B, T, H, Dh, theta);
+            cpu->rope_fwd(cpu, c, B, T, H, Dh, theta);
+        } else {
+            gpu->rope_bwd(gpu, g, B, T, H, Dh, theta);
+            cpu->rope_bwd(cpu, c, B, T, H, Dh, theta);
+        }
+        cmp(dir == 0 ? "rope_fwd" : "rope_bwd", shape, g, BF, c, n, B_X);
+        gfree(g);
+        cfree(c);
+    }
+    free(x);
+}
+
+/* ============================================================================================
+ * attention
+ * ========================================================================================== */
+
+static void test_attention(uint64_t seed, int B, int T, int H, int Hkv, int Dh)
+{
+    size_t nq = (size_t)B * T * H * Dh, nk = (size_t)B * T * Hkv * Dh, nl = (size_t)B * H * T;
+    char shape[64];
+    snprintf(shape, sizeof shape, "B=%d T=%d H=%d Hkv=%d Dh=%d", B, T, H, Hkv, Dh);
+    float *q = hrand(nq, seed, 1, 0, 1), *k = hrand(nk, seed + 1, 1, 0, 1);
+    float *v = hrand(nk, seed + 2, 1, 0, 1), *dout = hrand(nq, seed + 3, 1, 0, 1);
+
+    void *gq = g_from(q, nq, BF), *gk = g_from(k, nk, BF), *gv = g_from(v, nk, BF);
+    void *go = g_nan(nq, BF), *gl = g_nan(nl, F32);
+    void *cq = c_from(q, nq), *ck = c_from(k, nk), *cv = c_from(v, nk);
+    void *co = c_nan(nq), *cl = c_nan(nl);
+    gpu->attention_fwd(gpu, go, gl, gq, gk, gv, B, T, H, Hkv, Dh);
+    cpu->attention_fwd(cpu, co, cl, cq, ck, cv, B, T, H, Hkv, Dh);
+    cmp("attention_fwd o", shape, go, BF, co, nq, B_X);
+    cmp("attention_fwd lse", shape, gl, F32, cl, nl, B_A);
+
+    /* backward from the same o (the CPU's, rounded to bf16) and lse on both sides */
+    float *ob = hcopy((const float *)co, nq);
+    for (size_t i = 0; i < nq; i++) ob[i] = bf16_round(ob[i]);
+    void *gob = g_from(ob, nq, BF), *glb = g_from((const float *)cl, nl, F32);
+    void *cob = c_from(ob, nq), *gdo = g_from(dout, nq, BF), *cdo = c_from(dout, nq);
+    void *gdq = g_nan(nq, BF), *gdk = g_nan(nk, BF), *gdv = g_nan(nk, BF);
+    void *cdq = c_nan(nq), *cdk = c_nan(nk), *cdv = c_nan(nk);
+    gpu->attention_bwd(gpu, gdq, gdk, gdv, gdo, gq, gk, gv, gob, glb, B, T, H, Hkv, Dh);
+    cpu->attention_bwd(cpu, cdq, cdk, cdv, cdo, cq, ck, cv, cob, cl, B, T, H, Hkv, Dh);
+    cmp("attention_bwd dq", shape, gdq, BF, cdq, nq, B_X);
+    cmp("attention_bwd dk", shape, gdk, BF, cdk, nk, B_X);
+    cmp("attention_bwd dv", shape, gdv, BF, cdv, nk, B_X);
+
+    /* timing (informative): mean of 3 runs after the runs above */
+    timer t;
+    t_start(&t);
+    for (int r = 0; r < 3; r++) gpu->attention_fwd(gpu, go, gl, gq, gk, gv, B, T, H, Hkv, Dh);
+    double fms = t_stop(&t) / 3;
+    t_start(&t);
+    for (int r = 0; r < 3; r++)
+        gpu->attention_bwd(gpu, gdq, gdk, gdv, gdo, gq, gk, gv, gob, glb, B, T, H, Hkv, Dh);
+    double bms = t_stop(&t) / 3;
+    printf("%-24s %-40s fwd %.3f ms, bwd %.3f ms\n", "  time attention", shape, fms, bms);
+
+    free(q);
+    free(k);
+    free(v);
+    free(dout);
+    free(ob);
+    void *gb[] = {gq, gk, gv, go, gl, gob, glb, gdo, gdq, gdk, gdv};
+    for (size_t i = 0; i < sizeof gb / sizeof gb[0]; i++) gfree(gb[i]);
+    void *cb[] = {cq, ck, cv, co, cl, cob, cdo, cdq, cdk, cdv};
+    for (size_t i = 0; i < sizeof cb / sizeof cb[0]; i++) cfree(cb[i]);
+}
+
+/* timing only, at training size (no CPU reference) */
+static void time_attention(int B, int T, int H, int Hkv, int Dh)
+{
+    size_t nq = (size_t)B * T * H * Dh, nk = (size_t)B * T * Hkv * Dh, nl = (size_t)B * H * T;
+    float *xq = hrand(nq, 99, 1, 0, 1), *xk = hrand(nk, 98, 1, 0, 1);
+    void *gq = g_from(xq, nq, BF), *gdo = g_from(xq, nq, BF);
+    void *gk = g_from(xk, nk, BF), *gv = g_from(xk, nk, BF);
+    void *go = g_alloc(nq, BF), *gl = g_alloc(nl, F32);
+    void *gdq = g_alloc(nq, BF), *gdk = g_alloc(nk, BF), *gdv = g_alloc(nk, BF);
+    gpu->attention_fwd(gpu, go, gl, gq, gk, gv, B, T, H, Hkv, Dh); /* warm-up */
+    gpu->attention_bwd(gpu, gdq, gdk, gdv, gdo, gq, gk, gv, go, gl, B, T, H, Hkv, Dh);
+    timer t;
+    t_start(&t);
+    gpu->attention_fwd(gpu, go, gl, gq, gk, gv, B, T, H, Hkv, Dh);
+    double fms = t_stop(&t);
+    t_start(&t);
+    gpu->attention_bwd(gpu, gdq, gdk, gdv, gdo, gq, gk, gv, go, gl, B, T, H, Hkv, Dh);
+    double bms = t_stop(&t);
+    /* causal: half of the 4 B H T^2 Dh flops of the two forward products (bwd: 2.5x) */
+    double ff = 2.0 * B * H * (double)T * T * Dh;
+    char shape[64];
+    snprintf(shape, sizeof shape, "B=%d T=%d H=%d Hkv=%d Dh=%d", B, T, H, Hkv, Dh);
+    printf("%-24s %-40s fwd %.3f ms (%.1f TFLOP/s), bwd %.3f ms (%.1f TFLOP/s)\n",
+           "  time attention", shape, fms, ff / fms * 1e-9, bms, 2.5 * ff / bms * 1e-9);
+    free(xq);
+    free(xk);
+    void *gb[] = {gq, gk, gv, go, gl, gdo, gdq, gdk, gdv};
+    for (size_t i = 0; i < sizeof gb / sizeof gb[0]; i++) gfree(gb[i]);
+}
+
+/* ============================================================================================
+ * element-wise ops
+ * ========================================================================================== */
+
+static void test_swiglu(uint64_t seed, size_t n)
+{
+    char shape[64];
+    snprintf(shape, sizeof shape, "n=%zu", n);
+    float *g = hrand(n, seed, 3, 0, 1), *u = hrand(n, seed + 1, 1, 0, 1), *dh = hrand(n, seed + 2, 1, 0, 1);
+    void *gg = g_from(g, n, BF), *gu = g_from(u, n, BF), *gdh = g_from(dh, n, BF);
+    void *cg = c_from(g, n), *cu = c_from(u, n), *cdh = c_from(dh, n);
+    void *gh = g_nan(n, BF), *gdg = g_nan(n, BF), *gdu = g_nan(n, BF);
+    void *ch = c_nan(n), *cdg = c_nan(n), *cdu = c_nan(n);
+    gpu->swiglu_fwd(gpu, gh, gg, gu, n);
+    cpu->swiglu_fwd(cpu, ch, cg, cu, n);
+    cmp("swiglu_fwd h", shape, gh, BF, ch, n, B_X);
+    gpu->swiglu_bwd(gpu, gdg, gdu, gdh, gg, gu, n);
+    cpu->swiglu_bwd(cpu, cdg, cdu, cdh, cg, cu, n);
+    cmp("swiglu_bwd dg", shape, gdg, BF, cdg, n, B_X);
+    cmp("swiglu_bwd du", shape, gdu, BF, cdu, n, B_X);
+    free(g);
+    free(u);
+    free(dh);
+    void *gb[] = {gg, gu, gdh, gh, gdg, gdu};
+    for (size_t i = 0; i < 6; i++) gfree(gb[i]);
+    void *cb[] = {cg, cu, cdh, ch, cdg, cdu};
+    for (size_t i = 0; i < 6; i++) cfree(cb[i]);
+}
+
+static void test_add(uint64_t seed, size_t n)
+{
+    char shape[64];
+    snprintf(shape, sizeof shape, "n=%zu", n);
+    float *a = hrand(n, seed, 1, 0, 1), *b = hrand(n, seed + 1, 1, 0, 1);
+    void *ga = g_from(a, n, BF), *gb = g_from(b, n, BF), *gy = g_nan(n, BF);
+    void *ca = c_from(a, n), *cb = c_from(b, n), *cy = c_nan(n);
+    gpu->add(gpu, gy, ga, gb, n);
+    cpu->add(cpu, cy, ca, cb, n);
+    cmp("add", shape, gy, BF, cy, n, B_X);
+    gpu->add(gpu, ga, ga, gb, n); /* in place: y aliases a */
+    cmp("add (y aliases a)", shape, ga, BF, cy, n, B_X);
+    free(a);
+    free(b);
+    gfree(ga);
+    gfree(gb);
+    gfree(gy);
+    cfree(ca);
+    cfree(cb);
+    cfree(cy);
+}
+
+static void test_embedding(uint64_t seed, int N, int D, int V)
+{
+    char shape[64];
+    snprintf(shape, sizeof shape, "N=%d D=%d V=%d", N, D, V);
+    int32_t *ids = xmalloc((size_t)N * sizeof(int32_t));
+    for (int i = 0; i < N; i++) ids[i] = (int32_t)(dx_hash64(seed * 1000003u + (uint64_t)i) % (uint64_t)V);
+    size_t nt = (size_t)V * D, no = (size_t)N * D;
+    float *tab = hrand(nt, seed, 1, 0, 1), *dout = hrand(no, seed + 1, 1, 0, 1);
+    float *pre = hrand(nt, seed + 2, 1, 0, 0);
+    void *gids = g_ints(ids, N), *gt = g_from(tab, nt, BF), *go = g_nan(no, BF);
+    void *ct = c_from(tab, nt), *co = c_nan(no);
+    gpu->embedding_fwd(gpu, go, gids, gt, N, D);
+    cpu->embedding_fwd(cpu, co, ids, ct, N, D);
+    float *o = g_get(go, no, BF);
+    report("embedding_fwd (exact)", shape, mismatches(o, (const float *)co, no), 0);
+    free(o);
+    void *gdo = g_from(dout, no, BF), *gdt = g_from(pre, nt, F32);
+    void *cdo = c_from(dout, no), *cdt = c_from(pre, nt);
+    gpu->embedding_bwd(gpu, gdt, gdo, gids, N, D);
+    cpu->embedding_bwd(cpu, cdt, cdo, ids, N, D);
+    cmp("embedding_bwd (+=)", shape, gdt, F32, cdt, nt, B_A);
+    free(ids);
+    free(tab);
+    free(dout);
+    free(pre);
+    gfree(gids);
+    gfree(gt);
+    gfree(go);
+    gfree(gdo);
+    gfree(gdt);
+    cfree(ct);
+    cfree(co);
+    cfree(cdo);
+    cfree(cdt);
+}
+
+static void test_cross_entropy(uint64_t seed, int N, int V, int with_dl)
+{
+    char shape[64];
+    snprintf(shape, sizeof shape, "N=%d V=%d%s", N, V, with_dl ? "" : " dlogits=NULL");
+    size_t n = (size_t)N * V;
+    float *z = hrand(n, seed, 2.5, 0, 0);
+    int32_t *t = xmalloc((size_t)N * sizeof(int32_t));
+    for (int i = 0; i < N; i++)
+        t[i] = i % 4 == 1 ? -1 : (int32_t)(dx_hash64(seed + 7 * (uint64_t)i) % (uint64_t)V);
+    const float dscale = 1.0f / (float)N, pre = 0.25f;
+    void *gz = g_from(z, n, F32), *gt = g_ints(t, N), *gl = g_from(&pre, 1, F32);
+    void *gd = with_dl ? g_nan(n, BF) : NULL;
+    void *cz = c_from(z, n), *cl = c_from(&pre, 1), *cd = with_dl ? c_nan(n) : NULL;
+    gpu->cross_entropy(gpu, gl, gd, gz, gt, N, V, dscale);
+    cpu->cross_entropy(cpu, cl, cd, cz, t, N, V, dscale);
+    cmp("cross_entropy loss (+=)", shape, gl, F32, cl, 1, B_A);
+    if (with_dl) cmp("cross_entropy dlogits", shape, gd, BF, cd, n, B_X);
+    free(z);
+    free(t);
+    gfree(gz);
+    gfree(gt);
+    gfree(gl);
+    gfree(gd);
+    cfree(cz);
+    cfree(cl);
+    cfree(cd);
+}
+
+static void test_adamw(uint64_t seed, size_t n, int with_work)
+{
+    char shape[64];
+    snprintf(shape, sizeof shape, "n=%zu%s", n, with_work ? "" : " work=NULL");
+    dx_adamw_hparams hp = {.lr = 1e-2, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8,
+                           .weight_decay = 0.1, .grad_scale = 0.5, .step = 7};
+    float *p = hrand(n, seed, 1, 0, 0), *g = hrand(n, seed + 1, 0.1, 0, 0);
+    float *m = hrand(n, seed + 2, 0.01, 0, 0), *v = hrand(n, seed + 3, 1e-2, 0, 0);
+    for (size_t i = 0; i < n; i++) v[i] = v[i] * v[i];
+    void *gp = g_from(p, n, F32), *gg = g_from(g, n, F32), *gm = g_from(m, n, F32);
+    void *gv = g_from(v, n, F32), *gw = with_work ? g_nan(n, BF) : NULL;
+    void *cp = c_from(p, n), *cg = c_from(g, n), *cm = c_from(m, n), *cv = c_from(v, n);
+    void *cw = with_work ? c_nan(n) : NULL;
+    gpu->adamw(gpu, gp, gw, gg, gm, gv, n, &hp);
+    cpu->adamw(cpu, cp, cw, cg, cm, cv, n, &hp);
+    cmp("adamw master", shape, gp, F32, cp, n, B_A);
+    cmp("adamw m", shape, gm, F32, cm, n, B_A);
+    cmp("adamw v", shape, gv, F32, cv, n, B_A);
+    /* the update itself (p_new - p_old): one ulp of p is ~1e-5 of it at lr = 1e-2 */
+    float *pn = g_get(gp, n, F32), *du = xmalloc(n * sizeof(float)), *dr = xmalloc(n * sizeof(float));
+    for (size_t i = 0; i < n; i++) {
+        du[i] = (float)((double)pn[i] - p[i]);
+        dr[i] = (float)((double)((float *)cp)[i] - p[i]);
+    }
+    report("adamw update", shape, relerr(du, dr, n), 1e-4);
+    if (with_work) {
+        cmp("adamw work", shape, gw, BF, cp, n, B_X);
+        float *w = g_get(gw, n, BF);
+        for (size_t i = 0; i < n; i++) pn[i] = bf16_round(pn[i]);
+        report("adamw work == bf16(master)", shape, mismatches(w, pn, n), 0);
+        free(w);
+    }
+    free(pn);
+    free(du);
+    free(dr);
+    free(p);
+    free(g);
+    free(m);
+    free(v);
+    gfree(gp);
+    gfree(gg);
+    gfree(gm);
+    gfree(gv);
+    gfree(gw);
+    cfree(cp);
+    cfree(cg);
+    cfree(cm);
+    cfree(cv);
+    cfree(cw);
+}
+
+static void test_sumsq_scale_cast(uint64_t seed, size_t n)
+{
+    char shape[64];
+    snprintf(shape, sizeof shape, "n=%zu", n);
+    float *x = hrand(n, seed, 1.5, 0.25, 0), pre = 3.0f;
+    void *gx = g_from(x, n, F32), *go = g_from(&pre, 1, F32);
+    void *cx = c_from(x, n), *co = c_from(&pre, 1);
+    gpu->sumsq(gpu, go, gx, n);
+    cpu->sumsq(cpu, co, cx, n);
+    cmp("sumsq (+=)", shape, go, F32, co, 1, B_A);
+
+    void *gd = g_nan(n, BF), *cd = c_nan(n);
+    gpu->acc_to_act(gpu, gd, gx, n);
+    cpu->acc_to_act(cpu, cd, cx, n);
+    cmp("acc_to_act", shape, gd, BF, cd, n, B_X);
+    float *d = g_get(gd, n, BF), *r = xmalloc(n * sizeof(float));
+    for (size_t i = 0; i < n; i++) r[i] = bf16_round(x[i]);
+    report("acc_to_act == rne(x)", shape, mismatches(d, r, n), 0);
+    free(d);
+    free(r);
+
+    gpu->scale(gpu, gx, n, 0.37f);
+    cpu->scale(cpu, cx, n, 0.37f);
+    cmp("scale", shape, gx, F32, cx, n, B_A);
+    free(x);
+    gfree(gx);
+    gfree(go);
+    gfree(gd);
+    cfree(cx);
+    cfree(co);
+    cfree(cd);
+}
+
+/* ============================================================================================ */
+
+int main(void)
+{
+    int ndev = 0;
+    cudaError_t e = cudaGetDeviceCount(&ndev);
+    if (e != cudaSuccess || ndev <= 0) {
+        printf("no CUDA device: skipped\n");
+        return 77;
+    }
+    gpu = dx_backend_cuda_create(0, 4);
+    if (!gpu) die("dx_backend_cuda_create");
+    cpu = dx_backend_cpu_create(4);
+    if (!cpu) die("dx_backend_cpu_create");
+    struct cudaDeviceProp prop;
+    if (cudaGetDeviceProperties(&prop, 0) == cudaSuccess) printf("device 0: %s\n", prop.name);
+    printf("%-24s %-40s %11s %8s  %s\n", "op", "shape", "rel_err", "bound", "ok");
+
+    uint64_t seed = 1000;
+    test_memory();
+
+    const int gs[][3] = {{7, 13, 96}, {129, 1001, 64}, {64, 2048, 2048}, {33, 7, 1}, {5, 9, 0}};
+    for (size_t s = 0; s < sizeof gs / sizeof gs[0]; s++)
+        for (int ta = 0; ta < 2; ta++)
+            for (int tb = 0; tb < 2; tb++)
+                for (int c_acc = 0; c_acc < 2; c_acc++) {
+                    test_gemm(seed += 10, ta, tb, gs[s][0], gs[s][1], gs[s][2], 0.0f, c_acc);
+                    test_gemm(seed += 10, ta, tb, gs[s][0], gs[s][1], gs[s][2], 0.5f, c_acc);
+                }
+
+    const int rn[] = {7, 129}, rd[] = {13, 96, 2048};
+    for (int a = 0; a < 2; a++)
+        for (int b = 0; b < 3; b++) test_rmsnorm(seed += 10, rn[a], rd[b]);
+
+    const int ts[] = {1, 7, 129}, dhs[] = {32, 64, 128};
+    for (int a = 0; a < 3; a++)
+        for (int b = 0; b < 3; b++) test_rope(seed += 10, 2, ts[a], 8, dhs[b]);
+    test_rope(seed += 10, 2, 7, 2, 64); /* after a longer T: reuses the cached table */
+
+    const int ats[] = {1, 7, 129, 512}, hkvs[] = {8, 2};
+    for (int a = 0; a < 4; a++)
+        for (int b = 0; b < 2; b++)
+            for (int c = 0; c < 3; c++) test_attention(seed += 10, 2, ats[a], 8, hkvs[b], dhs[c]);
+
+    const size_t ns[] = {1, 13, 1001, (1u << 20) + 3};
+    for (int a = 0; a < 4; a++) {
+        test_swiglu(seed += 10, ns[a]);
+        test_add(seed += 10, ns[a]);
+        test_adamw(seed += 10, ns[a], 1);
+        test_adamw(seed += 10, ns[a], 0);
+        test_sumsq_scale_cast(seed += 10, ns[a]);
+    }
+    test_sumsq_scale_cast(seed += 10, (1u << 22) + 7);
+
+    const int en[] = {7, 129, 64}, ed[] = {13, 96, 2048}, ev[] = {1001, 1001, 5};
+    for (int a = 0; a < 3; a++) test_embedding(seed += 10, en[a], ed[a], ev[a]);
+
+    test_cross_entropy(seed += 10, 7, 1001, 1);
+    test_cross_entropy(seed += 10, 33, 32000, 1);
+    test_cross_entropy(seed += 10, 1, 13, 1);
+    test_cross_entropy(seed += 10, 33, 32000, 0);
+
+    time_attention(4, 2048, 32, 8, 128);
+    time_attention(8, 1024, 16, 16, 64);
+
+    gpu->sync(gpu);
+    gpu->destroy(gpu);
+    cpu->destroy(cpu);
+    printf("%d passed, %d failed\n", n_pass, n_fail);
+    return n_fail ? 1 : 0;
+}

@@ -1,0 +1,167 @@
+#!/usr/bin/env bash
+# `dissect report` on the synthetic trace of tests/test_trace.c, tests/check_events.py on it, and
+# the report's bad-input handling.
+#   usage: test_report.sh TEST_TRACE_BINARY | TRACE.h5      (env: DISSECT, PYTHON3, SRCDIR)
+# The expected numbers follow from the event template described at the top of test_trace.c:
+# steps 10, 20, 30 with spans 750, 1750, 2750 ms; per step forward 30%, backward 50% (rank 1: 52%),
+# optimizer 10%, exposed comm 5% (rank 1: 3%), idle 5%. The default range leaves out step 10.
+set -uo pipefail
+: "${DISSECT:?path to the dissect binary}" "${SRCDIR:=.}" "${PYTHON3:=/usr/bin/python3}"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+if [[ ${1:?test_trace binary or trace file} == *.h5 ]]; then
+  trace=$1
+else
+  trace=$tmp/t.h5
+  "$1" "$trace" >"$tmp/test_trace.log" || { cat "$tmp/test_trace.log"; echo "0 passed, 1 failed"; exit 1; }
+fi
+passed=0 failed=0
+ok() { echo "ok   $1"; passed=$((passed+1)); }
+bad() { echo "FAIL $1"; failed=$((failed+1)); }
+
+# has FILE WORDS...: FILE contains the words in one line, separated by any run of blanks
+has() {
+  local file=$1; shift
+  local pat; pat=$(printf '%s' "$*" | sed -e 's/[][\.*^$+?(){}|/]/\\&/g' -e 's/ \+/[[:space:]]+/g')
+  grep -Eq "(^|[[:space:]])$pat([[:space:]]|$)" "$file"
+}
+expect_line() { # NAME FILE WORDS...
+  local name=$1 file=$2; shift 2
+  if has "$file" "$@"; then ok "$name: '$*'"; else bad "$name: no line with '$*' in:"; sed 's/^/     /' "$file"; fi
+}
+
+# --- the report on the synthetic trace ------------------------------------------------------
+out=$tmp/report.txt
+if "$DISSECT" report "$trace" >"$out" 2>"$tmp/err.txt"; then ok "report exits 0"; else bad "report exit $?: $(cat "$tmp/err.txt")"; fi
+for h in "Run summary" "Step breakdown" "Top operators" "Per-layer modules" "Ranks" "Idle"; do
+  if grep -q "^$h" "$out"; then ok "section '$h'"; else bad "section '$h' missing"; fi
+done
+expect_line "summary" "$out" "world size (ranks) 2"
+expect_line "summary" "$out" "trace level op"
+expect_line "summary" "$out" "steps in range 2 (steps 20..30 of 10..30; the first step is left out as warm-up)"
+expect_line "summary" "$out" "mean step time (ms) 2250.000"
+# tokens/s = (512 + 768) tokens / (1.75 + 2.75) s
+expect_line "summary" "$out" "tokens/s 284.4"
+#                                         forward  backward optimizer exposed idle    step
+expect_line "breakdown step 20" "$out" "20 rank 0 525.000 875.000 175.000 87.500 87.500 1750.000"
+expect_line "breakdown step 30" "$out" "30 max 825.000 1430.000 275.000 137.500 137.500 2750.000"
+expect_line "breakdown mean" "$out" "mean rank 0 675.000 1125.000 225.000 112.500 112.500 2250.000"
+expect_line "breakdown mean of max" "$out" "mean max 675.000 1170.000 225.000 112.500 112.500 2250.000"
+# op module count total_ms mean_us share% GFLOP/s GB/s (over both ranks and steps 20, 30)
+expect_line "top op" "$out" "all_reduce layer 4 2250.000 562500.000 25.00 - 2.00"
+expect_line "top op" "$out" "gemm mlp 16 2160.000 135000.000 24.00 50.00 4.00"
+expect_line "top op" "$out" "memcpy data 4 180.000 45000.000 2.00 - 10.00"
+# layer embedding attention mlp lm_head loss optimizer layer data total (ms/step, rank mean)
+expect_line "layer 0" "$out" "0 - 360.000 315.000 - - - - - 675.000"
+expect_line "layer other" "$out" "other 112.500 - - 270.000 67.500 225.000 562.500 45.000 1282.500"
+expect_line "rank 1" "$out" "1 2250.000 2070.000 562.500 67.500 112.500"
+expect_line "straggler" "$out" "straggler: slowest rank 1 (compute 2070.000 ms/step), fastest rank 0 (2025.000 ms/step), ratio 1.022"
+expect_line "idle mean" "$out" "mean 112.500 5.00 112.500 5.00"
+if grep -q "^Top operators" "$out" && [[ $(sed -n '/^Top operators/,/^$/p' "$out" | wc -l) -eq 14 ]]; then
+  ok "top operators: 11 rows"; else bad "top operators: expected 11 rows"; fi
+
+out2=$tmp/report_steps.txt
+"$DISSECT" report "$trace" --steps 10:10 --top 3 >"$out2" 2>&1 || bad "report --steps 10:10 exit $?"
+expect_line "--steps 10:10" "$out2" "mean rank 0 225.000 375.000 75.000 37.500 37.500 750.000"
+expect_line "--steps 10:10" "$out2" "mean max 225.000 390.000 75.000 37.500 37.500 750.000"
+if [[ $(sed -n '/^Top operators/,/^$/p' "$out2" | wc -l) -eq 6 ]]; then ok "--top 3: 3 rows"; else bad "--top 3"; fi
+
+# --- check_events.py ---------------------------------------------------------------------
+if "$PYTHON3" "$SRCDIR/tests/check_events.py" "$trace" --require-op gemm --require-op all_reduce \
+     --require-op adamw >"$tmp/ce.txt" 2>&1; then
+  ok "check_events.py: $(tail -1 "$tmp/ce.txt")"
+else bad "check_events.py:"; sed 's/^/     /' "$tmp/ce.txt"; fi
+# a copy with two overlapping compute ops, an op outside its span and a missing step span must fail
+"$PYTHON3" - "$trace" "$tmp/broken.h5" <<'EOF'
+import shutil, sys, h5py, numpy as np
+shutil.copy(sys.argv[1], sys.argv[2])
+with h5py.File(sys.argv[2], "r+") as f:
+    ev = f["events"][()]
+    ops = {n: v for n, v in h5py.check_enum_dtype(f["events"].dtype["op"]).items()}
+    gemm = np.flatnonzero((ev["op"] == ops["gemm"]) & (ev["rank"] == 0) & (ev["step"] == 20))
+    ev["end_ns"][gemm[0]] += (ev["end_ns"][gemm[0]] - ev["start_ns"][gemm[0]]) * 4  # overlaps the next ops
+    span = np.flatnonzero((ev["op"] == ops["step"]) & (ev["rank"] == 1) & (ev["step"] == 30))
+    ev["op"][span[0]] = ops["memset"]
+    f["events"][...] = ev
+EOF
+"$PYTHON3" "$SRCDIR/tests/check_events.py" "$tmp/broken.h5" --require-op rope >"$tmp/ce2.txt" 2>&1
+rc=$?
+if [[ $rc -eq 1 ]] && grep -q "^FAIL rank 0: compute+host" "$tmp/ce2.txt" && grep -q "^FAIL rank 1: one step span" "$tmp/ce2.txt" \
+   && grep -q "^FAIL op 'rope'" "$tmp/ce2.txt" && grep -q "^ok   rank 1: compute+host" "$tmp/ce2.txt"; then
+  ok "check_events.py finds overlapping compute ops, a missing span, a missing op: $(tail -1 "$tmp/ce2.txt")"
+else bad "check_events.py on a broken copy (exit $rc):"; sed 's/^/     /' "$tmp/ce2.txt"; fi
+
+# --- --chrome ----------------------------------------------------------------------------
+json=$tmp/trace.json
+if "$DISSECT" report "$trace" --chrome "$json" >/dev/null 2>"$tmp/err.txt" && [[ -f $json && ! -e $json.tmp ]]; then
+  ok "--chrome writes $(basename "$json")"; else bad "--chrome: $(cat "$tmp/err.txt")"; fi
+if "$PYTHON3" -m json.tool "$json" >/dev/null 2>"$tmp/err.txt"; then ok "json.tool parses the Chrome trace"; else bad "json.tool: $(cat "$tmp/err.txt")"; fi
+if "$PYTHON3" - "$json" >"$tmp/chrome.txt" 2>&1 <<'EOF'
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert d["displayTimeUnit"] == "ms", d.get("displayTimeUnit")
+ev = d["traceEvents"]
+x = [e for e in ev if e["ph"] == "X"]
+assert len(x) == 210, len(x)
+assert {e["pid"] for e in x} == {0, 1}, {e["pid"] for e in x}
+for p in (0, 1):
+    assert sum(e["pid"] == p for e in x) == 105
+names = {(e["pid"], e["name"], e["args"]["name"]) for e in ev if e["ph"] == "M" and "name" in e["args"]}
+assert (0, "process_name", "rank 0") in names and (1, "process_name", "rank 1") in names, names
+assert (1, "thread_name", "comm") in names, names
+g = [e for e in x if e["name"] == "gemm" and e["pid"] == 0 and e["args"]["step"] == 10]
+first = min(g, key=lambda e: e["ts"])  # step 10 starts at 100 ms; gemm at 4u = 30 ms later
+assert abs(first["ts"] - 130000.0) < 1e-6 and abs(first["dur"] - 22500.0) < 1e-6, first
+assert first["cat"] == "attention" and first["tid"] == 0 and first["args"]["phase"] == "forward", first
+assert first["args"]["flops"] == 50 * 22500000 and first["args"]["layer"] == 0, first
+print("210 X events, 105 per pid; metadata and the first gemm as written")
+EOF
+then ok "Chrome trace content: $(cat "$tmp/chrome.txt")"; else bad "Chrome trace content:"; sed 's/^/     /' "$tmp/chrome.txt"; fi
+
+# --- examples/plot_trace.py ----------------------------------------------------------------
+if "$PYTHON3" "$SRCDIR/examples/plot_trace.py" "$trace" --step 20 --out "$tmp/plot" >"$tmp/plot.txt" 2>&1 \
+   && [[ -s $tmp/plot_timeline.png && -s $tmp/plot_ops.png ]]; then
+  ok "plot_trace.py writes plot_timeline.png and plot_ops.png"
+else bad "plot_trace.py:"; sed 's/^/     /' "$tmp/plot.txt"; fi
+
+# --- a trace without /events (trace level step): breakdown from /steps --------------------
+"$PYTHON3" - "$trace" "$tmp/noevents.h5" <<'EOF'
+import sys, h5py
+with h5py.File(sys.argv[1], "r") as src, h5py.File(sys.argv[2], "w") as dst:
+    for k, v in src.attrs.items():
+        dst.attrs[k] = v
+    src.copy("metadata", dst)
+    src.copy("steps", dst)
+EOF
+if "$DISSECT" report "$tmp/noevents.h5" >"$tmp/noev.txt" 2>&1 && grep -q "from /steps" "$tmp/noev.txt"; then
+  ok "a trace without /events: breakdown from /steps"; else bad "trace without /events:"; sed 's/^/     /' "$tmp/noev.txt"; fi
+# rank 0 step 20: forward 0.25 s, backward 0.5 s, optimizer 0.125 s, comm 0.02 s, step 1.75 s
+expect_line "without /events" "$tmp/noev.txt" "20 rank 0 250.000 500.000 125.000 20.000 855.000 1750.000"
+
+# --- bad input: one error line naming the file, non-zero exit, no --chrome output ---------
+echo "this is not a trace" >"$tmp/notes.txt"
+"$PYTHON3" -c "import h5py, sys; f = h5py.File(sys.argv[1], 'w'); f['x'] = [1, 2, 3]; f.attrs['format'] = 'something-else'" "$tmp/other.h5"
+"$PYTHON3" -c "import h5py, sys; f = h5py.File(sys.argv[1], 'w'); f['steps'] = [1, 2, 3]" "$tmp/noformat.h5"
+size=$(stat -c %s "$trace")
+head -c $((size / 2)) "$trace" >"$tmp/truncated.h5"
+for f in "$tmp/notes.txt" "$tmp/other.h5" "$tmp/noformat.h5" "$tmp/truncated.h5" "$tmp/missing.h5"; do
+  name=$(basename "$f")
+  rm -f "$tmp/out.json" "$tmp/out.json.tmp"
+  "$DISSECT" report "$f" --chrome "$tmp/out.json" >"$tmp/stdout.txt" 2>"$tmp/stderr.txt"
+  rc=$?
+  n=$(wc -l <"$tmp/stderr.txt")
+  if [[ $rc -ne 0 && $rc -lt 128 && $n -eq 1 && ! -s $tmp/stdout.txt && ! -e $tmp/out.json && ! -e $tmp/out.json.tmp ]] \
+     && grep -q "$name" "$tmp/stderr.txt"; then
+    ok "$name: exit $rc: $(cat "$tmp/stderr.txt")"
+  else
+    bad "$name: exit $rc, $n stderr lines, stdout $(wc -c <"$tmp/stdout.txt") bytes, out.json $([[ -e $tmp/out.json || -e $tmp/out.json.tmp ]] && echo exists || echo absent):"
+    sed 's/^/     /' "$tmp/stderr.txt"
+  fi
+done
+"$DISSECT" report "$trace" --steps 40:50 >"$tmp/stdout.txt" 2>"$tmp/stderr.txt"
+rc=$?
+if [[ $rc -ne 0 ]] && grep -q "no steps in --steps 40:50" "$tmp/stderr.txt" && [[ ! -s $tmp/stdout.txt ]]; then
+  ok "--steps 40:50 (no such steps): $(cat "$tmp/stderr.txt")"; else bad "--steps 40:50: exit $rc"; fi
+
+echo "$passed passed, $failed failed"
+[[ $failed -eq 0 ]]
