@@ -173,6 +173,16 @@ struct dx_backend {
     /* dst X[n] = (X) src A[n]. */
     void (*acc_to_act)(dx_backend *be, void *dst, const void *src, size_t n);
 
+    /* ---- timing marks, for traces (NULL on backends whose ops finish before returning) ---- */
+    /* Records a timestamp in stream order on `stream` (NULL: the compute stream; otherwise a
+     * cudaStream_t of the same device, e.g. NCCL's); returns its id (0, 1, ... since the last
+     * resolve_marks) or -1 if it could not be recorded. */
+    int (*mark)(dx_backend *be, void *stream);
+    /* Waits until every mark recorded since the last call has completed and returns their times
+     * as CLOCK_MONOTONIC nanoseconds: (*ns)[id] for id < the returned count (the array is owned
+     * by the backend, valid until the next call); then forgets them. -1 + dx_fail on error. */
+    int (*resolve_marks)(dx_backend *be, const int64_t **ns);
+
     /* Releases the backend and everything it holds. */
     void (*destroy)(dx_backend *be);
 };

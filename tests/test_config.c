@@ -168,7 +168,7 @@ int main(void)
     check(c.seed == 1234 && c.zero_stage == 0 && c.eval_interval == 100 && c.eval_iters == 10 &&
               c.log_interval == 1 && c.sample_tokens == 64 && c.sample_temperature == 0.8,
           "defaults: seed, stage, eval, sample");
-    check(c.trace_path[0] == 0 && c.trace_level == DX_TRACE_STEP && strcmp(c.device, "cpu") == 0 &&
+    check(c.trace_path[0] == 0 && c.trace_level == DX_TRACE_STEP && strcmp(c.device, "auto") == 0 &&
               c.train_path[0] == 0 && c.valid_path[0] == 0 && c.tokenizer_path[0] == 0,
           "defaults: trace, device, data paths");
     check(dx_config_finalize(&c, 2) == 0 && c.global_batch == 16 && c.lr_decay_iters == 1000,

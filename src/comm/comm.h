@@ -18,6 +18,10 @@ struct dx_comm {
     int rank; /* rank within this group */
     int size; /* ranks in this group */
     void *impl;
+    /* Timing marks (dx_backend.mark ids) around the last collective on device buffers, recorded
+     * in its own stream; -1 when the comm runs synchronously on the host (MPI), whose callers
+     * time it with the host clock. */
+    int last_mark[2];
 
     /* buf[count] of dt summed over the group, in place. */
     int (*all_reduce_sum)(dx_comm *c, void *buf, size_t count, dx_dtype dt);

@@ -4,7 +4,9 @@
  * collectives records spans. Level (trace.level): 0 = step (no events; /steps only), 1 = module
  * (step spans, module spans and collectives), 2 = op (step spans, module spans, every kernel call
  * and collective). Times are this rank's CLOCK_MONOTONIC in ns; the coordinator converts them.
- * On the CPU backend ops are synchronous, so host clock reads bracket them exactly.
+ * On the CPU backend ops are synchronous, so host clock reads bracket them exactly. On backends
+ * with timing marks (CUDA), spans are bracketed by marks recorded in stream order and resolved to
+ * host-clock times once per step (dx_tr_resolve).
  */
 #ifndef DX_TRACER_H
 #define DX_TRACER_H
@@ -13,6 +15,7 @@
 
 #include "common.h"
 #include "events.h"
+#include "kernels.h"
 
 typedef struct {
     int level;     /* 0 step, 1 module, 2 op */
@@ -22,7 +25,21 @@ typedef struct {
     uint8_t phase; /* dx_phase */
     int failed;    /* an append failed (out of memory): recording stops, reported at gather */
     dx_event_buf buf;
+    dx_backend *be;   /* when be->mark is set, spans use its timing marks */
+    size_t unresolved; /* events from this index on may hold mark ids (flag in pad[0]) */
 } dx_tracer;
+
+/* Opens a span: a host time, or a mark id on the compute stream when the backend has marks. */
+int64_t dx_tr_begin(dx_tracer *t);
+/* Closes a span opened by dx_tr_begin and records it (see dx_tr_record). */
+void dx_tr_end(dx_tracer *t, int64_t begin, int module, int layer, int op, int stream, int64_t bytes,
+               int64_t flops);
+/* Records a span bracketed by two marks of t->be (ids from be->mark). */
+void dx_tr_record_marks(dx_tracer *t, int m0, int m1, int module, int layer, int op, int stream,
+                        int64_t bytes, int64_t flops);
+/* Replaces the mark ids of the events recorded since the last call by their host-clock times
+ * (waits for the backend). Returns 0 or -1 + dx_fail. No-op without marks. */
+int dx_tr_resolve(dx_tracer *t);
 
 /* Records one span [start_ns, end_ns) with the tracer's current step, micro-batch and phase. */
 void dx_tr_record(dx_tracer *t, uint64_t start_ns, uint64_t end_ns, int module, int layer, int op,
@@ -35,10 +52,10 @@ static inline int dx_tr_on(const dx_tracer *t, int level) { return t && t->level
 #define DX_TRACE_OP(tr, module, layer, op, flops, bytes, call)                                  \
     do {                                                                                        \
         if (dx_tr_on((tr), 2)) {                                                                \
-            uint64_t t0_ = dx_now_ns();                                                         \
+            int64_t t0_ = dx_tr_begin(tr);                                                      \
             call;                                                                               \
-            dx_tr_record((tr), t0_, dx_now_ns(), (module), (layer), (op), DX_STREAM_COMPUTE,     \
-                         (int64_t)(bytes), (int64_t)(flops));                                   \
+            dx_tr_end((tr), t0_, (module), (layer), (op), DX_STREAM_COMPUTE, (int64_t)(bytes),   \
+                      (int64_t)(flops));                                                        \
         } else {                                                                                \
             call;                                                                               \
         }                                                                                       \

@@ -122,7 +122,7 @@ void dx_config_defaults(dx_config *c)
     c->sample_tokens = 64;
     c->sample_temperature = 0.8;
     c->trace_level = DX_TRACE_STEP;
-    snprintf(c->device, sizeof c->device, "cpu");
+    snprintf(c->device, sizeof c->device, "auto"); /* cuda when a GPU is present, else cpu */
     snprintf(c->source, sizeof c->source, "defaults");
 }
 
@@ -195,8 +195,8 @@ static int set_trace_level(dx_config *c, const char *value, const char *source, 
 
 static int set_device(dx_config *c, const char *value, const char *source, const char *path)
 {
-    if (strcmp(value, "cpu") != 0 && strcmp(value, "cuda") != 0)
-        return dx_fail("%s: key '%s': must be \"cpu\" or \"cuda\", got '%s'", source, path, value);
+    if (strcmp(value, "cpu") != 0 && strcmp(value, "cuda") != 0 && strcmp(value, "auto") != 0)
+        return dx_fail("%s: key '%s': must be \"auto\", \"cpu\" or \"cuda\", got '%s'", source, path, value);
     snprintf(c->device, sizeof c->device, "%s", value);
     return 0;
 }

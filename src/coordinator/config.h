@@ -73,7 +73,7 @@ typedef struct {
     char trace_path[1024]; /* "" = no trace file */
     dx_trace_level trace_level;
 
-    char device[16]; /* "cpu" or "cuda" */
+    char device[16]; /* "auto" (cuda if a GPU is present, else cpu), "cpu" or "cuda" */
 
     char source[1024]; /* file the config came from (for messages) */
 } dx_config;

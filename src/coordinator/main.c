@@ -35,7 +35,7 @@ static const struct {
     {"zero-stage", "zero_optimization.stage", "ZeRO stage 0..3"},
     {"trace", "trace.path", "HDF5 trace file to write"},
     {"trace-level", "trace.level", "step | module | op"},
-    {"device", "device", "cpu | cuda"},
+    {"device", "device", "auto | cpu | cuda (auto: cuda when a GPU is present)"},
     {"eval-interval", "eval_interval", "steps between validation runs (0 = never)"},
     {"eval-iters", "eval_iters", "validation batches per run"},
     {"log-interval", "log_interval", "steps between progress lines"},

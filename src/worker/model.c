@@ -252,12 +252,11 @@ static int hook(dx_model *m, int g, dx_hook_kind k)
 }
 
 /* Module spans (trace.level module or op). */
-#define MOD_BEGIN(m) uint64_t mod_t0_ = dx_tr_on((m)->tr, 1) ? dx_now_ns() : 0
+#define MOD_BEGIN(m) int64_t mod_t0_ = dx_tr_on((m)->tr, 1) ? dx_tr_begin((m)->tr) : 0
 #define MOD_END(m, module, layer)                                                               \
     do {                                                                                        \
         if (dx_tr_on((m)->tr, 1))                                                               \
-            dx_tr_record((m)->tr, mod_t0_, dx_now_ns(), (module), (layer), DX_OP_MODULE,         \
-                         DX_STREAM_COMPUTE, 0, 0);                                              \
+            dx_tr_end((m)->tr, mod_t0_, (module), (layer), DX_OP_MODULE, DX_STREAM_COMPUTE, 0, 0); \
     } while (0)
 #define OP(module, layer, op, flops, bytes, call) DX_TRACE_OP(m->tr, module, layer, op, flops, bytes, call)
 

@@ -12,10 +12,19 @@
 #include "data.h"
 #include "model.h"
 #include "zero/zero.h"
+#ifdef DX_HAVE_CUDA
+#include <cuda_runtime.h>
+
+#include "cuda/cuda_backend.h"
+#endif
+#ifdef DX_HAVE_NCCL
+#include "comm/comm_nccl.h"
+#endif
 
 struct dx_worker {
     dx_config cfg;
-    dx_comm *dp;
+    dx_comm *dp;     /* the DP group over host memory (MPI) */
+    dx_comm *dp_dev; /* the DP group over backend buffers (NCCL on CUDA; == dp on the CPU) */
     dx_backend *be;
     dx_model *model;
     dx_zero *zero;
@@ -32,6 +41,26 @@ struct dx_worker {
 dx_tracer *dx_worker_tracer(dx_worker *w) { return &w->tr; }
 dx_model *dx_worker_model(dx_worker *w) { return w->model; }
 dx_zero *dx_worker_zero(dx_worker *w) { return w->zero; }
+
+int dx_cuda_devices(void)
+{
+#ifdef DX_HAVE_CUDA
+    int n = 0;
+    return cudaGetDeviceCount(&n) == cudaSuccess ? n : 0;
+#else
+    return 0;
+#endif
+}
+
+int dx_local_rank(void)
+{
+    const char *vars[] = {"OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID", "MPI_LOCALRANKID", "LOCAL_RANK"};
+    for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
+        const char *v = getenv(vars[i]);
+        if (v && *v) return atoi(v);
+    }
+    return 0;
+}
 
 int dx_default_threads(void)
 {
@@ -62,6 +91,7 @@ void dx_worker_destroy(dx_worker *w)
     if (!w) return;
     dx_zero_destroy(w->zero);
     dx_model_destroy(w->model);
+    if (w->dp_dev && w->dp_dev != w->dp) w->dp_dev->destroy(w->dp_dev);
     if (w->be) {
         w->be->free(w->be, w->d_in);
         w->be->free(w->be, w->d_tg);
@@ -89,13 +119,28 @@ dx_worker *dx_worker_create(const dx_config *c, dx_comm *world)
     w->tr.micro = -1;
     const int T = c->seq_length, B = c->micro_batch, V = c->model.vocab_size;
 
-    if (!strcmp(c->device, "cpu")) {
+    const char *device = c->device;
+    if (!strcmp(device, "auto")) device = dx_cuda_devices() > 0 ? "cuda" : "cpu";
+    w->dp_dev = world;
+    if (!strcmp(device, "cpu")) {
         w->be = dx_backend_cpu_create(dx_default_threads());
     } else {
-        dx_fail("key 'device': \"%s\" is not available in this build (built without CUDA)", c->device);
+#if defined(DX_HAVE_CUDA) && defined(DX_HAVE_NCCL)
+        int n = dx_cuda_devices();
+        if (n <= 0) {
+            dx_fail("key 'device': \"cuda\" but no CUDA device is visible");
+            goto fail;
+        }
+        w->be = dx_backend_cuda_create(dx_local_rank() % n, dx_default_threads());
+        if (w->be) w->dp_dev = dx_comm_nccl_create(world, w->be);
+        if (!w->dp_dev) goto fail;
+#else
+        dx_fail("key 'device': \"cuda\" is not available in this build (built without CUDA and NCCL)");
         goto fail;
+#endif
     }
     if (!w->be) goto fail;
+    w->tr.be = w->be;
 
     if (c->train_path[0]) {
         if (dx_shard_open(&w->train, c->train_path, V)) goto fail;
@@ -111,7 +156,7 @@ dx_worker *dx_worker_create(const dx_config *c, dx_comm *world)
 
     w->model = dx_model_create(&c->model, w->be, B, T);
     if (!w->model) goto fail;
-    w->zero = dx_zero_create(w->model, w->be, w->dp, c->zero_stage, c->seed);
+    w->zero = dx_zero_create(w->model, w->be, w->dp_dev, w->dp, c->zero_stage, c->seed);
     if (!w->zero) goto fail;
     dx_model_set_tracer(w->model, &w->tr);
     dx_zero_set_tracer(w->zero, &w->tr);
@@ -226,6 +271,7 @@ int dx_worker_train_step(dx_worker *w, long step, dx_step_stats *st)
     st->optimizer_s = (double)(t_end - t_o) * 1e-9 - opt_comm;
     st->step_s = (double)(t_end - t_step) * 1e-9;
     st->mem = be->mem;
+    if (dx_tr_resolve(tr)) return -1; /* GPU marks -> host times (the step has synced) */
     tr->phase = DX_PH_STEP;
     if (dx_tr_on(tr, 1))
         dx_tr_record(tr, t_step, t_end, DX_MOD_STEP, -1, DX_OP_STEP, DX_STREAM_HOST, 0, 0);

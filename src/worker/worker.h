@@ -62,6 +62,13 @@ struct dx_zero;
 struct dx_model *dx_worker_model(dx_worker *w);
 struct dx_zero *dx_worker_zero(dx_worker *w);
 
+/* CUDA devices visible to this process (0 without CUDA support or without a device). */
+int dx_cuda_devices(void);
+
+/* This rank's index among the ranks of its node: Open MPI's OMPI_COMM_WORLD_LOCAL_RANK, Slurm's
+ * SLURM_LOCALID, MPICH's MPI_LOCALRANKID or LOCAL_RANK; 0 if none is set. Picks the GPU. */
+int dx_local_rank(void);
+
 /* Number of OpenMP threads a rank should use: cores / ranks on this node (at least 1), unless
  * OMP_NUM_THREADS is set. */
 int dx_default_threads(void);

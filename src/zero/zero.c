@@ -20,7 +20,7 @@ typedef struct {
 struct dx_zero {
     dx_model *model;
     dx_backend *be;
-    dx_comm *dp;
+    dx_comm *dp, *dp_host;
     int stage, P, r, ngroups;
     zgroup *g;
     size_t xs, as;
@@ -51,6 +51,19 @@ double dx_zero_take_comm_seconds(dx_zero *z)
     return s;
 }
 
+/* Records a collective of group gi (-1: optimizer scalars): device-stream marks when the comm
+ * that ran it left some (NCCL), else the host times around the call. */
+static void trace_comm(dx_zero *z, int gi, int op, int64_t bytes, uint64_t t0, uint64_t t1)
+{
+    int module = gi < 0 ? DX_MOD_OPTIMIZER : group_module(z, gi), layer = gi < 0 ? -1 : group_layer(z, gi);
+    dx_comm *c = gi < 0 ? z->dp_host : z->dp;
+    if (c->last_mark[0] >= 0)
+        dx_tr_record_marks(z->tr, c->last_mark[0], c->last_mark[1], module, layer, op, DX_STREAM_COMM,
+                           bytes, 0);
+    else
+        dx_tr_record(z->tr, t0, t1, module, layer, op, DX_STREAM_COMM, bytes, 0);
+}
+
 /* Runs a collective of group gi moving `bytes`, timing it into comm_ns and the trace. */
 #define COMM(z, gi, op, bytes, call)                                                           \
     do {                                                                                       \
@@ -59,9 +72,7 @@ double dx_zero_take_comm_seconds(dx_zero *z)
         uint64_t t1_ = dx_now_ns();                                                            \
         (z)->comm_ns += t1_ - t0_;                                                             \
         if (dx_tr_on((z)->tr, 1))                                                              \
-            dx_tr_record((z)->tr, t0_, t1_, (gi) < 0 ? DX_MOD_OPTIMIZER : group_module((z), (gi)), \
-                         (gi) < 0 ? -1 : group_layer((z), (gi)), (op), DX_STREAM_COMM,           \
-                         (int64_t)(bytes), 0);                                                  \
+            trace_comm((z), (gi), (op), (int64_t)(bytes), t0_, t1_);                           \
         if (rc_) return -1;                                                                    \
     } while (0)
 
@@ -112,7 +123,8 @@ static void *zalloc(dx_zero *z, size_t bytes, dx_mem_cat cat, int *fail)
     return p;
 }
 
-dx_zero *dx_zero_create(dx_model *m, dx_backend *be, dx_comm *dp, int stage, uint64_t seed)
+dx_zero *dx_zero_create(dx_model *m, dx_backend *be, dx_comm *dp, dx_comm *dp_host, int stage,
+                        uint64_t seed)
 {
     if (stage < 0 || stage > 3) {
         dx_fail("zero_optimization.stage: %d is not a ZeRO stage (0, 1, 2 or 3)", stage);
@@ -123,6 +135,7 @@ dx_zero *dx_zero_create(dx_model *m, dx_backend *be, dx_comm *dp, int stage, uin
     z->model = m;
     z->be = be;
     z->dp = dp;
+    z->dp_host = dp_host;
     z->stage = stage;
     z->P = dp->size;
     z->r = dp->rank;
@@ -254,7 +267,7 @@ int dx_zero_step(dx_zero *z, const dx_adamw_hparams *hp_in, double max_norm, dou
     double ss = ss_f;
     if (be->acc == DX_F64 && be->download(be, &ss, z->scalar, sizeof ss)) return -1;
     if (z->stage >= 1 && z->P > 1)
-        COMM(z, -1, DX_OP_ALL_REDUCE, sizeof ss, z->dp->all_reduce_sum(z->dp, &ss, 1, DX_F64));
+        COMM(z, -1, DX_OP_ALL_REDUCE, sizeof ss, z->dp_host->all_reduce_sum(z->dp_host, &ss, 1, DX_F64));
     double norm = sqrt(ss);
     *grad_norm = norm;
     double clip = 1.0;

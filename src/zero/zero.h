@@ -25,9 +25,12 @@
 typedef struct dx_zero dx_zero;
 
 /* Allocates the state for `stage` (0..3) over the DP group and initialises the parameters with
- * dx_model_init_values(seed) (identical whatever the DP size or stage). Installs the model's
- * group hook. Returns NULL + dx_fail (naming the stage or the allocation) on failure. */
-dx_zero *dx_zero_create(dx_model *m, dx_backend *be, dx_comm *dp, int stage, uint64_t seed);
+ * dx_model_init_values(seed) (identical whatever the DP size or stage). `dp` carries collectives
+ * on backend buffers (MPI on the CPU backend, NCCL on CUDA); `dp_host` is the same ranks over
+ * host memory (MPI; may equal dp), used for scalars such as the gradient norm. Installs the
+ * model's group hook. Returns NULL + dx_fail (naming the stage or the allocation) on failure. */
+dx_zero *dx_zero_create(dx_model *m, dx_backend *be, dx_comm *dp, dx_comm *dp_host, int stage,
+                        uint64_t seed);
 void dx_zero_destroy(dx_zero *z);
 
 /* Clears the gradients (the full buffers or the local shards) before a step's first micro-batch. */

@@ -1,0 +1,14 @@
+/* NCCL comm for device buffers of the CUDA backend (built with -Dcuda and NCCL found). */
+#ifndef DX_COMM_NCCL_H
+#define DX_COMM_NCCL_H
+
+#include "comm.h"
+
+/* Creates an NCCL communicator over the ranks of the MPI group `host` (collective over it; the
+ * NCCL unique id is broadcast from its rank 0), ordered with `be`'s compute stream through CUDA
+ * events. Collectives (all-reduce, all-gather, reduce-scatter, broadcast, send, recv) take device
+ * buffers; gather, gatherv, max_int and barrier take host memory and go through `host`, which
+ * must outlive the returned comm. NULL + dx_fail naming the rank on failure. */
+dx_comm *dx_comm_nccl_create(dx_comm *host, dx_backend *be);
+
+#endif
