@@ -6,6 +6,7 @@
  */
 #include "config.h"
 
+#include "checkpoints/safetensors.h"
 #include "common/common.h"
 
 #include <cjson/cJSON.h>
@@ -268,6 +269,7 @@ static const key_spec top_keys[] = {
     {"model", K_OBJECT, 0, 0, 0, 0, 0, model_keys, NULL},
     {"data", K_OBJECT, 0, 0, 0, 0, 0, data_keys, NULL},
     {"save", K_STRING, STR(save_path), 0, 0, 0, NULL, NULL},
+    {"hf_model", K_STRING, STR(hf_model), 0, 0, 0, NULL, NULL},
     POS_INT("seq_length", K_INT, OFF(seq_length)),
     POS_INT("train_micro_batch_size_per_gpu", K_INT, OFF(micro_batch)),
     POS_INT("gradient_accumulation_steps", K_INT, OFF(grad_accum)),
@@ -659,6 +661,8 @@ int dx_config_finalize(dx_config *c, int dp)
     const char *src = c->source[0] ? c->source : "config";
     const dx_model_config *m = &c->model;
     if (dp < 1) return dx_fail("%s: data-parallel size must be >= 1, got %d", src, dp);
+    /* a Hugging Face model directory gives the shape (its errors name DIR/config.json) */
+    if (c->hf_model[0] && dx_hf_load_config(c->hf_model, &c->model)) return -1;
 
     if (m->num_attention_heads < 1 || m->num_key_value_heads < 1 || m->hidden_size < 1)
         return dx_fail("%s: key 'model': sizes must be positive", src);
@@ -762,6 +766,7 @@ char *dx_config_to_json(const dx_config *c)
         CHK(cJSON_AddStringToObject(data, "tokenizer", c->tokenizer_path));
     }
     CHK(cJSON_AddStringToObject(root, "save", c->save_path));
+    CHK(cJSON_AddStringToObject(root, "hf_model", c->hf_model));
     CHK(add_int(root, "seq_length", (long long)c->seq_length));
     CHK(add_int(root, "train_micro_batch_size_per_gpu", (long long)c->micro_batch));
     CHK(add_int(root, "gradient_accumulation_steps", (long long)c->grad_accum));

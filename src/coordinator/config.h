@@ -13,7 +13,9 @@
  *   Megatron-LM: seq_length, train_iters, lr_warmup_iters, lr_decay_iters, min_lr,
  *            eval_interval, eval_iters, log_interval, seed.
  *   dissect: data {train, valid, tokenizer}, save (checkpoint path), trace {path, level}, device, sample {tokens,
- *            temperature}.
+ *            temperature}, hf_model (a Hugging Face Llama directory: config.json + safetensors; its
+ *            config.json replaces the "model" keys in dx_config_finalize, and its weights are the
+ *            initial parameters, see checkpoints/safetensors.h).
  * Unknown keys, wrong types and impossible values are errors naming the file and the key path
  * (e.g. "run.json: key 'model.hidden_size': must be divisible by num_attention_heads").
  */
@@ -46,6 +48,8 @@ typedef struct {
     char valid_path[1024];     /* token shard for validation ("" = none) */
     char tokenizer_path[1024]; /* SentencePiece model for decoding samples ("" = none) */
     char save_path[1024];      /* "save": HDF5 checkpoint written at the end ("" = none) */
+    char hf_model[1024];       /* "hf_model": Hugging Face model directory: shape from its
+                                  config.json, initial weights from its safetensors ("" = none) */
 
     /* batch */
     int seq_length;
@@ -104,7 +108,9 @@ int dx_config_set(dx_config *c, const char *key_path, const char *value, const c
 int dx_config_load(dx_config *c, const char *path);
 
 /* Checks cross-key consistency for a world of `dp` data-parallel ranks and derives
- * global_batch (micro x accum x dp) and lr_decay_iters. Errors name the key. */
+ * global_batch (micro x accum x dp) and lr_decay_iters. Errors name the key. With hf_model set,
+ * first replaces c->model by HF_MODEL/config.json (dx_hf_load_config; its errors name that file
+ * and key). */
 int dx_config_finalize(dx_config *c, int dp);
 
 /* Serialises the resolved config as JSON (malloc'd string; NULL on OOM). The output parses back

@@ -1,9 +1,11 @@
 /* dissect: command-line entry point.
  *
  *   mpirun -np N dissect train --config run.json [flags]
+ *   mpirun -np 1 dissect dump --config run.json [flags] --out OUT.h5
  *
  * Rank 0 (the coordinator) reads and validates the config, applies flag overrides, checks it
- * against the world size, and broadcasts it; every rank then trains (see run.h).
+ * against the world size, and broadcasts it; every rank then trains (see run.h), or runs one
+ * forward + backward and writes it out (dump.h).
  */
 #include <getopt.h>
 #include <stdio.h>
@@ -13,6 +15,7 @@
 #include "comm/comm.h"
 #include "common/common.h"
 #include "config.h"
+#include "dump.h"
 #include "report.h"
 #include "run.h"
 
@@ -44,32 +47,39 @@ static const struct {
     {"tokenizer", "data.tokenizer", "SentencePiece model for decoding samples"},
     {"sample-tokens", "sample.tokens", "tokens to sample at the end (0 = none)"},
     {"save", "save", "HDF5 checkpoint of the final weights"},
+    {"hf-model", "hf_model", "Hugging Face Llama directory: shape (config.json) and initial weights (safetensors)"},
 };
 #define N_OVERRIDES (int)(sizeof overrides / sizeof overrides[0])
 
 static void usage(FILE *f)
 {
     fprintf(f, "usage: mpirun -np N dissect train --config FILE [flags]\n"
+               "       mpirun -np 1 dissect dump --config FILE [flags] --out OUT.h5\n"
                "       dissect report RUN.h5 [--steps A:B] [--top N] [--chrome OUT.json]\n"
                "       dissect --version\n\n"
                "Trains a Llama-2-family model; rank 0 also coordinates and writes the trace.\n\n"
-               "  --config FILE          JSON config (Hugging Face / DeepSpeed / Megatron-LM key names)\n");
+               "  --config FILE          JSON config (Hugging Face / DeepSpeed / Megatron-LM key names)\n"
+               "  --out OUT.h5           (dump) HDF5 file for the inputs, logits, loss and gradients of\n"
+               "                         one forward + backward on the first training batch\n");
     for (int i = 0; i < N_OVERRIDES; i++)
         fprintf(f, "  --%-20s %s (key '%s')\n", overrides[i].flag, overrides[i].help, overrides[i].key);
 }
 
-/* Builds the config on rank 0: defaults, file, flags, finalise for `dp` ranks. */
-static int build_config(dx_config *c, int argc, char **argv, int dp)
+/* Builds the config on rank 0: defaults, file, flags, finalise for `dp` ranks. For `dump`
+ * (out != NULL) also takes the required --out PATH into out[out_cap]. */
+static int build_config(dx_config *c, int argc, char **argv, int dp, char *out, size_t out_cap)
 {
-    struct option opts[N_OVERRIDES + 3];
+    struct option opts[N_OVERRIDES + 4];
+    int k = 0;
     for (int i = 0; i < N_OVERRIDES; i++)
-        opts[i] = (struct option){overrides[i].flag, required_argument, NULL, 1000 + i};
-    opts[N_OVERRIDES] = (struct option){"config", required_argument, NULL, 'c'};
-    opts[N_OVERRIDES + 1] = (struct option){"help", no_argument, NULL, 'h'};
-    opts[N_OVERRIDES + 2] = (struct option){NULL, 0, NULL, 0};
+        opts[k++] = (struct option){overrides[i].flag, required_argument, NULL, 1000 + i};
+    opts[k++] = (struct option){"config", required_argument, NULL, 'c'};
+    opts[k++] = (struct option){"help", no_argument, NULL, 'h'};
+    if (out) opts[k++] = (struct option){"out", required_argument, NULL, 'o'};
+    opts[k] = (struct option){NULL, 0, NULL, 0};
 
     dx_config_defaults(c);
-    /* parse argv[1..] ("train" stands in for the program name); optind = 0 fully resets GNU getopt */
+    /* parse argv[1..] (the command stands in for the program name); optind = 0 fully resets GNU getopt */
     argc--;
     argv++;
     /* first pass: the config file, so flags override it whatever their order */
@@ -78,6 +88,10 @@ static int build_config(dx_config *c, int argc, char **argv, int dp)
     int o;
     while ((o = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
         if (o == 'c' && dx_config_load(c, optarg)) return -1;
+        if (o == 'o') {
+            if (strlen(optarg) >= out_cap) return dx_fail("--out: path longer than %zu bytes", out_cap - 1);
+            snprintf(out, out_cap, "%s", optarg);
+        }
         if (o == '?') return dx_fail("unknown flag '%s' (see dissect --help)", argv[optind - 1]);
         if (o == ':') return dx_fail("flag '%s' needs a value", argv[optind - 1]);
         if (o == 'h') {
@@ -94,6 +108,7 @@ static int build_config(dx_config *c, int argc, char **argv, int dp)
             if (dx_config_set(c, overrides[o - 1000].key, optarg, src)) return -1;
         }
     }
+    if (out && !*out) return dx_fail("dump: --out OUT.h5 is required");
     return dx_config_finalize(c, dp);
 }
 
@@ -109,7 +124,7 @@ int main(int argc, char **argv)
     }
     /* the report reads a trace file; it needs no MPI (serial HDF5 access) */
     if (argc >= 2 && !strcmp(argv[1], "report")) return dx_report_main(argc - 1, argv + 1);
-    if (argc < 2 || strcmp(argv[1], "train")) {
+    if (argc < 2 || (strcmp(argv[1], "train") && strcmp(argv[1], "dump"))) {
         fprintf(stderr, "dissect: error: %s\n", argc < 2 ? "missing command" : "unknown command");
         usage(stderr);
         return 2;
@@ -120,11 +135,15 @@ int main(int argc, char **argv)
         fprintf(stderr, "dissect: error: %s\n", dx_last_error());
         return 1;
     }
+    /* `dump` uses the worker (and so MPI) like `train` */
+    const int dump = !strcmp(argv[1], "dump");
     dx_config cfg;
+    char out[1024] = "";
     int rc = 0;
-    if (world->rank == 0) rc = build_config(&cfg, argc, argv, world->size);
-    if (dx_agree_and_report(world, rc) == 0 && world->broadcast(world, &cfg, sizeof cfg, 0) == 0)
-        rc = dx_run_train(&cfg, world);
+    if (world->rank == 0) rc = build_config(&cfg, argc, argv, world->size, dump ? out : NULL, sizeof out);
+    if (dx_agree_and_report(world, rc) == 0 && world->broadcast(world, &cfg, sizeof cfg, 0) == 0 &&
+        world->broadcast(world, out, sizeof out, 0) == 0)
+        rc = dump ? dx_dump_run(&cfg, world, out) : dx_run_train(&cfg, world);
     else
         rc = -1;
     world->destroy(world);

@@ -7,6 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "checkpoints/safetensors.h"
 #include "common/common.h"
 #include "common/tracer.h"
 #include "data.h"
@@ -118,6 +119,7 @@ dx_worker *dx_worker_create(const dx_config *c, dx_comm *world)
     w->tr.rank = world->rank;
     w->tr.micro = -1;
     const int T = c->seq_length, B = c->micro_batch, V = c->model.vocab_size;
+    int hf_joined = 0; /* this rank reached the (collective) Hugging Face import */
 
     const char *device = c->device;
     if (!strcmp(device, "auto")) device = dx_cuda_devices() > 0 ? "cuda" : "cpu";
@@ -158,6 +160,10 @@ dx_worker *dx_worker_create(const dx_config *c, dx_comm *world)
     if (!w->model) goto fail;
     w->zero = dx_zero_create(w->model, w->be, w->dp_dev, w->dp, c->zero_stage, c->seed);
     if (!w->zero) goto fail;
+    /* Hugging Face import: the initial weights from the safetensors of c->hf_model (every rank
+     * reads them and keeps its shard). Collective: a rank that failed above joins it at fail. */
+    hf_joined = 1;
+    if (c->hf_model[0] && dx_hf_load_weights(c->hf_model, w->model, w->zero, w->dp)) goto fail;
     dx_model_set_tracer(w->model, &w->tr);
     dx_zero_set_tracer(w->zero, &w->tr);
 
@@ -174,6 +180,7 @@ dx_worker *dx_worker_create(const dx_config *c, dx_comm *world)
     }
     return w;
 fail:
+    if (c->hf_model[0] && !hf_joined) dx_hf_load_weights(c->hf_model, NULL, NULL, world);
     dx_fail_prefix("rank %d", world->rank);
     dx_worker_destroy(w);
     return NULL;
@@ -276,6 +283,34 @@ int dx_worker_train_step(dx_worker *w, long step, dx_step_stats *st)
     if (dx_tr_on(tr, 1))
         dx_tr_record(tr, t_step, t_end, DX_MOD_STEP, -1, DX_OP_STEP, DX_STREAM_HOST, 0, 0);
     tr->step = 0;
+    return 0;
+}
+
+int dx_worker_forward_backward(dx_worker *w, double *loss, int32_t *inputs, int32_t *targets,
+                               float *logits)
+{
+    const dx_config *c = &w->cfg;
+    dx_backend *be = w->be;
+    const int B = c->micro_batch, T = c->seq_length;
+    const size_t N = (size_t)B * T;
+    if (!w->have_train) return dx_fail("rank %d: no training data (key 'data.train')", w->dp->rank);
+    if (dx_zero_zero_grad(w->zero)) return -1;
+    if (upload_batch(w, &w->tb, (uint64_t)w->dp->rank * B, B)) return -1;
+    if (inputs) memcpy(inputs, w->h_in, N * sizeof *inputs);
+    if (targets) memcpy(targets, w->h_tg, N * sizeof *targets);
+    double sum;
+    be->zero(be, w->d_loss, dx_dtype_size(be->acc));
+    if (dx_model_forward(w->model, w->d_in, w->d_tg, B, T, w->d_loss, 0, 0.0f)) return -1;
+    if (read_scalar(be, w->d_loss, &sum)) return -1;
+    *loss = sum / (double)N;
+    if (logits && be->download_f32(be, logits, dx_model_logits(w->model), be->acc,
+                                   N * (size_t)c->model.vocab_size))
+        return -1;
+    be->zero(be, w->d_loss, dx_dtype_size(be->acc));
+    if (dx_model_forward(w->model, w->d_in, w->d_tg, B, T, w->d_loss, 1, (float)(1.0 / (double)N)))
+        return -1;
+    if (dx_model_backward(w->model)) return -1;
+    be->sync(be);
     return 0;
 }
 

@@ -48,6 +48,19 @@ int dx_worker_eval(dx_worker *w, double *val_loss);
  * ids. */
 int dx_worker_sample(dx_worker *w, int n, double temperature, uint64_t seed, int32_t *ids_out);
 
+/* One forward + backward on the first micro-batch of the training shard (global sequences
+ * rank x micro .. + micro - 1 of the seeded order; on one rank, sequences 0 .. micro - 1), for
+ * checks against other implementations (dissect dump): clears the gradients, then
+ *   - forward without gradient: *loss = mean loss over the micro x seq_length tokens; the host
+ *     batch is copied to inputs / targets (int32 [micro * seq_length], may be NULL) and the
+ *     logits to logits (float [micro * seq_length * vocab_size], may be NULL);
+ *   - forward + backward with dL/dlogits scaled by 1 / (micro x seq_length): the model groups'
+ *     gradients then hold the gradient of that mean loss on this rank (not reduced over DP).
+ * Two forwards, because dL/dlogits may overwrite the logits (they share memory when act == acc).
+ * Not collective for ZeRO stages 0-1 (stages 2-3 run their hooks' collectives). */
+int dx_worker_forward_backward(dx_worker *w, double *loss, int32_t *inputs, int32_t *targets,
+                               float *logits);
+
 /* Learning rate at step (1-based) under the config's schedule. */
 double dx_lr_at(const dx_config *c, long step);
 

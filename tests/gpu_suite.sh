@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# The GPU checks of dissect, for a GPU host (see ../shared/gpu/README.md: `. .gpu/env.sh` first):
+#   tests/gpu_suite.sh [sections...]       sections: build kernels sanitizer hf zero trace brown
+# Builds build-gpu (-Dcuda=enabled), then: CUDA kernels vs their CPU twins (table);
+# compute-sanitizer memcheck over that test; logits/loss/gradients against Hugging Face's
+# LlamaForCausalLM (bf16 on the GPU, fp32 on the CPU backend); ZeRO stages 0-3 on all visible
+# GPUs against one GPU; an op-level GPU trace checked with h5py and `dissect report`; the Brown
+# model on 1 GPU and on all GPUs (needs data/brown from examples/prepare_brown.sh).
+# Logs go to $OUT (default /tmp/dissect-gpu); a summary table is printed last.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-/tmp/dissect-gpu}; mkdir -p "$OUT"
+export PYTHON3=${PYTHON3:-python3} SRCDIR=$PWD DISSECT=$PWD/build-gpu/dissect PYTHONUNBUFFERED=1
+ngpu=$(nvidia-smi -L 2>/dev/null | wc -l)
+sections=("$@"); [ ${#sections[@]} -gt 0 ] || sections=(build kernels sanitizer hf zero trace brown)
+declare -A result
+mpi=(mpirun -x LD_LIBRARY_PATH -x NCCL_NVLS_ENABLE -x PATH)
+run() { # name command...: runs, logs to $OUT/name.log, records ok/FAIL
+  local name=$1; shift
+  echo "== $name: $*"
+  if "$@" > "$OUT/$name.log" 2>&1; then result[$name]=ok; else result[$name]="FAIL($?)"; fi
+  tail -n "${TAIL:-25}" "$OUT/$name.log"
+}
+want() { [[ " ${sections[*]} " == *" $1 "* ]]; }
+
+if want build; then
+  [ -f build-gpu/build.ninja ] || meson setup build-gpu -Dcuda=enabled -Dsentencepiece=disabled > "$OUT/setup.log" 2>&1
+  run build ninja -C build-gpu
+fi
+want kernels && run kernels build-gpu/tests/test_cuda_kernels
+want sanitizer && DX_CUDA_TEST_NO_PERF=1 run sanitizer compute-sanitizer --tool memcheck --error-exitcode 9 build-gpu/tests/test_cuda_kernels
+if want hf; then
+  run hf_bf16 "$PYTHON3" examples/compare_hf.py --dissect "$DISSECT" --dtype bf16 --dissect-device cuda --mpirun "${mpi[*]} -np 1"
+  run hf_fp32 "$PYTHON3" examples/compare_hf.py --dissect "$DISSECT" --dtype fp32 --dissect-device cpu --mpirun "${mpi[*]} -np 1"
+fi
+if want zero && [ "$ngpu" -ge 2 ]; then
+  ZE_DEVICE=cuda ZE_DPS=2 ZE_RTOL=${ZE_RTOL:-2e-2} ZE_STEPS=20 ZE_MODEL=brown-small run zero bash tests/test_zero_equivalence.sh
+fi
+if want trace; then
+  t=$OUT/trace; mkdir -p "$t"
+  "$PYTHON3" tests/make_synthetic.py "$t/ids.txt" --vocab 4096 --tokens 200000 && "$PYTHON3" examples/make_shards.py "$t/ids.txt" "$t/train.bin" --vocab-size 4096 > /dev/null
+  run trace_run "${mpi[@]}" -np "$ngpu" "$DISSECT" train --device cuda --model brown-small --train-data "$t/train.bin" \
+    --seq-length 256 --micro-batch 8 --train-iters 30 --eval-interval 0 --sample-tokens 0 --zero-stage 2 --trace "$t/gpu_op.h5" --trace-level op
+  run trace_check "$PYTHON3" tests/check_events.py "$t/gpu_op.h5" --require-op gemm --require-op attention --require-op reduce_scatter
+  TAIL=70 run trace_report "$DISSECT" report "$t/gpu_op.h5" --chrome "$t/gpu_op.json"
+fi
+if want brown && [ -f data/brown/train.bin ]; then
+  b=(train --config examples/configs/brown-small.json --device cuda --log-interval 200 --trace-level step)
+  run brown_1gpu "${mpi[@]}" -np 1 "$DISSECT" "${b[@]}" --micro-batch 16 --trace "$OUT/brown_1gpu.h5"
+  [ "$ngpu" -ge 2 ] && run brown_2gpu "${mpi[@]}" -np 2 "$DISSECT" "${b[@]}" --micro-batch 8 --trace "$OUT/brown_2gpu.h5"
+fi
+echo; echo "summary ($ngpu GPU(s): $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1))"
+for k in "${!result[@]}"; do printf '  %-14s %s\n' "$k" "${result[$k]}"; done | sort
