@@ -17,6 +17,7 @@
 #include <cuda_runtime.h>
 
 #include "cuda/cuda_backend.h"
+#include "cuda/marks.h"
 #endif
 #ifdef DX_HAVE_NCCL
 #include "comm/comm_nccl.h"
@@ -134,6 +135,8 @@ dx_worker *dx_worker_create(const dx_config *c, dx_comm *world)
             goto fail;
         }
         w->be = dx_backend_cuda_create(dx_local_rank() % n, dx_default_threads());
+        if (w->be && c->trace_path[0] && c->trace_level != DX_TRACE_STEP && dx_cuda_enable_marks(w->be))
+            goto fail;
         if (w->be) w->dp_dev = dx_comm_nccl_create(world, w->be);
         if (!w->dp_dev) goto fail;
 #else
@@ -223,6 +226,7 @@ int dx_worker_train_step(dx_worker *w, long step, dx_step_stats *st)
     tr->step = (int32_t)step;
     tr->micro = -1;
     tr->phase = DX_PH_FORWARD;
+    size_t ev0 = tr->buf.n; /* this step's first event */
     uint64_t t_step = dx_now_ns();
     dx_zero_take_comm_seconds(w->zero);
     DX_TRACE_OP(tr, DX_MOD_OPTIMIZER, -1, DX_OP_MEMSET, 0, 0, dx_zero_zero_grad(w->zero));
@@ -280,8 +284,16 @@ int dx_worker_train_step(dx_worker *w, long step, dx_step_stats *st)
     st->mem = be->mem;
     if (dx_tr_resolve(tr)) return -1; /* GPU marks -> host times (the step has synced) */
     tr->phase = DX_PH_STEP;
-    if (dx_tr_on(tr, 1))
-        dx_tr_record(tr, t_step, t_end, DX_MOD_STEP, -1, DX_OP_STEP, DX_STREAM_HOST, 0, 0);
+    if (dx_tr_on(tr, 1)) {
+        /* the span covers the host's view of the step and every op of it: device timestamps
+         * mapped to the host clock can sit a few microseconds outside the host's reads */
+        uint64_t lo = t_step, hi = t_end;
+        for (size_t i = ev0; !tr->failed && i < tr->buf.n; i++) {
+            if ((uint64_t)tr->buf.ev[i].start_ns < lo) lo = (uint64_t)tr->buf.ev[i].start_ns;
+            if ((uint64_t)tr->buf.ev[i].end_ns > hi) hi = (uint64_t)tr->buf.ev[i].end_ns;
+        }
+        dx_tr_record(tr, lo, hi, DX_MOD_STEP, -1, DX_OP_STEP, DX_STREAM_HOST, 0, 0);
+    }
     tr->step = 0;
     return 0;
 }

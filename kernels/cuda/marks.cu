@@ -1,0 +1,70 @@
+// CUDA-event timing marks for traces; see marks.h.
+#include <cuda_runtime.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+#include "cuda_backend.h"
+#include "marks.h"
+
+extern "C" {
+#include "common/common.h"
+}
+
+namespace {
+struct pool {
+    dx_backend *be = nullptr;
+    cudaEvent_t *ev = nullptr;
+    int64_t *ns = nullptr;
+    int n = 0, cap = 0;
+};
+pool P;
+
+int mark(dx_backend *be, void *stream)
+{
+    if (P.n == P.cap) {
+        int cap = P.cap ? 2 * P.cap : 1024;
+        cudaEvent_t *ev = (cudaEvent_t *)realloc(P.ev, (size_t)cap * sizeof *ev);
+        int64_t *ns = (int64_t *)realloc(P.ns, (size_t)cap * sizeof *ns);
+        if (ev) P.ev = ev;
+        if (ns) P.ns = ns;
+        if (!ev || !ns) return -1;
+        for (int i = P.cap; i < cap; i++)
+            if (cudaEventCreate(&P.ev[i]) != cudaSuccess) return -1;
+        P.cap = cap;
+    }
+    cudaStream_t s = stream ? (cudaStream_t)stream : (cudaStream_t)dx_cuda_stream(be);
+    if (cudaEventRecord(P.ev[P.n], s) != cudaSuccess) return -1;
+    return P.n++;
+}
+
+int resolve(dx_backend *be, const int64_t **ns)
+{
+    cudaEvent_t ref;
+    cudaError_t e = cudaEventCreate(&ref);
+    for (int i = 0; e == cudaSuccess && i < P.n; i++) e = cudaEventSynchronize(P.ev[i]);
+    if (e == cudaSuccess) e = cudaEventRecord(ref, (cudaStream_t)dx_cuda_stream(be));
+    if (e == cudaSuccess) e = cudaEventSynchronize(ref);
+    int64_t t_ref = (int64_t)dx_now_ns();
+    for (int i = 0; e == cudaSuccess && i < P.n; i++) {
+        float ms = 0;
+        e = cudaEventElapsedTime(&ms, P.ev[i], ref);
+        P.ns[i] = t_ref - (int64_t)((double)ms * 1e6);
+    }
+    cudaEventDestroy(ref);
+    if (e != cudaSuccess) return dx_fail("trace: resolving %d CUDA timing marks: %s", P.n, cudaGetErrorString(e));
+    int n = P.n;
+    P.n = 0;
+    *ns = P.ns;
+    return n;
+}
+} // namespace
+
+extern "C" int dx_cuda_enable_marks(dx_backend *be)
+{
+    if (!dx_cuda_stream(be)) return dx_fail("timing marks need the CUDA backend");
+    P.be = be;
+    be->mark = mark;
+    be->resolve_marks = resolve;
+    return 0;
+}
