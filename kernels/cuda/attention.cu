@@ -3,6 +3,11 @@
  * Shapes (kernels.h): q, o, dq, dout X[B,T,H,Dh]; k, v, dk, dv X[B,T,Hkv,Dh]; lse A[B,H,T];
  * query head h reads kv head h / (H / Hkv). Dh in {32, 64, 128} (template parameter), any T.
  *
+ * The entry points below run the tensor-core kernels of attention_mma.cu when every bf16
+ * pointer is 16-byte aligned (their tile loads are 16-byte vectors), and otherwise, or with
+ * DX_CUDA_ATTENTION=simple in the environment, the CUDA-core kernels of this file: the
+ * reference implementation, slower, with P and dS kept in fp32. Both share att_bwd_dot.
+ *
  * Tiles of BR = 64 queries x BC = 64 keys; blocks of 256 threads laid out 16 x 16
  * (ty = tid / 16, tx = tid % 16). A thread owns score rows ty + 16a and columns tx + 16c
  * (a, c < 4), and output rows ty + 16a, columns tx + 16e (e < Dh / 16); the 16 threads of a
@@ -441,6 +446,8 @@ __global__ void __launch_bounds__(NT)
 
 /* ------------------------------------------------------------------------------------------ */
 
+bool aligned16(const void *p) { return ((uintptr_t)p & 15) == 0; }
+
 void check_shape(const char *op, int B, int H, int Hkv, int Dh)
 {
     char msg[200];
@@ -505,6 +512,10 @@ void dxc_attention_fwd(dx_backend *be, void *o, void *lse, const void *q, const 
     if (B <= 0 || T <= 0 || H <= 0) return;
     check_shape(op, B, H, Hkv, Dh);
     DXC_ENTER(be, op);
+    if (!dxc(be)->attn_simple && aligned16(o) && aligned16(q) && aligned16(k) && aligned16(v)) {
+        dxc_attention_fwd_mma(be, o, lse, q, k, v, B, T, H, Hkv, Dh);
+        return;
+    }
     switch (Dh) {
     case 32: fwd_launch<32>(be, o, lse, q, k, v, B, T, H, Hkv); break;
     case 64: fwd_launch<64>(be, o, lse, q, k, v, B, T, H, Hkv); break;
@@ -526,6 +537,11 @@ void dxc_attention_bwd(dx_backend *be, void *dq, void *dk, void *dv, const void 
         Dv, (const bf16 *)dout, (const bf16 *)o, rows, T, H, Dh);
     DXC_LAUNCHED(be, op);
     const float *L = (const float *)lse;
+    if (!dxc(be)->attn_simple && aligned16(dq) && aligned16(dk) && aligned16(dv) &&
+        aligned16(dout) && aligned16(q) && aligned16(k) && aligned16(v)) {
+        dxc_attention_bwd_mma(be, dq, dk, dv, dout, q, k, v, L, Dv, B, T, H, Hkv, Dh);
+        return;
+    }
     switch (Dh) {
     case 32: bwd_launch<32>(be, dq, dk, dv, dout, q, k, v, L, Dv, B, T, H, Hkv); break;
     case 64: bwd_launch<64>(be, dq, dk, dv, dout, q, k, v, L, Dv, B, T, H, Hkv); break;

@@ -18,6 +18,10 @@
  * is reported by a later call; set DX_CUDA_SYNC=1 in the environment to synchronise after every
  * op and name the faulting op (slow; for debugging).
  *
+ * Attention runs on tensor cores (mma.sync, FlashAttention-2 style; P and dS rounded to bf16
+ * as mma operands) when its bf16 pointers are 16-byte aligned; DX_CUDA_ATTENTION=simple
+ * selects the CUDA-core kernels instead (fp32 throughout; slower; a reference for debugging).
+ *
  * Memory: device memory from cudaMalloc (never managed memory), 256-byte aligned. be->mem
  * counts the bytes requested through alloc per category, and also the backend's own buffers:
  * the cuBLAS workspace (DX_MEM_OTHER) and the op workspaces grown on demand (attention D

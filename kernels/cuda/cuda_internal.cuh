@@ -30,6 +30,7 @@ struct dxc_impl {
     int num_sms;
     int smem_optin;     /* max dynamic shared memory per block (bytes) */
     int sync_each_op;   /* DX_CUDA_SYNC=1: synchronise and check after every op */
+    int attn_simple;    /* DX_CUDA_ATTENTION=simple: CUDA-core attention kernels only */
     cudaStream_t stream;
     cublasHandle_t blas;
     void *blas_ws;      /* cuBLAS workspace (via the backend allocator) */
@@ -87,11 +88,19 @@ void *dxc_scratch(dx_backend *be, size_t bytes, const char *op);
 /* Sets the maximum dynamic shared memory of `func` and checks it fits on the device. */
 void dxc_set_smem(dx_backend *be, const void *func, size_t bytes, const char *op);
 
-/* attention.cu */
+/* attention.cu (entry points; dispatch to the tensor-core kernels or the CUDA-core ones) */
 void dxc_attention_fwd(dx_backend *be, void *o, void *lse, const void *q, const void *k,
                        const void *v, int B, int T, int H, int Hkv, int Dh);
 void dxc_attention_bwd(dx_backend *be, void *dq, void *dk, void *dv, const void *dout,
                        const void *q, const void *k, const void *v, const void *o,
                        const void *lse, int B, int T, int H, int Hkv, int Dh);
+
+/* attention_mma.cu (tensor cores; Dh in {32, 64, 128}, all bf16 pointers 16-byte aligned;
+ * Dv = the D vector of the backward, laid out like lse) */
+void dxc_attention_fwd_mma(dx_backend *be, void *o, void *lse, const void *q, const void *k,
+                           const void *v, int B, int T, int H, int Hkv, int Dh);
+void dxc_attention_bwd_mma(dx_backend *be, void *dq, void *dk, void *dv, const void *dout,
+                           const void *q, const void *k, const void *v, const float *lse,
+                           const float *Dv, int B, int T, int H, int Hkv, int Dh);
 
 #endif
