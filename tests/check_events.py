@@ -75,6 +75,15 @@ def main(path, required):
     compute_streams = [stream_val.get("compute", -1), stream_val.get("host", -1)]
     print("%s: %d events, world size %d, %d steps in /steps" % (path, len(ev), world, len(steps)))
 
+    # times are ns since the run's start on rank 0's clock: nothing precedes the start, and no
+    # step outlasts the whole run (catches device timestamps that were never resolved)
+    check(len(ev) == 0 or int(ev["start_ns"].min()) >= 0,
+          "every event starts after the run's start (min start %d ns)" % (int(ev["start_ns"].min()) if len(ev) else 0))
+    with h5py.File(path, "r") as f:
+        run_ns = float(np.sum(f["steps"]["step_time_s"])) * 1e9 if "steps" in f else 0.0
+    dur = (ev["end_ns"] - ev["start_ns"]).astype(np.float64)
+    check(len(ev) == 0 or dur.max() <= 1.5 * run_ns + 1e9,
+          "no event lasts longer than the run (longest %.3f s, run %.3f s)" % (dur.max() / 1e9 if len(ev) else 0, run_ns / 1e9))
     ev = ev[ev["step"] > 0]
     order = np.lexsort((ev["start_ns"], ev["step"], ev["rank"]))
     ev = ev[order]

@@ -98,3 +98,9 @@ int dx_tr_resolve(dx_tracer *t)
     t->unresolved = t->buf.n;
     return 0;
 }
+
+void dx_tr_clear(dx_tracer *t)
+{
+    t->buf.n = 0;
+    t->unresolved = 0;
+}

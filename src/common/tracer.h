@@ -37,6 +37,9 @@ void dx_tr_end(dx_tracer *t, int64_t begin, int module, int layer, int op, int s
 /* Records a span bracketed by two marks of t->be (ids from be->mark). */
 void dx_tr_record_marks(dx_tracer *t, int m0, int m1, int module, int layer, int op, int stream,
                         int64_t bytes, int64_t flops);
+/* Forgets the recorded events (after the coordinator has taken them). */
+void dx_tr_clear(dx_tracer *t);
+
 /* Replaces the mark ids of the events recorded since the last call by their host-clock times
  * (waits for the backend). Returns 0 or -1 + dx_fail. No-op without marks. */
 int dx_tr_resolve(dx_tracer *t);

@@ -82,7 +82,7 @@ static int gather_events(dx_comm *c, dx_tracer *tr, dx_trace_writer *tw, const i
         rc = dx_trace_append_events(tw, all, n);
     }
     if (tr->failed) rc = dx_fail("rank %d: trace: out of memory recording events", c->rank);
-    tr->buf.n = 0;
+    dx_tr_clear(tr);
     free(all);
     free(sizes);
     return rc;
