@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# dissect against PyTorch (eager and torch.compile) on TinyLlama-1.1B shapes, one GPU, one call:
+#   . .gpu/env.sh && benchmarks/gpu_bench.sh [SEQ] [MICRO_BATCH] [STEPS]     (defaults 2048 8 10)
+# Needs build-gpu (tests/gpu_suite.sh build). dissect: `train --model tinyllama-1.1b` on synthetic
+# tokens, step-level trace, median step time of the steps after the 3rd; then an op-level trace of a
+# few steps for the attention kernel's forward/backward time. PyTorch: benchmarks/torch_ref.py
+# (HF LlamaForCausalLM, bf16 autocast, fused AdamW, SDPA), plus SDPA flash attention alone.
+# Prints a table: tokens/s, step ms, MFU (6 x non-embedding params + 12 x layers x hidden x seq
+# FLOPs per token, 989 TFLOP/s), peak memory.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+seq=${1:-2048} mb=${2:-8} steps=${3:-10}
+OUT=${OUT:-/tmp/dissect-bench}; mkdir -p "$OUT"
+py=${PYTHON3:-python3}
+export CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-0}
+"$py" tests/make_synthetic.py "$OUT/ids.txt" --vocab 32000 --tokens $(( (steps + 2) * mb * (seq + 1) * 2 ))
+"$py" examples/make_shards.py "$OUT/ids.txt" "$OUT/tok.bin" --vocab-size 32000 > /dev/null
+common=(train --device cuda --model tinyllama-1.1b --train-data "$OUT/tok.bin" --seq-length "$seq"
+        --micro-batch "$mb" --eval-interval 0 --sample-tokens 0 --log-interval 1)
+mpirun -np 1 -x CUDA_VISIBLE_DEVICES build-gpu/dissect "${common[@]}" --train-iters "$steps" \
+  --trace "$OUT/step.h5" --trace-level step > "$OUT/dissect.log" 2>&1 || { tail -20 "$OUT/dissect.log"; exit 1; }
+mpirun -np 1 -x CUDA_VISIBLE_DEVICES build-gpu/dissect "${common[@]}" --train-iters 3 \
+  --trace "$OUT/op.h5" --trace-level op > "$OUT/dissect_op.log" 2>&1 || { tail -20 "$OUT/dissect_op.log"; exit 1; }
+build-gpu/dissect report "$OUT/op.h5" > "$OUT/report.txt" 2>&1 || true
+"$py" benchmarks/torch_ref.py --seq "$seq" --micro-batch "$mb" --attention > "$OUT/torch.jsonl" 2> "$OUT/torch.err" \
+  || { tail -20 "$OUT/torch.err"; }
+"$py" - "$OUT" "$seq" "$mb" <<'PY'
+import json, sys, h5py, numpy as np
+out, seq, mb = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+L, D, H, Hkv, I, V = 22, 2048, 32, 4, 5632, 32000
+Dh = D // H
+nonembed = L * (2 * D + D * D + 2 * D * Hkv * Dh + D * D + 3 * D * I) + D + V * D
+fpt = 6 * nonembed + 12 * L * D * seq
+rows = []
+with h5py.File(f"{out}/step.h5") as f:
+    s = f["steps"]
+    t = float(np.median(np.asarray(s["step_time_s"])[3:]))
+    tok = mb * seq / t
+    rows.append(("dissect", tok, t * 1e3, tok * fpt / 989e12, float(np.max(s["peak_mem_bytes"][-1])) / 2**30))
+att = {}
+with h5py.File(f"{out}/op.h5") as f:
+    ev = f["events"][()]
+    opn = {v: k for k, v in h5py.check_enum_dtype(f["events"].dtype["op"]).items()}
+    phn = {v: k for k, v in h5py.check_enum_dtype(f["events"].dtype["phase"]).items()}
+    for ph in ("forward", "backward"):
+        sel = [(e["end_ns"] - e["start_ns"]) for e in ev if opn[e["op"]] == "attention" and phn[e["phase"]] == ph and e["step"] >= 2]
+        att[ph] = float(np.median(sel)) / 1e6 if sel else float("nan")
+ref = [json.loads(l) for l in open(f"{out}/torch.jsonl") if l.strip()]
+for r in ref:
+    if r["impl"].startswith("pytorch"):
+        rows.append((r["impl"], r["tokens_per_s"], r["step_ms"], r["mfu"], r["peak_mem_gib"]))
+print(f"\nTinyLlama-1.1B shapes, seq {seq}, micro-batch {mb}, 1 GPU (median step after warm-up)")
+print(f"{'implementation':<18} {'tokens/s':>10} {'step ms':>9} {'MFU':>6} {'peak GiB':>9}")
+for n, tok, ms, mfu, mem in rows:
+    print(f"{n:<18} {tok:>10.0f} {ms:>9.1f} {mfu:>6.3f} {mem:>9.1f}")
+fl = 4 * mb * H * Dh * seq * (seq + 1) / 2
+print(f"\nattention B={mb} T={seq} H={H} Hkv={Hkv} Dh={Dh} (causal)    fwd ms  TFLOP/s   bwd ms  TFLOP/s")
+print(f"{'dissect (op trace)':<44} {att['forward']:7.3f} {fl/att['forward']/1e9:8.1f} {att['backward']:8.3f} {2.5*fl/att['backward']/1e9:8.1f}")
+for r in ref:
+    if r["impl"] == "sdpa-flash":
+        print(f"{'PyTorch SDPA flash':<44} {r['fwd_ms']:7.3f} {r['fwd_tflops']:8.1f} {r['bwd_ms']:8.3f} {r['bwd_tflops']:8.1f}")
+PY
