@@ -24,4 +24,10 @@ for want in "Step breakdown" "Top operators" "Per-layer modules" "Ranks" "Idle" 
 done
 "$PYTHON3" -c "import json,sys; d=json.load(open(sys.argv[1])); pids={e['pid'] for e in d['traceEvents']}; sys.exit(0 if {0,1} <= pids else 1)" "$tmp/run.json" \
   || { echo "FAIL chrome trace lacks a rank"; fail=1; }
+# a one-rank trace (per-rank fields are arrays of length 1) reports too
+OMP_NUM_THREADS=1 mpirun -np 1 "$DISSECT" train --model tiny --train-data "$tmp/train.bin" --seq-length 32 \
+  --micro-batch 2 --train-iters 3 --eval-interval 0 --sample-tokens 0 --trace "$tmp/one.h5" --trace-level op \
+  > "$tmp/one.log" 2>&1 || { cat "$tmp/one.log"; exit 1; }
+"$DISSECT" report "$tmp/one.h5" > "$tmp/one.txt" || { echo "FAIL report on a one-rank trace"; fail=1; }
+grep -q "Top operators" "$tmp/one.txt" || { echo "FAIL one-rank report lacks 'Top operators'"; fail=1; }
 exit $fail

@@ -195,7 +195,8 @@ static int read_int_attr(hid_t obj, const char *name, long long *v)
     return rc;
 }
 
-/* Reads /steps field `name` (scalar when width == 1, else an array of `width`) as `base`.
+/* Reads /steps field `name` (a scalar, or an array of `width` -- per-rank fields are arrays even
+ * when the world has one rank) as `base`.
  * Returns 0, 1 if the field is absent (allowed unless required), -1 + dx_fail. */
 static int read_steps_field(report *r, hid_t d, hid_t ftype, const char *name, hid_t base,
                             size_t width, void **out, int required)
@@ -209,7 +210,10 @@ static int read_steps_field(report *r, hid_t d, hid_t ftype, const char *name, h
     void *buf = malloc((r->n_rows ? r->n_rows : 1) * width * esz);
     if (!buf) return dx_fail("%s: out of memory reading /steps", r->path);
     hsize_t dims[1] = {width};
-    hid_t member = width > 1 ? H5Tarray_create2(base, 1, dims) : H5Tcopy(base);
+    hid_t ft = H5Tget_member_type(ftype, (unsigned)H5Tget_member_index(ftype, name));
+    int is_array = ft >= 0 && H5Tget_class(ft) == H5T_ARRAY;
+    if (ft >= 0) H5Tclose(ft);
+    hid_t member = is_array ? H5Tarray_create2(base, 1, dims) : H5Tcopy(base);
     hid_t mt = H5Tcreate(H5T_COMPOUND, esz * width);
     int ok = member >= 0 && mt >= 0 && H5Tinsert(mt, name, 0, member) >= 0;
     if (ok && r->n_rows > 0) ok = H5Dread(d, mt, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf) >= 0;
