@@ -8,30 +8,7 @@
 #include <string.h>
 
 #include "common/common.h"
-
-static int write_str_attr(hid_t obj, const char *name, const char *value)
-{
-    hid_t t = H5Tcopy(H5T_C_S1);
-    H5Tset_size(t, strlen(value) + 1);
-    H5Tset_strpad(t, H5T_STR_NULLTERM);
-    hid_t sp = H5Screate(H5S_SCALAR);
-    hid_t a = H5Acreate2(obj, name, t, sp, H5P_DEFAULT, H5P_DEFAULT);
-    int rc = (a < 0 || H5Awrite(a, t, value) < 0) ? -1 : 0;
-    if (a >= 0) H5Aclose(a);
-    H5Sclose(sp);
-    H5Tclose(t);
-    return rc;
-}
-
-static int write_i64_attr(hid_t obj, const char *name, int64_t v)
-{
-    hid_t sp = H5Screate(H5S_SCALAR);
-    hid_t a = H5Acreate2(obj, name, H5T_NATIVE_INT64, sp, H5P_DEFAULT, H5P_DEFAULT);
-    int rc = (a < 0 || H5Awrite(a, H5T_NATIVE_INT64, &v) < 0) ? -1 : 0;
-    if (a >= 0) H5Aclose(a);
-    H5Sclose(sp);
-    return rc;
-}
+#include "common/h5attr.h"
 
 int dx_checkpoint_save(const char *path, dx_model *m, dx_zero *z, dx_comm *dp, int64_t step,
                        const char *config_json)
@@ -46,9 +23,9 @@ int dx_checkpoint_save(const char *path, dx_model *m, dx_zero *z, dx_comm *dp, i
         f = H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
         if (f < 0) rc = dx_fail("checkpoint '%s': cannot create %s: %s", path, tmp, strerror(errno));
         if (!rc) g = H5Gcreate2(f, "params", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
-        if (!rc && (g < 0 || write_str_attr(f, "format", "dissect-checkpoint") ||
-                    write_i64_attr(f, "format_version", 1) || write_i64_attr(f, "step", step) ||
-                    write_str_attr(f, "config_json", config_json ? config_json : "{}")))
+        if (!rc && (g < 0 || dx_h5_write_str_attr(f, "format", "dissect-checkpoint") ||
+                    dx_h5_write_i64_attr(f, "format_version", 1) || dx_h5_write_i64_attr(f, "step", step) ||
+                    dx_h5_write_str_attr(f, "config_json", config_json ? config_json : "{}")))
             rc = dx_fail("checkpoint '%s': cannot write metadata", path);
     }
     /* every rank takes part in the gathers, even after a root failure, so none blocks */

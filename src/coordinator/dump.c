@@ -8,34 +8,10 @@
 #include <string.h>
 
 #include "common/common.h"
+#include "common/h5attr.h"
 #include "run.h"
 #include "worker/model.h"
 #include "worker/worker.h"
-
-static int write_str_attr(hid_t obj, const char *name, const char *value)
-{
-    hid_t t = H5Tcopy(H5T_C_S1);
-    H5Tset_size(t, strlen(value) + 1);
-    H5Tset_strpad(t, H5T_STR_NULLTERM);
-    hid_t sp = H5Screate(H5S_SCALAR);
-    hid_t a = H5Acreate2(obj, name, t, sp, H5P_DEFAULT, H5P_DEFAULT);
-    int rc = (a < 0 || H5Awrite(a, t, value) < 0) ? -1 : 0;
-    if (a >= 0) H5Aclose(a);
-    H5Sclose(sp);
-    H5Tclose(t);
-    return rc;
-}
-
-static int write_scalar_attr(hid_t obj, const char *name, hid_t file_type, hid_t mem_type,
-                             const void *v)
-{
-    hid_t sp = H5Screate(H5S_SCALAR);
-    hid_t a = H5Acreate2(obj, name, file_type, sp, H5P_DEFAULT, H5P_DEFAULT);
-    int rc = (a < 0 || H5Awrite(a, mem_type, v) < 0) ? -1 : 0;
-    if (a >= 0) H5Aclose(a);
-    H5Sclose(sp);
-    return rc;
-}
 
 static int write_dataset(hid_t loc, const char *name, hid_t file_type, hid_t mem_type, int rank,
                          const hsize_t *dims, const void *data)
@@ -63,11 +39,11 @@ static int write_dump(const char *path, const dx_config *c, dx_worker *w, double
     int rc = 0;
     char *json = dx_config_to_json(c);
     const int64_t version = 1;
-    if (write_str_attr(f, "format", "dissect-dump") ||
-        write_scalar_attr(f, "format_version", H5T_STD_I64LE, H5T_NATIVE_INT64, &version) ||
-        write_scalar_attr(f, "loss", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, &loss) ||
-        write_str_attr(f, "backend", be->name) || write_str_attr(f, "act_dtype", dx_dtype_name(be->act)) ||
-        write_str_attr(f, "config_json", json ? json : "{}"))
+    if (dx_h5_write_str_attr(f, "format", "dissect-dump") ||
+        dx_h5_write_scalar_attr(f, "format_version", H5T_STD_I64LE, H5T_NATIVE_INT64, &version) ||
+        dx_h5_write_scalar_attr(f, "loss", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, &loss) ||
+        dx_h5_write_str_attr(f, "backend", be->name) || dx_h5_write_str_attr(f, "act_dtype", dx_dtype_name(be->act)) ||
+        dx_h5_write_str_attr(f, "config_json", json ? json : "{}"))
         rc = dx_fail("dump '%s': cannot write attributes", path);
     free(json);
     hsize_t bt[3] = {(hsize_t)B, (hsize_t)T, (hsize_t)V};

@@ -15,6 +15,7 @@
 #include "trace.h"
 
 #include "common/common.h"
+#include "common/h5attr.h"
 
 #include <errno.h>
 #include <hdf5.h>
@@ -76,57 +77,13 @@ static const char *const per_rank_names[N_PER_RANK] = {
 
 /* ------------------------------------------------------------------------------------------ */
 
-static hid_t vlen_str_type(void)
-{
-    hid_t t = H5Tcopy(H5T_C_S1);
-    if (t < 0) return -1;
-    if (H5Tset_size(t, H5T_VARIABLE) < 0 || H5Tset_cset(t, H5T_CSET_UTF8) < 0) {
-        H5Tclose(t);
-        return -1;
-    }
-    return t;
-}
-
-static int write_str_attr(hid_t obj, const char *name, const char *value)
-{
-    const char *v = value ? value : "";
-    hid_t t = vlen_str_type();
-    hid_t sp = H5Screate(H5S_SCALAR);
-    hid_t a = (t >= 0 && sp >= 0) ? H5Acreate2(obj, name, t, sp, H5P_DEFAULT, H5P_DEFAULT) : -1;
-    int rc = (a >= 0 && H5Awrite(a, t, &v) >= 0) ? 0 : -1;
-    if (a >= 0) H5Aclose(a);
-    if (sp >= 0) H5Sclose(sp);
-    if (t >= 0) H5Tclose(t);
-    return rc;
-}
-
-static int write_i64_attr(hid_t obj, const char *name, int64_t value)
-{
-    hid_t sp = H5Screate(H5S_SCALAR);
-    hid_t a = sp >= 0 ? H5Acreate2(obj, name, H5T_STD_I64LE, sp, H5P_DEFAULT, H5P_DEFAULT) : -1;
-    int rc = (a >= 0 && H5Awrite(a, H5T_NATIVE_INT64, &value) >= 0) ? 0 : -1;
-    if (a >= 0) H5Aclose(a);
-    if (sp >= 0) H5Sclose(sp);
-    return rc;
-}
-
-static int write_i32_attr(hid_t obj, const char *name, int32_t value)
-{
-    hid_t sp = H5Screate(H5S_SCALAR);
-    hid_t a = sp >= 0 ? H5Acreate2(obj, name, H5T_STD_I32LE, sp, H5P_DEFAULT, H5P_DEFAULT) : -1;
-    int rc = (a >= 0 && H5Awrite(a, H5T_NATIVE_INT32, &value) >= 0) ? 0 : -1;
-    if (a >= 0) H5Aclose(a);
-    if (sp >= 0) H5Sclose(sp);
-    return rc;
-}
-
 static int write_hosts(hid_t group, int world, const char *const *hosts)
 {
     const char **v = malloc((size_t)world * sizeof *v);
     if (!v) return -1;
     for (int i = 0; i < world; i++) v[i] = (hosts && hosts[i]) ? hosts[i] : "";
     hsize_t dims[1] = {(hsize_t)world};
-    hid_t t = vlen_str_type();
+    hid_t t = dx_h5_vlen_str_type();
     hid_t sp = H5Screate_simple(1, dims, NULL);
     hid_t d = (t >= 0 && sp >= 0)
                   ? H5Dcreate2(group, "hosts", t, sp, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)
@@ -354,22 +311,22 @@ dx_trace_writer *dx_trace_create(const char *path, const dx_trace_meta *meta)
     }
 
     const char *what = "root attributes";
-    int ok = write_str_attr(w->file, "format", "dissect-trace") == 0 &&
-             write_i32_attr(w->file, "format_version", DX_TRACE_FORMAT_VERSION) == 0 &&
-             write_str_attr(w->file, "dissect_version", DX_VERSION) == 0 &&
-             write_i32_attr(w->file, "world_size", w->world) == 0 &&
-             write_i64_attr(w->file, "created_unix_ns", (int64_t)dx_wall_ns()) == 0;
+    int ok = dx_h5_write_str_attr(w->file, "format", "dissect-trace") == 0 &&
+             dx_h5_write_scalar_attr(w->file, "format_version", H5T_STD_I32LE, H5T_NATIVE_INT32, &(int32_t){DX_TRACE_FORMAT_VERSION}) == 0 &&
+             dx_h5_write_str_attr(w->file, "dissect_version", DX_VERSION) == 0 &&
+             dx_h5_write_scalar_attr(w->file, "world_size", H5T_STD_I32LE, H5T_NATIVE_INT32, &(int32_t){w->world}) == 0 &&
+             dx_h5_write_i64_attr(w->file, "created_unix_ns", (int64_t)dx_wall_ns()) == 0;
     if (ok) {
         what = "/metadata";
         char mpi[MPI_MAX_LIBRARY_VERSION_STRING + 1], hdf5[64], blas[512];
         library_versions(mpi, sizeof mpi, hdf5, sizeof hdf5, blas, sizeof blas);
         hid_t g = H5Gcreate2(w->file, "metadata", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
-        ok = g >= 0 && write_str_attr(g, "config_json", meta->config_json) == 0 &&
-             write_str_attr(g, "mpi_version", mpi) == 0 &&
-             write_str_attr(g, "hdf5_version", hdf5) == 0 &&
-             write_str_attr(g, "blas", blas) == 0 &&
-             write_str_attr(g, "device", meta->device) == 0 &&
-             write_str_attr(g, "trace_level", meta->trace_level) == 0;
+        ok = g >= 0 && dx_h5_write_str_attr(g, "config_json", meta->config_json) == 0 &&
+             dx_h5_write_str_attr(g, "mpi_version", mpi) == 0 &&
+             dx_h5_write_str_attr(g, "hdf5_version", hdf5) == 0 &&
+             dx_h5_write_str_attr(g, "blas", blas) == 0 &&
+             dx_h5_write_str_attr(g, "device", meta->device) == 0 &&
+             dx_h5_write_str_attr(g, "trace_level", meta->trace_level) == 0;
         if (ok) {
             what = "/metadata/hosts";
             ok = write_hosts(g, w->world, meta->hosts) == 0;

@@ -1,0 +1,19 @@
+/* Small HDF5 helpers shared by the trace writer, checkpoints and dumps. */
+#ifndef DX_H5ATTR_H
+#define DX_H5ATTR_H
+
+#include <hdf5.h>
+#include <stdint.h>
+
+/* A variable-length UTF-8 string type (h5py reads it as str). Close with H5Tclose; -1 on error. */
+hid_t dx_h5_vlen_str_type(void);
+/* Writes scalar attribute `name` on obj: a UTF-8 string (NULL = ""), or a value of mem_type stored
+ * as file_type (e.g. H5T_STD_I64LE / H5T_NATIVE_INT64). Return 0 or -1 (HDF5 error). */
+int dx_h5_write_str_attr(hid_t obj, const char *name, const char *value);
+int dx_h5_write_scalar_attr(hid_t obj, const char *name, hid_t file_type, hid_t mem_type, const void *v);
+static inline int dx_h5_write_i64_attr(hid_t obj, const char *name, int64_t v)
+{
+    return dx_h5_write_scalar_attr(obj, name, H5T_STD_I64LE, H5T_NATIVE_INT64, &v);
+}
+
+#endif
