@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "common/common.h"
-#include "common/h5attr.h"
+#include "common/h5util.h"
 #include "run.h"
 #include "worker/model.h"
 #include "worker/worker.h"

@@ -7,6 +7,7 @@
 #include "report.h"
 
 #include "common/common.h"
+#include "common/h5util.h"
 #include "common/events.h"
 
 #include <errno.h>
@@ -74,53 +75,6 @@ static int valid_event(const dx_event *e)
 {
     return e->phase < DX_PH_COUNT && e->module < DX_MOD_COUNT && e->op < DX_OP_COUNT &&
            e->stream < DX_STREAM_COUNT && e->end_ns >= e->start_ns;
-}
-
-static hid_t enum_type(const char *const *names, int n)
-{
-    hid_t t = H5Tenum_create(H5T_NATIVE_UINT8);
-    if (t < 0) return -1;
-    for (int i = 0; i < n; i++) {
-        uint8_t v = (uint8_t)i;
-        if (H5Tenum_insert(t, names[i], &v) < 0) {
-            H5Tclose(t);
-            return -1;
-        }
-    }
-    return t;
-}
-
-/* The in-memory dx_event compound (the enums convert by name from the file's). */
-static hid_t event_mem_type(void)
-{
-    hid_t t = H5Tcreate(H5T_COMPOUND, sizeof(dx_event));
-    if (t < 0) return -1;
-    hid_t ph = enum_type(dx_phase_names, DX_PH_COUNT);
-    hid_t mod = enum_type(dx_module_names, DX_MOD_COUNT);
-    hid_t op = enum_type(dx_op_names, DX_OP_COUNT);
-    hid_t st = enum_type(dx_stream_names, DX_STREAM_COUNT);
-    int ok = ph >= 0 && mod >= 0 && op >= 0 && st >= 0;
-    ok = ok && H5Tinsert(t, "start_ns", offsetof(dx_event, start_ns), H5T_NATIVE_INT64) >= 0;
-    ok = ok && H5Tinsert(t, "end_ns", offsetof(dx_event, end_ns), H5T_NATIVE_INT64) >= 0;
-    ok = ok && H5Tinsert(t, "bytes", offsetof(dx_event, bytes), H5T_NATIVE_INT64) >= 0;
-    ok = ok && H5Tinsert(t, "flops", offsetof(dx_event, flops), H5T_NATIVE_INT64) >= 0;
-    ok = ok && H5Tinsert(t, "rank", offsetof(dx_event, rank), H5T_NATIVE_INT32) >= 0;
-    ok = ok && H5Tinsert(t, "step", offsetof(dx_event, step), H5T_NATIVE_INT32) >= 0;
-    ok = ok && H5Tinsert(t, "micro", offsetof(dx_event, micro), H5T_NATIVE_INT16) >= 0;
-    ok = ok && H5Tinsert(t, "layer", offsetof(dx_event, layer), H5T_NATIVE_INT16) >= 0;
-    ok = ok && H5Tinsert(t, "phase", offsetof(dx_event, phase), ph) >= 0;
-    ok = ok && H5Tinsert(t, "module", offsetof(dx_event, module), mod) >= 0;
-    ok = ok && H5Tinsert(t, "op", offsetof(dx_event, op), op) >= 0;
-    ok = ok && H5Tinsert(t, "stream", offsetof(dx_event, stream), st) >= 0;
-    if (ph >= 0) H5Tclose(ph);
-    if (mod >= 0) H5Tclose(mod);
-    if (op >= 0) H5Tclose(op);
-    if (st >= 0) H5Tclose(st);
-    if (!ok) {
-        H5Tclose(t);
-        return -1;
-    }
-    return t;
 }
 
 static void report_free(report *r)
@@ -316,7 +270,7 @@ static int for_each_events(report *r, event_fn fn, void *ctx)
 {
     hid_t d = H5Dopen2(r->file, "events", H5P_DEFAULT);
     if (d < 0) return dx_fail("%s: cannot open /events (truncated or corrupt file?)", r->path);
-    hid_t ft = H5Dget_type(d), fs = H5Dget_space(d), mt = event_mem_type();
+    hid_t ft = H5Dget_type(d), fs = H5Dget_space(d), mt = dx_h5_event_type(0);
     hsize_t n = 0;
     int rc = 0;
     if (ft < 0 || fs < 0 || mt < 0 || H5Tget_class(ft) != H5T_COMPOUND ||

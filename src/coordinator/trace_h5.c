@@ -15,7 +15,7 @@
 #include "trace.h"
 
 #include "common/common.h"
-#include "common/h5attr.h"
+#include "common/h5util.h"
 
 #include <errno.h>
 #include <hdf5.h>
@@ -144,58 +144,6 @@ static hid_t create_steps(hid_t file, hid_t file_type)
     if (dcpl >= 0) H5Pclose(dcpl);
     if (sp >= 0) H5Sclose(sp);
     return d;
-}
-
-/* An HDF5 enum over uint8 with names[0..n-1] = values 0..n-1. */
-static hid_t enum_type(const char *const *names, int n)
-{
-    hid_t t = H5Tenum_create(H5T_NATIVE_UINT8);
-    if (t < 0) return -1;
-    for (int i = 0; i < n; i++) {
-        uint8_t v = (uint8_t)i;
-        if (H5Tenum_insert(t, names[i], &v) < 0) {
-            H5Tclose(t);
-            return -1;
-        }
-    }
-    return t;
-}
-
-/* The /events compound: the in-memory dx_event layout (with padding) or the packed file layout. */
-static hid_t events_type(int file)
-{
-    hid_t t = H5Tcreate(H5T_COMPOUND, sizeof(dx_event));
-    if (t < 0) return -1;
-    hid_t i64 = file ? H5T_STD_I64LE : H5T_NATIVE_INT64;
-    hid_t i32 = file ? H5T_STD_I32LE : H5T_NATIVE_INT32;
-    hid_t i16 = file ? H5T_STD_I16LE : H5T_NATIVE_INT16;
-    hid_t ph = enum_type(dx_phase_names, DX_PH_COUNT);
-    hid_t mod = enum_type(dx_module_names, DX_MOD_COUNT);
-    hid_t op = enum_type(dx_op_names, DX_OP_COUNT);
-    hid_t st = enum_type(dx_stream_names, DX_STREAM_COUNT);
-    int ok = ph >= 0 && mod >= 0 && op >= 0 && st >= 0;
-    ok = ok && H5Tinsert(t, "start_ns", offsetof(dx_event, start_ns), i64) >= 0;
-    ok = ok && H5Tinsert(t, "end_ns", offsetof(dx_event, end_ns), i64) >= 0;
-    ok = ok && H5Tinsert(t, "bytes", offsetof(dx_event, bytes), i64) >= 0;
-    ok = ok && H5Tinsert(t, "flops", offsetof(dx_event, flops), i64) >= 0;
-    ok = ok && H5Tinsert(t, "rank", offsetof(dx_event, rank), i32) >= 0;
-    ok = ok && H5Tinsert(t, "step", offsetof(dx_event, step), i32) >= 0;
-    ok = ok && H5Tinsert(t, "micro", offsetof(dx_event, micro), i16) >= 0;
-    ok = ok && H5Tinsert(t, "layer", offsetof(dx_event, layer), i16) >= 0;
-    ok = ok && H5Tinsert(t, "phase", offsetof(dx_event, phase), ph) >= 0;
-    ok = ok && H5Tinsert(t, "module", offsetof(dx_event, module), mod) >= 0;
-    ok = ok && H5Tinsert(t, "op", offsetof(dx_event, op), op) >= 0;
-    ok = ok && H5Tinsert(t, "stream", offsetof(dx_event, stream), st) >= 0;
-    if (ok && file) ok = H5Tpack(t) >= 0; /* drop the padding bytes on disk */
-    if (ph >= 0) H5Tclose(ph);
-    if (mod >= 0) H5Tclose(mod);
-    if (op >= 0) H5Tclose(op);
-    if (st >= 0) H5Tclose(st);
-    if (!ok) {
-        H5Tclose(t);
-        return -1;
-    }
-    return t;
 }
 
 static hid_t create_events(hid_t file, hid_t file_type)
@@ -440,8 +388,8 @@ int dx_trace_append_events(dx_trace_writer *w, const dx_event *ev, size_t n)
     if (w->events < 0) {
         if (!w->ev_pending && !(w->ev_pending = malloc(EVENTS_CHUNK * sizeof *w->ev_pending)))
             return dx_fail("trace file '%s': out of memory for the /events buffer", w->path);
-        if (w->ev_mem_type < 0) w->ev_mem_type = events_type(0);
-        if (w->ev_file_type < 0) w->ev_file_type = events_type(1);
+        if (w->ev_mem_type < 0) w->ev_mem_type = dx_h5_event_type(0);
+        if (w->ev_file_type < 0) w->ev_file_type = dx_h5_event_type(1);
         if (w->ev_mem_type < 0 || w->ev_file_type < 0 ||
             (w->events = create_events(w->file, w->ev_file_type)) < 0)
             return dx_fail("trace file '%s': cannot create /events", w->path);

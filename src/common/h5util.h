@@ -1,6 +1,6 @@
-/* Small HDF5 helpers shared by the trace writer, checkpoints and dumps. */
-#ifndef DX_H5ATTR_H
-#define DX_H5ATTR_H
+/* Small HDF5 helpers shared by the trace writer and reader, checkpoints and dumps. */
+#ifndef DX_H5UTIL_H
+#define DX_H5UTIL_H
 
 #include <hdf5.h>
 #include <stdint.h>
@@ -15,5 +15,11 @@ static inline int dx_h5_write_i64_attr(hid_t obj, const char *name, int64_t v)
 {
     return dx_h5_write_scalar_attr(obj, name, H5T_STD_I64LE, H5T_NATIVE_INT64, &v);
 }
+
+/* An HDF5 enum over uint8 with names[0..n-1] = values 0..n-1 (-1 on error). */
+hid_t dx_h5_enum_type(const char *const *names, int n);
+/* The /events compound (events.h's dx_event, phase/module/op/stream as HDF5 enums): the in-memory
+ * layout with padding (file = 0) or the packed little-endian file layout (file = 1). */
+hid_t dx_h5_event_type(int file);
 
 #endif
