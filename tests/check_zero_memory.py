@@ -7,7 +7,8 @@ The traces come from runs with P data-parallel ranks; the checkpoint gives the p
 /steps must equal the prediction exactly (fp32 everything on the CPU backend, groups padded to a
 multiple of P), and the ratios against stage 0 must be the ZeRO ones: stage 1 optimizer states
 /P; stage 2 also gradients /P; stage 3 also parameters /P -- up to padding and the one gathered
-group buffer (stage 2: the gradient bucket; stage 3: the gathered parameters).
+group buffers (stage 2: two gradient buckets; stage 3: also two slots of gathered parameters, the
+group in use and the prefetched next one).
 """
 import argparse
 import math
@@ -36,8 +37,9 @@ shard = [p // P for p in pad]
 pred = {
     0: dict(params=sum(pad) * E, grads=sum(pad) * E, optim=3 * sum(n) * E),
     1: dict(params=sum(pad) * E, grads=sum(pad) * E, optim=3 * sum(shard) * E),
-    2: dict(params=sum(pad) * E, grads=(sum(shard) + max(pad)) * E, optim=3 * sum(shard) * E),
-    3: dict(params=(sum(shard) + max(pad)) * E, grads=(sum(shard) + max(pad)) * E, optim=3 * sum(shard) * E),
+    # stage 2: two gradient buckets of the largest group; stage 3: also two gathered-parameter slots
+    2: dict(params=sum(pad) * E, grads=(sum(shard) + 2 * max(pad)) * E, optim=3 * sum(shard) * E),
+    3: dict(params=(sum(shard) + 2 * max(pad)) * E, grads=(sum(shard) + 2 * max(pad)) * E, optim=3 * sum(shard) * E),
 }
 passed = failed = 0
 
@@ -65,7 +67,7 @@ for st, shrunk in ((1, ["optim"]), (2, ["optim", "grads"]), (3, ["optim", "grads
         r = float(got[st][k][0] / base[k][0])
         if k in shrunk:
             check(1 / P <= r <= 1 / P + slack(k, st) + 1e-12,
-                  f"stage {st} {k}: {r:.3f} of stage 0 (ZeRO: 1/{P} = {1/P:.3f}, + {slack(k, st):.3f} padding and gathered buffer)")
+                  f"stage {st} {k}: {r:.3f} of stage 0 (ZeRO: 1/{P} = {1/P:.3f}, + {slack(k, st):.3f} padding and working buffers)")
         else:
             check(abs(r - 1) < 1e-12, f"stage {st} {k}: {r:.3f} of stage 0 (ZeRO: unchanged)")
 print(f"{passed} passed, {failed} failed")

@@ -14,6 +14,12 @@
 
 typedef struct dx_comm dx_comm;
 
+/* A collective in flight (see all_gather_start). */
+typedef struct {
+    void *handle; /* implementation's: a CUDA event for NCCL; unused for MPI */
+    int active;   /* started and not yet waited for */
+} dx_comm_req;
+
 struct dx_comm {
     int rank; /* rank within this group */
     int size; /* ranks in this group */
@@ -30,6 +36,16 @@ struct dx_comm {
     /* recv[count] = sum over ranks of send[rank * count .. (rank + 1) * count). */
     int (*reduce_scatter_sum)(dx_comm *c, const void *send, void *recv, size_t count,
                               dx_dtype dt);
+    /* Split-phase forms of all_gather and reduce_scatter_sum: start the collective and return;
+     * `wait` makes later work (the backend's compute stream) wait for it, and must come before
+     * the buffers are read or reused. NCCL runs the collective on its own stream meanwhile; MPI
+     * completes it in start (host collectives make no progress in the background here), so its
+     * wait returns at once. A req with active = 0 waits for nothing. */
+    int (*all_gather_start)(dx_comm *c, const void *send, void *recv, size_t count, dx_dtype dt,
+                            dx_comm_req *req);
+    int (*reduce_scatter_start)(dx_comm *c, const void *send, void *recv, size_t count,
+                                dx_dtype dt, dx_comm_req *req);
+    int (*wait)(dx_comm *c, dx_comm_req *req);
     /* buf[bytes] from root to every rank. */
     int (*broadcast)(dx_comm *c, void *buf, size_t bytes, int root);
     /* recv[size * bytes] on root = every rank's send[bytes] in rank order (recv ignored elsewhere). */

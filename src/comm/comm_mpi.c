@@ -68,6 +68,28 @@ static int m_reduce_scatter_sum(dx_comm *c, const void *send, void *recv, size_t
                  "reduce-scatter", c->rank);
 }
 
+/* MPI: the collective completes in start; wait has nothing left to do. */
+static int m_all_gather_start(dx_comm *c, const void *send, void *recv, size_t count, dx_dtype dt,
+                              dx_comm_req *req)
+{
+    req->active = 0;
+    return m_all_gather(c, send, recv, count, dt);
+}
+
+static int m_reduce_scatter_start(dx_comm *c, const void *send, void *recv, size_t count,
+                                  dx_dtype dt, dx_comm_req *req)
+{
+    req->active = 0;
+    return m_reduce_scatter_sum(c, send, recv, count, dt);
+}
+
+static int m_wait(dx_comm *c, dx_comm_req *req)
+{
+    (void)c;
+    req->active = 0;
+    return 0;
+}
+
 static int m_broadcast(dx_comm *c, void *buf, size_t bytes, int root)
 {
     for (size_t off = 0; off < bytes || off == 0; off += CHUNK) {
@@ -161,6 +183,9 @@ static dx_comm *wrap(MPI_Comm comm, int owns)
     c->reduce_scatter_sum = m_reduce_scatter_sum;
     c->broadcast = m_broadcast;
     c->gather = m_gather;
+    c->all_gather_start = m_all_gather_start;
+    c->reduce_scatter_start = m_reduce_scatter_start;
+    c->wait = m_wait;
     c->gatherv = m_gatherv;
     c->send = m_send;
     c->recv = m_recv;

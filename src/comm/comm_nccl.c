@@ -23,6 +23,8 @@ typedef struct {
     cudaEvent_t before, after;
     dx_comm *host; /* the MPI group (not owned) */
     dx_backend *be; /* for timing marks on the comm stream */
+    cudaEvent_t ring[8]; /* completion events of split-phase collectives, reused in turn */
+    int next;
 } nccl_impl;
 
 static nccl_impl *I(dx_comm *c) { return c->impl; }
@@ -91,6 +93,47 @@ static int n_reduce_scatter(dx_comm *c, const void *send, void *recv, size_t cou
     return end(c, "reduce-scatter");
 }
 
+/* Split phase: like begin/collective/end, but the compute stream waits only in n_wait. */
+static int finish_async(dx_comm *c, const char *op, dx_comm_req *req)
+{
+    nccl_impl *n = I(c);
+    c->last_mark[1] = n->be->mark ? n->be->mark(n->be, n->stream) : -1;
+    if (c->last_mark[1] < 0) c->last_mark[0] = -1;
+    cudaEvent_t ev = n->ring[n->next];
+    n->next = (n->next + 1) % (int)(sizeof n->ring / sizeof n->ring[0]);
+    if (ck_cuda(cudaEventRecord(ev, n->stream), op, c->rank)) return -1;
+    req->handle = ev;
+    req->active = 1;
+    return 0;
+}
+
+static int n_all_gather_start(dx_comm *c, const void *send, void *recv, size_t count, dx_dtype dt,
+                              dx_comm_req *req)
+{
+    ncclDataType_t t;
+    if (ntype(dt, &t) || begin(c, "all-gather")) return -1;
+    if (ck_nccl(ncclAllGather(send, recv, count, t, I(c)->comm, I(c)->stream), "all-gather", c->rank)) return -1;
+    return finish_async(c, "all-gather", req);
+}
+
+static int n_reduce_scatter_start(dx_comm *c, const void *send, void *recv, size_t count,
+                                  dx_dtype dt, dx_comm_req *req)
+{
+    ncclDataType_t t;
+    if (ntype(dt, &t) || begin(c, "reduce-scatter")) return -1;
+    if (ck_nccl(ncclReduceScatter(send, recv, count, t, ncclSum, I(c)->comm, I(c)->stream),
+                "reduce-scatter", c->rank))
+        return -1;
+    return finish_async(c, "reduce-scatter", req);
+}
+
+static int n_wait(dx_comm *c, dx_comm_req *req)
+{
+    if (!req->active) return 0;
+    req->active = 0;
+    return ck_cuda(cudaStreamWaitEvent(I(c)->compute, (cudaEvent_t)req->handle, 0), "wait", c->rank);
+}
+
 static int n_broadcast(dx_comm *c, void *buf, size_t bytes, int root)
 {
     if (begin(c, "broadcast")) return -1;
@@ -136,6 +179,8 @@ static void n_destroy(dx_comm *c)
         if (n->comm) ncclCommDestroy(n->comm);
         if (n->before) cudaEventDestroy(n->before);
         if (n->after) cudaEventDestroy(n->after);
+        for (size_t i = 0; i < sizeof n->ring / sizeof n->ring[0]; i++)
+            if (n->ring[i]) cudaEventDestroy(n->ring[i]);
         if (n->stream) cudaStreamDestroy(n->stream);
         free(n);
     }
@@ -164,6 +209,8 @@ dx_comm *dx_comm_nccl_create(dx_comm *host, dx_backend *be)
     }
     if (!rc) rc = ck_cuda(cudaEventCreateWithFlags(&n->before, cudaEventDisableTiming), "event", host->rank);
     if (!rc) rc = ck_cuda(cudaEventCreateWithFlags(&n->after, cudaEventDisableTiming), "event", host->rank);
+    for (size_t i = 0; !rc && i < sizeof n->ring / sizeof n->ring[0]; i++)
+        rc = ck_cuda(cudaEventCreateWithFlags(&n->ring[i], cudaEventDisableTiming), "event", host->rank);
     if (!rc) rc = ck_nccl(ncclCommInitRank(&n->comm, host->size, id, host->rank), "init", host->rank);
     if (rc) {
         if (c && !c->impl) free(n);
@@ -173,6 +220,9 @@ dx_comm *dx_comm_nccl_create(dx_comm *host, dx_backend *be)
     c->all_reduce_sum = n_all_reduce;
     c->all_gather = n_all_gather;
     c->reduce_scatter_sum = n_reduce_scatter;
+    c->all_gather_start = n_all_gather_start;
+    c->reduce_scatter_start = n_reduce_scatter_start;
+    c->wait = n_wait;
     c->broadcast = n_broadcast;
     c->gather = n_gather;
     c->gatherv = n_gatherv;

@@ -24,8 +24,17 @@ struct dx_zero {
     int stage, P, r, ngroups;
     zgroup *g;
     size_t xs, as;
-    void *bucket;     /* A [max n_pad]: full gradient of the group in backward (stages 2-3) */
-    void *gather;     /* X [max n_pad]: gathered parameters of the group in use (stage 3) */
+    /* stages 2-3: two gradient buckets A [max n_pad], used by alternate groups in backward, so
+     * one group's reduce-scatter runs while the next group's backward fills the other */
+    void *bucket[2];
+    dx_comm_req bucket_req[2];
+    int bucket_next;
+    /* stage 3: two slots of gathered parameters X [max n_pad]: the group in use and the next
+     * one, prefetched (its all-gather runs while the current group computes) */
+    void *gather[2];
+    dx_comm_req gather_req[2];
+    int gather_group[2]; /* group held (or being gathered) in each slot; -1 none */
+    int cur_slot;
     void *scalar;     /* A [1]: sum of squares */
     uint64_t comm_ns;
     dx_tracer *tr;
@@ -76,6 +85,49 @@ static void trace_comm(dx_zero *z, int gi, int op, int64_t bytes, uint64_t t0, u
         if (rc_) return -1;                                                                    \
     } while (0)
 
+/* Starts the all-gather of group gi's parameters into gather slot `slot` (stage 3). */
+static int gather_start(dx_zero *z, int gi, int slot)
+{
+    zgroup *g = &z->g[gi];
+    z->gather_group[slot] = gi;
+    /* the padding tail of the last rank's shard is sent but never read */
+    COMM(z, gi, DX_OP_ALL_GATHER, g->n_pad * z->xs,
+         z->dp->all_gather_start(z->dp, g->work_shard, z->gather[slot], g->shard, z->be->act,
+                                 &z->gather_req[slot]));
+    return 0;
+}
+
+/* Stage 3, before group gi runs: its parameters in a slot (waiting for a prefetch if one is in
+ * flight), then the prefetch of the group that runs next (gi + 1 in forward, gi - 1 in
+ * backward) into the other slot. */
+static int gather_use(dx_zero *z, int gi, int backward)
+{
+    int s = z->gather_group[0] == gi ? 0 : z->gather_group[1] == gi ? 1 : -1;
+    if (s < 0) {
+        s = 1 - z->cur_slot;
+        if (gather_start(z, gi, s)) return -1;
+    }
+    if (z->dp->wait(z->dp, &z->gather_req[s])) return -1;
+    z->cur_slot = s;
+    dx_model_group(z->model, gi)->work = z->gather[s];
+    int next = backward ? gi - 1 : gi + 1;
+    if (next >= 0 && next < z->ngroups && z->gather_group[1 - s] != next) {
+        /* the other slot's group has finished: its kernels were queued before this point */
+        if (z->dp->wait(z->dp, &z->gather_req[1 - s]) || gather_start(z, next, 1 - s)) return -1;
+    }
+    return 0;
+}
+
+/* Forgets the gathered parameters (they changed: optimizer step, weights loaded). */
+static int gather_invalidate(dx_zero *z)
+{
+    for (int s = 0; s < 2; s++) {
+        if (z->gather[s] && z->dp->wait(z->dp, &z->gather_req[s])) return -1;
+        z->gather_group[s] = -1;
+    }
+    return 0;
+}
+
 static int hook(void *ctx, int gi, dx_hook_kind kind)
 {
     dx_zero *z = ctx;
@@ -85,18 +137,16 @@ static int hook(void *ctx, int gi, dx_hook_kind kind)
     switch (kind) {
     case DX_HOOK_PRE_FORWARD:
     case DX_HOOK_PRE_BACKWARD:
-        if (z->stage == 3) {
-            /* the padding tail of the last rank's shard is sent but never read */
-            COMM(z, gi, DX_OP_ALL_GATHER, g->n_pad * z->xs,
-                 z->dp->all_gather(z->dp, g->work_shard, z->gather, g->shard, be->act));
-            mg->work = z->gather;
-        }
+        if (z->stage == 3 && gather_use(z, gi, kind == DX_HOOK_PRE_BACKWARD)) return -1;
         if (kind == DX_HOOK_PRE_BACKWARD && z->stage >= 2) {
             /* the bucket holds this rank's accumulated shard in its own slot, zeros elsewhere;
-             * backward adds this micro-batch's gradient; reduce-scatter then sums the slots */
-            be->zero(be, z->bucket, g->n_pad * z->as);
-            be->copy(be, at(z->bucket, (size_t)z->r * g->shard, z->as), g->grad, g->shard * z->as);
-            mg->grad = z->bucket;
+             * backward adds this micro-batch's gradient; reduce-scatter then sums the slots.
+             * Its previous reduce-scatter must have finished reading it. */
+            int b = z->bucket_next;
+            if (z->dp->wait(z->dp, &z->bucket_req[b])) return -1;
+            be->zero(be, z->bucket[b], g->n_pad * z->as);
+            be->copy(be, at(z->bucket[b], (size_t)z->r * g->shard, z->as), g->grad, g->shard * z->as);
+            mg->grad = z->bucket[b];
         }
         return 0;
     case DX_HOOK_POST_FORWARD:
@@ -104,9 +154,16 @@ static int hook(void *ctx, int gi, dx_hook_kind kind)
         return 0;
     case DX_HOOK_POST_BACKWARD:
         if (z->stage >= 2) {
+            int b = z->bucket_next;
             COMM(z, gi, DX_OP_REDUCE_SCATTER, g->n_pad * z->as,
-                 z->dp->reduce_scatter_sum(z->dp, z->bucket, g->grad, g->shard, be->acc));
+                 z->dp->reduce_scatter_start(z->dp, z->bucket[b], g->grad, g->shard, be->acc,
+                                             &z->bucket_req[b]));
+            z->bucket_next = 1 - b;
             mg->grad = NULL;
+            /* the last group of the backward: every gradient shard complete before it is read
+             * (next micro-batch's bucket, gradient norm, optimizer) */
+            if (gi == 0 && (z->dp->wait(z->dp, &z->bucket_req[0]) || z->dp->wait(z->dp, &z->bucket_req[1])))
+                return -1;
         }
         if (z->stage == 3) mg->work = NULL;
         return 0;
@@ -171,8 +228,12 @@ dx_zero *dx_zero_create(dx_model *m, dx_backend *be, dx_comm *dp, dx_comm *dp_ho
         if (g->n_pad > max_pad) max_pad = g->n_pad;
         if (g->shard > max_shard) max_shard = g->shard;
     }
-    if (stage >= 2) z->bucket = zalloc(z, max_pad * as, DX_MEM_GRADS, &fail);
-    if (stage == 3) z->gather = zalloc(z, max_pad * xs, DX_MEM_PARAMS, &fail);
+    for (int s = 0; s < 2; s++) {
+        if (stage >= 2) z->bucket[s] = zalloc(z, max_pad * as, DX_MEM_GRADS, &fail);
+        if (stage == 3) z->gather[s] = zalloc(z, max_pad * xs, DX_MEM_PARAMS, &fail);
+        z->gather_group[s] = -1;
+    }
+    z->cur_slot = 1;
     z->scalar = zalloc(z, as, DX_MEM_OTHER, &fail);
     float *host = fail ? NULL : malloc((stage == 0 ? max_pad : max_shard) * sizeof(float) + 1);
     if (fail || !host) {
@@ -218,8 +279,10 @@ void dx_zero_destroy(dx_zero *z)
         be->free(be, g->m);
         be->free(be, g->v);
     }
-    be->free(be, z->bucket);
-    be->free(be, z->gather);
+    for (int s = 0; s < 2; s++) {
+        be->free(be, z->bucket[s]);
+        be->free(be, z->gather[s]);
+    }
     be->free(be, z->scalar);
     if (z->model) dx_model_set_hook(z->model, NULL, NULL);
     free(z->g);
@@ -300,7 +363,7 @@ int dx_zero_step(dx_zero *z, const dx_adamw_hparams *hp_in, double max_norm, dou
                                        g->shard, be->act));
             }
     }
-    return 0;
+    return gather_invalidate(z);
 }
 
 int dx_zero_get_master(dx_zero *z, int gi, size_t start, size_t count, float *out)
@@ -335,5 +398,5 @@ int dx_zero_set_master(dx_zero *z, int gi, size_t start, size_t count, const flo
         COMM(z, gi, DX_OP_ALL_GATHER, g->n_pad * z->xs,
              z->dp->all_gather(z->dp, at(g->work, (size_t)z->r * g->shard, z->xs), g->work, g->shard,
                                be->act));
-    return 0;
+    return gather_invalidate(z);
 }

@@ -10,7 +10,11 @@
  *   stage 2: as 1, and each group's gradient is reduce-scattered as soon as that group's
  *            backward finishes (every micro-batch); only the local gradient shard is kept.
  *   stage 3: as 2, and the working parameters are sharded too: a group's parameters are
- *            all-gathered just before its forward and again before its backward, and freed after.
+ *            all-gathered just before its forward and again before its backward, and freed after;
+ *            the next group's all-gather is started (prefetched) before the current group runs.
+ * Collectives on device buffers are split-phase where the comm allows (NCCL): gradient
+ * reduce-scatters (two alternating buckets) and prefetched all-gathers run on the comm stream
+ * while compute goes on; the compute stream waits only before a buffer is read or reused.
  * A group of n elements is padded to n_pad = ceil(n / P) * P for P DP ranks; rank r owns elements
  * [r * n_pad / P, min((r + 1) * n_pad / P, n)).
  */
