@@ -72,9 +72,11 @@ void dx_comm_mpi_finalize(void);
 /* Aborts every rank of the job with exit code `code` (last resort, e.g. on a hang). */
 void dx_comm_mpi_abort(int code);
 
-/* Agrees on an error across the group: every rank passes its rc (0 or -1); returns -1 on every
- * rank if any rank failed, else 0. A rank that did not fail gets the message
- * "rank R failed" for the lowest failing rank R (the failing rank keeps its own message). */
+/* Agrees on an error across the group: every rank passes its rc (0, or < 0 when it failed).
+ * Returns 0 on every rank if none failed; else -1 on the ranks that failed themselves (rc == -1;
+ * their own message stays) and -2 on the others, whose message becomes "rank R failed" for the
+ * lowest failing rank R. A rank passing -2 (it only learnt of another rank's failure) counts as
+ * not failed itself. */
 int dx_comm_agree(dx_comm *c, int rc);
 
 #endif

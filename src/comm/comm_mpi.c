@@ -230,11 +230,11 @@ void dx_comm_mpi_abort(int code) { MPI_Abort(MPI_COMM_WORLD, code); }
 
 int dx_comm_agree(dx_comm *c, int rc)
 {
-    /* encode "failed" as the rank + 1 (0 = ok) and take the minimum failing rank via max of
-     * (size - rank) */
-    int mine = rc ? c->size - c->rank : 0, worst = 0;
+    /* the lowest failing rank wins the max of (size - rank); 0 = no failure */
+    int mine = rc == -1 ? c->size - c->rank : 0, worst = 0;
     if (c->max_int(c, mine, &worst)) return -1;
-    if (worst == 0) return 0;
-    if (!rc) dx_fail("rank %d failed (see its message above)", c->size - worst);
-    return -1;
+    if (worst == 0) return rc == -2 ? -2 : 0;
+    if (rc == -1) return -1;
+    dx_fail("rank %d failed (see its message)", c->size - worst);
+    return -2;
 }

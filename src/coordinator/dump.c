@@ -89,8 +89,8 @@ int dx_dump_run(const dx_config *c, dx_comm *world, const char *out_path)
         rc = dx_fail("dump: needs a training shard (key 'data.train', flag --train-data)");
     if (dx_agree_and_report(world, rc)) return -1;
 
-    dx_worker *w = dx_worker_create(c, world);
-    if (dx_agree_and_report(world, w ? 0 : -1)) {
+    dx_worker *w = dx_worker_create(c, world, &rc);
+    if (dx_agree_and_report(world, rc)) {
         dx_worker_destroy(w);
         return -1;
     }

@@ -16,13 +16,14 @@
 
 int dx_agree_and_report(dx_comm *c, int rc)
 {
-    int mine = rc ? c->size - c->rank : 0, worst = 0;
+    /* rc == -2: this rank only learnt of another rank's failure; that rank reports */
+    int mine = rc == -1 ? c->size - c->rank : 0, worst = 0;
     if (c->max_int(c, mine, &worst)) {
         fprintf(stderr, "dissect: error: rank %d: %s\n", c->rank, dx_last_error());
         return -1;
     }
     if (worst == 0) return 0;
-    if (rc && c->size - worst == c->rank) fprintf(stderr, "dissect: error: %s\n", dx_last_error());
+    if (rc == -1 && c->size - worst == c->rank) fprintf(stderr, "dissect: error: %s\n", dx_last_error());
     return -1;
 }
 
@@ -108,8 +109,7 @@ int dx_run_train(const dx_config *c, dx_comm *world)
     dx_worker *w = NULL;
     if (world->gather(world, host, hosts, sizeof host, 0)) rc = -1;
 
-    if (!rc) w = dx_worker_create(c, world);
-    if (!w) rc = -1;
+    if (!rc) w = dx_worker_create(c, world, &rc);
     if (dx_agree_and_report(world, rc)) goto out_err;
 
     /* the trace file is created before training, so an unwritable path fails now */

@@ -5,8 +5,9 @@
 #include "comm/comm.h"
 #include "config.h"
 
-/* Agrees on an error over the group: rc is this rank's 0 / -1. If any rank failed, the lowest
- * failing rank prints "dissect: error: <its message>" to stderr, and every rank gets -1. */
+/* Agrees on an error over the group: rc is this rank's 0, -1 (it failed), or -2 (it stopped
+ * because another rank failed; see dx_comm_agree). If any rank failed, the lowest rank that
+ * failed itself prints "dissect: error: <its message>" to stderr, and every rank gets -1. */
 int dx_agree_and_report(dx_comm *c, int rc);
 
 /* Trains with config c (identical on every rank, already finalised for world->size ranks):

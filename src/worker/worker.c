@@ -109,67 +109,46 @@ void dx_worker_destroy(dx_worker *w)
     free(w);
 }
 
-dx_worker *dx_worker_create(const dx_config *c, dx_comm *world)
+/* Creates the backend (local to the rank). */
+static int create_backend(dx_worker *w, const dx_config *c)
 {
-    dx_worker *w = calloc(1, sizeof *w);
-    if (!w) { dx_fail("rank %d: out of memory", world->rank); return NULL; }
-    w->cfg = *c;
-    w->dp = world;
-    /* events are recorded only when a trace file is written */
-    w->tr.level = c->trace_path[0] ? (int)c->trace_level : 0;
-    w->tr.rank = world->rank;
-    w->tr.micro = -1;
-    const int T = c->seq_length, B = c->micro_batch, V = c->model.vocab_size;
-    int hf_joined = 0; /* this rank reached the (collective) Hugging Face import */
-
     const char *device = c->device;
     if (!strcmp(device, "auto")) device = dx_cuda_devices() > 0 ? "cuda" : "cpu";
-    w->dp_dev = world;
     if (!strcmp(device, "cpu")) {
         w->be = dx_backend_cpu_create(dx_default_threads());
     } else {
 #if defined(DX_HAVE_CUDA) && defined(DX_HAVE_NCCL)
         int n = dx_cuda_devices();
-        if (n <= 0) {
-            dx_fail("key 'device': \"cuda\" but no CUDA device is visible");
-            goto fail;
-        }
+        if (n <= 0) return dx_fail("key 'device': \"cuda\" but no CUDA device is visible");
         w->be = dx_backend_cuda_create(dx_local_rank() % n, dx_default_threads());
         if (w->be && c->trace_path[0] && c->trace_level != DX_TRACE_STEP && dx_cuda_enable_marks(w->be))
-            goto fail;
-        if (w->be) w->dp_dev = dx_comm_nccl_create(world, w->be);
-        if (!w->dp_dev) goto fail;
+            return -1;
 #else
-        dx_fail("key 'device': \"cuda\" is not available in this build (built without CUDA and NCCL)");
-        goto fail;
+        return dx_fail("key 'device': \"cuda\" is not available in this build (built without CUDA and NCCL)");
 #endif
     }
-    if (!w->be) goto fail;
+    if (!w->be) return -1;
     w->tr.be = w->be;
+    return 0;
+}
 
+/* Opens the data and builds the model (local to the rank). */
+static int open_data_and_model(dx_worker *w, const dx_config *c)
+{
+    const int T = c->seq_length, B = c->micro_batch, V = c->model.vocab_size;
     if (c->train_path[0]) {
-        if (dx_shard_open(&w->train, c->train_path, V)) goto fail;
+        if (dx_shard_open(&w->train, c->train_path, V)) return -1;
         w->have_train = 1;
-        if (dx_batcher_init(&w->tb, &w->train, T, c->seed)) goto fail;
+        if (dx_batcher_init(&w->tb, &w->train, T, c->seed)) return -1;
     }
     if (c->valid_path[0]) {
-        if (dx_shard_open(&w->valid, c->valid_path, V)) goto fail;
+        if (dx_shard_open(&w->valid, c->valid_path, V)) return -1;
         w->have_valid = 1;
         /* a fixed validation order, independent of the training seed */
-        if (dx_batcher_init(&w->vb, &w->valid, T, 0)) goto fail;
+        if (dx_batcher_init(&w->vb, &w->valid, T, 0)) return -1;
     }
-
     w->model = dx_model_create(&c->model, w->be, B, T);
-    if (!w->model) goto fail;
-    w->zero = dx_zero_create(w->model, w->be, w->dp_dev, w->dp, c->zero_stage, c->seed);
-    if (!w->zero) goto fail;
-    /* Hugging Face import: the initial weights from the safetensors of c->hf_model (every rank
-     * reads them and keeps its shard). Collective: a rank that failed above joins it at fail. */
-    hf_joined = 1;
-    if (c->hf_model[0] && dx_hf_load_weights(c->hf_model, w->model, w->zero, w->dp)) goto fail;
-    dx_model_set_tracer(w->model, &w->tr);
-    dx_zero_set_tracer(w->zero, &w->tr);
-
+    if (!w->model) return -1;
     size_t n = (size_t)B * T;
     w->h_in = malloc(n * sizeof(int32_t));
     w->h_tg = malloc(n * sizeof(int32_t));
@@ -177,14 +156,48 @@ dx_worker *dx_worker_create(const dx_config *c, dx_comm *world)
     w->d_in = w->be->alloc(w->be, n * sizeof(int32_t), DX_MEM_OTHER);
     w->d_tg = w->be->alloc(w->be, n * sizeof(int32_t), DX_MEM_OTHER);
     w->d_loss = w->be->alloc(w->be, dx_dtype_size(w->be->acc), DX_MEM_OTHER);
-    if (!w->h_in || !w->h_tg || !w->h_logits || !w->d_in || !w->d_tg || !w->d_loss) {
-        dx_fail("out of memory for batch buffers");
+    if (!w->h_in || !w->h_tg || !w->h_logits || !w->d_in || !w->d_tg || !w->d_loss)
+        return dx_fail("out of memory for batch buffers");
+    return 0;
+}
+
+dx_worker *dx_worker_create(const dx_config *c, dx_comm *world, int *rc)
+{
+    dx_worker *w = calloc(1, sizeof *w);
+    *rc = w ? 0 : dx_fail("out of memory");
+    if (w) {
+        w->cfg = *c;
+        w->dp = w->dp_dev = world;
+        /* events are recorded only when a trace file is written */
+        w->tr.level = c->trace_path[0] ? (int)c->trace_level : 0;
+        w->tr.rank = world->rank;
+        w->tr.micro = -1;
+        *rc = create_backend(w, c);
+    }
+    /* every collective step below is preceded by an agreement, so one rank's failure stops all */
+    if ((*rc = dx_comm_agree(world, *rc))) goto fail;
+#if defined(DX_HAVE_NCCL)
+    if (dx_cuda_stream(w->be)) { /* device buffers: NCCL over the same ranks */
+        w->dp_dev = dx_comm_nccl_create(world, w->be);
+        if (!w->dp_dev) w->dp_dev = world;
+        if ((*rc = dx_comm_agree(world, w->dp_dev == world ? -1 : 0))) goto fail;
+    }
+#endif
+    *rc = open_data_and_model(w, c);
+    if ((*rc = dx_comm_agree(world, *rc))) goto fail;
+    w->zero = dx_zero_create(w->model, w->be, w->dp_dev, w->dp, c->zero_stage, c->seed, rc);
+    if (*rc) goto fail;
+    /* Hugging Face import: the initial weights from the safetensors of c->hf_model (every rank
+     * reads them and keeps its shard; collective, with its own agreement) */
+    if (c->hf_model[0] && dx_hf_load_weights(c->hf_model, w->model, w->zero, w->dp)) {
+        *rc = -1;
         goto fail;
     }
+    dx_model_set_tracer(w->model, &w->tr);
+    dx_zero_set_tracer(w->zero, &w->tr);
     return w;
 fail:
-    if (c->hf_model[0] && !hf_joined) dx_hf_load_weights(c->hf_model, NULL, NULL, world);
-    dx_fail_prefix("rank %d", world->rank);
+    if (*rc == -1) dx_fail_prefix("rank %d", world->rank);
     dx_worker_destroy(w);
     return NULL;
 }

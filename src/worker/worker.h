@@ -30,9 +30,12 @@ typedef struct {
 } dx_step_stats;
 
 /* Creates the backend (config device), model, ZeRO state and data readers for this rank.
- * `world` is the whole job; DP = world (no TP/PP yet). Returns NULL + dx_fail naming the rank
- * and the input at fault. Not collective by itself: callers agree on errors. */
-dx_worker *dx_worker_create(const dx_config *c, dx_comm *world);
+ * `world` is the whole job; DP = world (no TP/PP yet). Collective: the ranks agree on errors
+ * before each collective step, so a failure on one rank stops all without a hang. Returns NULL
+ * + dx_fail on failure, with *rc = -1 on a rank that failed itself (its message names the rank
+ * and the input at fault) and -2 on ranks that stopped because another failed; *rc = 0 on
+ * success. */
+dx_worker *dx_worker_create(const dx_config *c, dx_comm *world, int *rc);
 void dx_worker_destroy(dx_worker *w);
 
 /* Runs training step `step` (1-based). Collective over DP. */

@@ -181,14 +181,19 @@ static void *zalloc(dx_zero *z, size_t bytes, dx_mem_cat cat, int *fail)
 }
 
 dx_zero *dx_zero_create(dx_model *m, dx_backend *be, dx_comm *dp, dx_comm *dp_host, int stage,
-                        uint64_t seed)
+                        uint64_t seed, int *rc)
 {
+    *rc = -1;
     if (stage < 0 || stage > 3) {
         dx_fail("zero_optimization.stage: %d is not a ZeRO stage (0, 1, 2 or 3)", stage);
         return NULL;
     }
     dx_zero *z = calloc(1, sizeof *z);
-    if (!z) { dx_fail("zero: out of memory"); return NULL; }
+    if (!z) {
+        dx_fail("rank %d: zero: out of memory", dp->rank);
+        *rc = dx_comm_agree(dp_host, -1); /* the others stop too, rather than wait below */
+        return NULL;
+    }
     z->model = m;
     z->be = be;
     z->dp = dp;
@@ -200,7 +205,12 @@ dx_zero *dx_zero_create(dx_model *m, dx_backend *be, dx_comm *dp, dx_comm *dp_ho
     z->xs = dx_dtype_size(be->act);
     z->as = dx_dtype_size(be->acc);
     z->g = calloc((size_t)z->ngroups, sizeof *z->g);
-    if (!z->g) { free(z); dx_fail("zero: out of memory"); return NULL; }
+    if (!z->g) {
+        free(z);
+        dx_fail("rank %d: zero: out of memory", dp->rank);
+        *rc = dx_comm_agree(dp_host, -1);
+        return NULL;
+    }
 
     int fail = 0;
     size_t max_pad = 0, max_shard = 0;
@@ -236,10 +246,12 @@ dx_zero *dx_zero_create(dx_model *m, dx_backend *be, dx_comm *dp, dx_comm *dp_ho
     z->cur_slot = 1;
     z->scalar = zalloc(z, as, DX_MEM_OTHER, &fail);
     float *host = fail ? NULL : malloc((stage == 0 ? max_pad : max_shard) * sizeof(float) + 1);
-    if (fail || !host) {
+    if (fail || !host) dx_fail_prefix("rank %d: ZeRO stage %d state", dp->rank, stage);
+    /* the initialisation below is collective (stages 1-2): agree first, so no rank waits there */
+    *rc = dx_comm_agree(dp_host, fail || !host ? -1 : 0);
+    if (*rc) {
         free(host);
         dx_zero_destroy(z);
-        dx_fail_prefix("rank %d: ZeRO stage %d state", dp->rank, stage);
         return NULL;
     }
 
@@ -262,6 +274,7 @@ dx_zero *dx_zero_create(dx_model *m, dx_backend *be, dx_comm *dp, dx_comm *dp_ho
     }
     free(host);
     if (fail) { dx_zero_destroy(z); return NULL; }
+    *rc = 0;
     dx_model_set_hook(m, hook, z);
     return z;
 }

@@ -32,9 +32,11 @@ typedef struct dx_zero dx_zero;
  * dx_model_init_values(seed) (identical whatever the DP size or stage). `dp` carries collectives
  * on backend buffers (MPI on the CPU backend, NCCL on CUDA); `dp_host` is the same ranks over
  * host memory (MPI; may equal dp), used for scalars such as the gradient norm. Installs the
- * model's group hook. Returns NULL + dx_fail (naming the stage or the allocation) on failure. */
+ * model's group hook. Collective: the ranks agree on allocation failures before the first
+ * collective. Returns NULL + dx_fail on failure, *rc = -1 where this rank failed (the message
+ * names the stage or the allocation) or -2 where another rank did (see dx_comm_agree). */
 dx_zero *dx_zero_create(dx_model *m, dx_backend *be, dx_comm *dp, dx_comm *dp_host, int stage,
-                        uint64_t seed);
+                        uint64_t seed, int *rc);
 void dx_zero_destroy(dx_zero *z);
 
 /* Clears the gradients (the full buffers or the local shards) before a step's first micro-batch. */
