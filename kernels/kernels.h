@@ -191,6 +191,10 @@ struct dx_backend {
 dx_backend *dx_backend_cpu_create(int nthreads);   /* act = acc = f32 */
 dx_backend *dx_backend_cpu64_create(int nthreads); /* act = acc = f64 */
 
+/* Reads one acc-dtype (A) scalar from backend memory into a host double, at full precision
+ * (f64 on cpu64, f32 elsewhere). Returns 0 or -1 + dx_fail. */
+int dx_read_acc_scalar(dx_backend *be, const void *p, double *out);
+
 /* Shared helper for backends: updates be->mem after an allocation (+bytes) or free (-bytes). */
 void dx_mem_account(dx_mem_stats *s, dx_mem_cat cat, long long delta);
 

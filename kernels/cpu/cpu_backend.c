@@ -204,3 +204,12 @@ static dx_backend *cpu_create(int nthreads, int f64)
 dx_backend *dx_backend_cpu_create(int nthreads) { return cpu_create(nthreads, 0); }
 
 dx_backend *dx_backend_cpu64_create(int nthreads) { return cpu_create(nthreads, 1); }
+
+int dx_read_acc_scalar(dx_backend *be, const void *p, double *out)
+{
+    if (be->acc == DX_F64) return be->download(be, out, p, sizeof *out);
+    float f;
+    if (be->download_f32(be, &f, p, be->acc, 1)) return -1;
+    *out = f;
+    return 0;
+}

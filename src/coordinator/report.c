@@ -305,17 +305,12 @@ static int for_each_events(report *r, event_fn fn, void *ctx)
     return rc ? -1 : 0;
 }
 
+static size_t sel_index(const report *r, int64_t step);
+
 static int step_selected(const report *r, int64_t step)
 {
-    size_t lo = 0, hi = r->n_sel;
-    while (lo < hi) {
-        size_t mid = (lo + hi) / 2;
-        if (r->sel[mid] < step)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    return lo < r->n_sel && r->sel[lo] == step;
+    size_t i = sel_index(r, step);
+    return i < r->n_sel && r->sel[i] == step;
 }
 
 static int keep_events(report *r, const dx_event *ev, size_t n, void *ctx)
@@ -512,6 +507,7 @@ typedef struct {
     int from_modules;        /* the units are module spans (no op events) */
 } analysis;
 
+/* Index of the first selected step >= step (binary search over the sorted selection). */
 static size_t sel_index(const report *r, int64_t step)
 {
     size_t lo = 0, hi = r->n_sel;

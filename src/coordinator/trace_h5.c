@@ -301,25 +301,33 @@ dx_trace_writer *dx_trace_create(const char *path, const dx_trace_meta *meta)
     return w;
 }
 
-/* Writes the pending rows at the end of /steps. */
-static int write_pending(dx_trace_writer *w)
+/* Appends n rows (memory type mt) at the end of the extendible 1-D dataset d, whose current
+ * length is *written; name is for messages. */
+static int append_rows(dx_trace_writer *w, hid_t d, hid_t mt, const void *rows, size_t n,
+                       hsize_t *written, const char *name)
 {
-    if (w->n_pending == 0) return 0;
-    hsize_t start[1] = {w->rows_written}, count[1] = {(hsize_t)w->n_pending};
-    hsize_t newsize[1] = {w->rows_written + w->n_pending};
-    int ok = H5Dset_extent(w->steps, newsize) >= 0;
-    hid_t fs = ok ? H5Dget_space(w->steps) : -1;
+    if (n == 0) return 0;
+    hsize_t start[1] = {*written}, count[1] = {(hsize_t)n}, newsize[1] = {*written + n};
+    int ok = H5Dset_extent(d, newsize) >= 0;
+    hid_t fs = ok ? H5Dget_space(d) : -1;
     hid_t ms = ok ? H5Screate_simple(1, count, NULL) : -1;
     ok = ok && fs >= 0 && ms >= 0 &&
          H5Sselect_hyperslab(fs, H5S_SELECT_SET, start, NULL, count, NULL) >= 0 &&
-         H5Dwrite(w->steps, w->mem_type, ms, fs, H5P_DEFAULT, w->pending) >= 0;
+         H5Dwrite(d, mt, ms, fs, H5P_DEFAULT, rows) >= 0;
     if (ms >= 0) H5Sclose(ms);
     if (fs >= 0) H5Sclose(fs);
     if (!ok)
-        return dx_fail("trace file '%s': cannot write /steps rows %llu..%llu", w->path,
-                       (unsigned long long)w->rows_written,
-                       (unsigned long long)(w->rows_written + w->n_pending - 1));
-    w->rows_written += w->n_pending;
+        return dx_fail("trace file '%s': cannot write %s rows %llu..%llu", w->path, name,
+                       (unsigned long long)*written, (unsigned long long)(*written + n - 1));
+    *written += n;
+    return 0;
+}
+
+/* Writes the pending rows at the end of /steps. */
+static int write_pending(dx_trace_writer *w)
+{
+    if (append_rows(w, w->steps, w->mem_type, w->pending, w->n_pending, &w->rows_written, "/steps"))
+        return -1;
     w->n_pending = 0;
     return 0;
 }
@@ -360,22 +368,10 @@ int dx_trace_append_step(dx_trace_writer *w, const dx_step_row *r)
 /* Writes the pending events at the end of /events. */
 static int write_pending_events(dx_trace_writer *w)
 {
-    if (w->events < 0 || w->n_ev_pending == 0) return 0;
-    hsize_t start[1] = {w->events_written}, count[1] = {(hsize_t)w->n_ev_pending};
-    hsize_t newsize[1] = {w->events_written + w->n_ev_pending};
-    int ok = H5Dset_extent(w->events, newsize) >= 0;
-    hid_t fs = ok ? H5Dget_space(w->events) : -1;
-    hid_t ms = ok ? H5Screate_simple(1, count, NULL) : -1;
-    ok = ok && fs >= 0 && ms >= 0 &&
-         H5Sselect_hyperslab(fs, H5S_SELECT_SET, start, NULL, count, NULL) >= 0 &&
-         H5Dwrite(w->events, w->ev_mem_type, ms, fs, H5P_DEFAULT, w->ev_pending) >= 0;
-    if (ms >= 0) H5Sclose(ms);
-    if (fs >= 0) H5Sclose(fs);
-    if (!ok)
-        return dx_fail("trace file '%s': cannot write /events rows %llu..%llu", w->path,
-                       (unsigned long long)w->events_written,
-                       (unsigned long long)(w->events_written + w->n_ev_pending - 1));
-    w->events_written += w->n_ev_pending;
+    if (w->events < 0) return 0;
+    if (append_rows(w, w->events, w->ev_mem_type, w->ev_pending, w->n_ev_pending,
+                    &w->events_written, "/events"))
+        return -1;
     w->n_ev_pending = 0;
     return 0;
 }

@@ -202,16 +202,6 @@ fail:
     return NULL;
 }
 
-/* Reads the backend loss scalar as double. */
-static int read_scalar(dx_backend *be, const void *p, double *out)
-{
-    if (be->acc == DX_F64) return be->download(be, out, p, sizeof *out);
-    float f;
-    if (be->download_f32(be, &f, p, be->acc, 1)) return -1;
-    *out = f;
-    return 0;
-}
-
 static int upload_batch(dx_worker *w, dx_batcher *b, uint64_t g0, int n)
 {
     size_t bytes = (size_t)n * w->cfg.seq_length * sizeof(int32_t);
@@ -268,7 +258,7 @@ int dx_worker_train_step(dx_worker *w, long step, dx_step_stats *st)
 
     if (dx_zero_reduce_grads(w->zero)) return -1;
     double loss_sum;
-    if (read_scalar(be, w->d_loss, &loss_sum)) return -1;
+    if (dx_read_acc_scalar(be, w->d_loss, &loss_sum)) return -1;
     uint64_t t_c = dx_now_ns();
     if (w->dp->size > 1 && w->dp->all_reduce_sum(w->dp, &loss_sum, 1, DX_F64)) return -1;
     uint64_t t_c1 = dx_now_ns();
@@ -326,7 +316,7 @@ int dx_worker_forward_backward(dx_worker *w, double *loss, int32_t *inputs, int3
     double sum;
     be->zero(be, w->d_loss, dx_dtype_size(be->acc));
     if (dx_model_forward(w->model, w->d_in, w->d_tg, B, T, w->d_loss, 0, 0.0f)) return -1;
-    if (read_scalar(be, w->d_loss, &sum)) return -1;
+    if (dx_read_acc_scalar(be, w->d_loss, &sum)) return -1;
     *loss = sum / (double)N;
     if (logits && be->download_f32(be, logits, dx_model_logits(w->model), be->acc,
                                    N * (size_t)c->model.vocab_size))
@@ -354,7 +344,7 @@ int dx_worker_eval(dx_worker *w, double *val_loss)
         if (dx_model_forward(w->model, w->d_in, w->d_tg, B, T, w->d_loss, 0, 0.0f)) return -1;
     }
     double s;
-    if (read_scalar(be, w->d_loss, &s)) return -1;
+    if (dx_read_acc_scalar(be, w->d_loss, &s)) return -1;
     if (P > 1 && w->dp->all_reduce_sum(w->dp, &s, 1, DX_F64)) return -1;
     *val_loss = s / ((double)c->eval_iters * B * P * T);
     w->tr.level = level;

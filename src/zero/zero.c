@@ -338,10 +338,8 @@ int dx_zero_step(dx_zero *z, const dx_adamw_hparams *hp_in, double max_norm, dou
             DX_TRACE_OP(z->tr, DX_MOD_OPTIMIZER, group_layer(z, i), DX_OP_GRAD_NORM, 2 * (int64_t)n,
                         (int64_t)n * (int64_t)z->as, be->sumsq(be, z->scalar, grad_at(z, g, g->lo), n));
     }
-    float ss_f;
-    if (be->download_f32(be, &ss_f, z->scalar, be->acc, 1)) return -1;
-    double ss = ss_f;
-    if (be->acc == DX_F64 && be->download(be, &ss, z->scalar, sizeof ss)) return -1;
+    double ss;
+    if (dx_read_acc_scalar(be, z->scalar, &ss)) return -1;
     if (z->stage >= 1 && z->P > 1)
         COMM(z, -1, DX_OP_ALL_REDUCE, sizeof ss, z->dp_host->all_reduce_sum(z->dp_host, &ss, 1, DX_F64));
     double norm = sqrt(ss);
