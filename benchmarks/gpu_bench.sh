@@ -6,7 +6,7 @@
 # few steps for the attention kernel's forward/backward time. PyTorch: benchmarks/torch_ref.py
 # (HF LlamaForCausalLM, bf16 autocast, fused AdamW, SDPA), plus SDPA flash attention alone.
 # Prints a table: tokens/s, step ms, MFU (6 x non-embedding params + 12 x layers x hidden x seq
-# FLOPs per token, 989 TFLOP/s), peak memory.
+# FLOPs per token, 989 TFLOP/s), peak memory. SKIP_TORCH=1 runs dissect only (quick iterations).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seq=${1:-2048} mb=${2:-8} steps=${3:-10}
@@ -22,8 +22,10 @@ mpirun -np 1 -x CUDA_VISIBLE_DEVICES build-gpu/dissect "${common[@]}" --train-it
 mpirun -np 1 -x CUDA_VISIBLE_DEVICES build-gpu/dissect "${common[@]}" --train-iters 3 \
   --trace "$OUT/op.h5" --trace-level op > "$OUT/dissect_op.log" 2>&1 || { tail -20 "$OUT/dissect_op.log"; exit 1; }
 build-gpu/dissect report "$OUT/op.h5" > "$OUT/report.txt" 2>&1 || true
-"$py" benchmarks/torch_ref.py --seq "$seq" --micro-batch "$mb" --attention > "$OUT/torch.jsonl" 2> "$OUT/torch.err" \
+if [ "${SKIP_TORCH:-0}" = 1 ]; then : > "$OUT/torch.jsonl"  # dissect only (quick iterations)
+else "$py" benchmarks/torch_ref.py --seq "$seq" --micro-batch "$mb" --attention > "$OUT/torch.jsonl" 2> "$OUT/torch.err" \
   || { tail -20 "$OUT/torch.err"; }
+fi
 "$py" - "$OUT" "$seq" "$mb" <<'PY'
 import json, sys, h5py, numpy as np
 out, seq, mb = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])

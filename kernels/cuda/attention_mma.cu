@@ -3,15 +3,27 @@
  *
  * Same contract and algorithm as the CUDA-core kernels in attention.cu (the fallback, selected
  * with DX_CUDA_ATTENTION=simple or when a pointer is not 16-byte aligned):
- *   forward   one block (4 warps) per (64-query tile, h, b); each warp owns 16 query rows,
- *             keeps S = Q K^T, the online-softmax state and O in registers; P is rounded to
- *             bf16 for the P V product (as in FlashAttention-2), row sums use fp32 P.
+ *   forward   one block per (BM-query tile, h, b), NW warps, each warp owning 16*MT query
+ *             rows; S = Q K^T, the online-softmax state and O stay in registers; P is rounded
+ *             to bf16 for the P V product (as in FlashAttention-2), row sums use fp32 P.
  *   backward  D = do . o (att_bwd_dot in attention.cu), then
- *             dk, dv per (64-key tile, kv head, b), each warp owning 16 keys: S^T = K Q^T and
- *             dP^T = V dO^T per 64-query tile, P^T and dS^T in registers, dv += P^T dO,
+ *             dk, dv per (BK-key tile, kv head, b), each warp owning 16*MT keys: S^T = K Q^T
+ *             and dP^T = V dO^T per BQ-query tile, P^T and dS^T in registers, dv += P^T dO,
  *             dk += dS^T Q (P^T and dS^T rounded to bf16 as mma operands); the group's query
- *             heads and the query tiles are walked in ascending order (no atomics);
- *             dq per (64-query tile, h, b), each warp owning 16 queries: dq += dS K.
+ *             heads and the query tiles are walked in ascending order (no atomics, so the
+ *             result is deterministic);
+ *             dq per (BM-query tile, h, b), each warp owning 16*MT queries: dq += dS K.
+ *             (Both backward kernels recompute S and dP: 7 tile products instead of FA-2's 5,
+ *             in exchange for no fp32 atomics and no dq scratch.)
+ *
+ * Data movement: the tile that a block walks over (K, V in the forward and dq kernels; Q, dO,
+ * lse, D in the dk/dv kernel) is double-buffered in shared memory with cp.async (the next tile
+ * is in flight while the current one is multiplied); rows past T are zero-filled. Operand
+ * fragments come from shared memory through ldmatrix (.trans for the operands that are
+ * contracted over their rows: V in P V, dO in P^T dO, Q in dS^T Q, K in dS K). A warp with
+ * MT > 1 row tiles reuses every B fragment MT times, which halves shared-memory reads per mma.
+ * Causal masking is applied only in tiles that cross the diagonal or the end of the sequence,
+ * and a warp skips tiles that lie wholly above its diagonal.
  *
  * Fragment layouts (PTX ISA, "Matrix Fragments for mma.m16n8k16 with floating point type"),
  * with g = lane / 4 and t = lane % 4; two bf16 per 32-bit register, lower index in the lower
@@ -23,57 +35,88 @@
  * Two C tiles of 8 columns (n-tiles 2kk, 2kk+1) are exactly the A fragment of k-step kk, so
  * score tiles feed the next product without leaving registers.
  *
- * Shared memory tiles are bf16 [64][Dh + 8]: the 16-byte row padding makes the fragment loads
- * (32-bit pairs along a row, or 16-bit elements down a column) bank-conflict free.
+ * Shared memory tiles are bf16 [rows][Dh + 8]: the 16-byte row padding puts the 8 row addresses
+ * of every ldmatrix 8x8 matrix in 8 different 16-byte bank groups (conflict free).
  */
 #include "cuda_internal.cuh"
 
 #include <math.h>
-#include <string.h>
-
-#ifndef DXC_SIM_MMA
-/* d += a b for one m16n8k16 tile (a warp-collective operation) */
-static __device__ __forceinline__ void dxc_mma_bf16_16816(float (&d)[4], const uint32_t (&a)[4],
-                                                          const uint32_t (&b)[2])
-{
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
-                 "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
-#endif
 
 namespace {
 
-constexpr int TB = 64;  /* rows (queries or keys) per tile */
-constexpr int NTH = 128; /* 4 warps */
 constexpr float LOG2E = 1.4426950408889634f;
 constexpr float LN2 = 0.6931471805599453f;
 
 template <int DH> __host__ __device__ constexpr int lds() { return DH + 8; } /* row stride (bf16) */
-/* forward: Q, K, V tiles; backward: four tiles plus lse and D of 64 rows */
-template <int DH> constexpr size_t fwd_smem() { return (size_t)3 * TB * lds<DH>() * sizeof(bf16); }
-template <int DH> constexpr size_t bwd_smem()
+
+/* ---- PTX wrappers ------------------------------------------------------------------------ */
+
+__device__ __forceinline__ uint32_t smem_u32(const void *p)
 {
-    return (size_t)4 * TB * lds<DH>() * sizeof(bf16) + (size_t)2 * TB * sizeof(float);
+    return (uint32_t)__cvta_generic_to_shared(p);
 }
 
-/* two adjacent bf16 (even index) as one 32-bit register */
-__device__ __forceinline__ uint32_t ld2(const bf16 *p) { return *(const uint32_t *)p; }
-
-/* two bf16 from two rows (same column) packed: lo from p[0], hi from p[stride] */
-__device__ __forceinline__ uint32_t ld2col(const bf16 *p, int stride)
+/* four 8x8 bf16 matrices; lanes 8i..8i+7 give the row addresses of matrix i, register i gets
+ * matrix i with this lane holding (row lane/4, columns 2(lane%4), +1) */
+__device__ __forceinline__ void ldsm4(uint32_t (&r)[4], uint32_t addr)
 {
-    const unsigned short *u = (const unsigned short *)p;
-    return (uint32_t)u[0] | ((uint32_t)u[stride] << 16);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr));
+}
+
+/* the same, transposed: this lane holds (rows 2(lane%4), +1; column lane/4) of each matrix */
+__device__ __forceinline__ void ldsm4t(uint32_t (&r)[4], uint32_t addr)
+{
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr));
+}
+
+/* d += a b for one m16n8k16 tile (a warp-collective operation) */
+__device__ __forceinline__ void mma16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
+                                         uint32_t b1)
+{
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+                 "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+/* 2^x (MUFU.EX2; -inf -> +0) */
+__device__ __forceinline__ float ex2(float x)
+{
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+    return y;
+}
+
+/* 16 bytes global -> shared, asynchronously; full = false writes 16 zero bytes instead */
+__device__ __forceinline__ void cp_async16(uint32_t dst, const void *src, bool full)
+{
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
+                 "r"(full ? 16 : 0));
+}
+
+/* 4 bytes global -> shared, asynchronously; full = false writes zero */
+__device__ __forceinline__ void cp_async4(uint32_t dst, const void *src, bool full)
+{
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src),
+                 "r"(full ? 4 : 0));
+}
+
+__device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+
+/* waits until at most N of this thread's committed groups are still in flight */
+template <int N> __device__ __forceinline__ void cp_wait()
+{
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 }
 
 __device__ __forceinline__ uint32_t pack2(float lo, float hi)
 {
     __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi); /* .x = lo (lower half) */
-    uint32_t r;
-    memcpy(&r, &v, 4);
-    return r;
+    return *(uint32_t *)&v;
 }
 
 __device__ __forceinline__ void st2(bf16 *p, float lo, float hi)
@@ -81,420 +124,459 @@ __device__ __forceinline__ void st2(bf16 *p, float lo, float hi)
     *(__nv_bfloat162 *)p = __floats2bfloat162_rn(lo, hi);
 }
 
-/* dst [64][DH+8] = rows r0.. of src (row stride `stride` elements), zero rows >= T; 16-byte
- * vector copies (src rows and dst rows are 16-byte aligned). */
-template <int DH>
-__device__ __forceinline__ void load_tile(bf16 *__restrict__ dst, const bf16 *__restrict__ src,
-                                          size_t stride, int r0, int T)
+/* ---- tiles ------------------------------------------------------------------------------- */
+
+/* dst [ROWS][DH+8] <- rows r0 .. r0+ROWS-1 of src (row stride `stride` elements), rows >= T
+ * zero-filled; NT threads, 16-byte copies (rows of src and dst are 16-byte aligned) */
+template <int DH, int ROWS, int NT>
+__device__ __forceinline__ void tile_async(bf16 *dst, const bf16 *__restrict__ src, size_t stride,
+                                           int r0, int T)
 {
     constexpr int CPR = DH / 8; /* 16-byte chunks per row */
-    for (int e = threadIdx.x; e < TB * CPR; e += NTH) {
+#pragma unroll
+    for (int e = threadIdx.x; e < ROWS * CPR; e += NT) {
         const int r = e / CPR, c = e % CPR, gr = r0 + r;
-        uint4 val = make_uint4(0u, 0u, 0u, 0u);
-        if (gr < T) val = *(const uint4 *)(src + (size_t)gr * stride + c * 8);
-        *(uint4 *)(dst + r * lds<DH>() + c * 8) = val;
+        const bool in = gr < T;
+        cp_async16(smem_u32(dst + r * lds<DH>() + c * 8), src + (size_t)(in ? gr : 0) * stride + c * 8,
+                   in);
     }
 }
 
-/* A fragment of k-step ks for the 16 rows starting at `rows` (row-major, stride LDS) */
-template <int DH>
-__device__ __forceinline__ void frag_a(uint32_t (&a)[4], const bf16 *rows, int ks, int g, int t)
+/* dst [ROWS] <- src[r0 ..], entries >= T zero */
+template <int ROWS, int NT>
+__device__ __forceinline__ void vec_async(float *dst, const float *__restrict__ src, int r0, int T)
+{
+    for (int r = threadIdx.x; r < ROWS; r += NT) {
+        const int gr = r0 + r;
+        const bool in = gr < T;
+        cp_async4(smem_u32(dst + r), src + (in ? gr : 0), in);
+    }
+}
+
+/* Byte offsets of this lane's ldmatrix row address inside a 16x16 block of a [rows][DH+8]
+ * tile. lane_a: matrices (rows 0-7, cols 0-7), (rows 8-15, cols 0-7), (0-7, 8-15), (8-15, 8-15)
+ * = the A fragment a0..a3, and with .trans the B fragments of two n-tiles of a row-major
+ * [k][n] operand. lane_b: (0-7, 0-7), (0-7, 8-15), (8-15, 0-7), (8-15, 8-15) = B fragments
+ * (b0, b1) of n-tiles 0 and 1 of an operand stored [n][k]. */
+template <int DH> __device__ __forceinline__ int lane_a_off(int lane)
+{
+    return 2 * (((lane & 7) + 8 * ((lane >> 3) & 1)) * lds<DH>() + 8 * (lane >> 4));
+}
+template <int DH> __device__ __forceinline__ int lane_b_off(int lane)
+{
+    return 2 * (((lane & 7) + 8 * (lane >> 4)) * lds<DH>() + 8 * ((lane >> 3) & 1));
+}
+
+/* acc[m][n] += A_m B_n^T over k = 0..DH-1, with A_m the 16 rows of smem tile a (16*m ..) and
+ * B_n the 8 rows of smem tile b (8*n ..), both stored [row][DH+8]; a, b are shared-space
+ * addresses of row 0 (plus this lane's offsets) */
+template <int DH, int MT, int NN>
+__device__ __forceinline__ void mma_abt(float (&acc)[MT][NN][4], uint32_t a, uint32_t b)
 {
     constexpr int L = lds<DH>();
-    const bf16 *p = rows + g * L + 16 * ks + 2 * t;
-    a[0] = ld2(p);
-    a[1] = ld2(p + 8 * L);
-    a[2] = ld2(p + 8);
-    a[3] = ld2(p + 8 * L + 8);
+#pragma unroll
+    for (int ks = 0; ks < DH / 16; ks++) {
+        uint32_t fa[MT][4];
+#pragma unroll
+        for (int m = 0; m < MT; m++) ldsm4(fa[m], a + 2 * (16 * m * L + 16 * ks));
+#pragma unroll
+        for (int p = 0; p < NN / 2; p++) {
+            uint32_t fb[4];
+            ldsm4(fb, b + 2 * (16 * p * L + 16 * ks));
+#pragma unroll
+            for (int m = 0; m < MT; m++) {
+                mma16816(acc[m][2 * p], fa[m], fb[0], fb[1]);
+                mma16816(acc[m][2 * p + 1], fa[m], fb[2], fb[3]);
+            }
+        }
+    }
 }
 
-/* B fragment (k = d, n = row) of k-step ks, n-tile of the 8 rows starting at `rows`: B = M^T
- * for a row-major M, i.e. the product contracts over M's columns */
-template <int DH>
-__device__ __forceinline__ void frag_bt(uint32_t (&b)[2], const bf16 *rows, int ks, int g, int t)
+/* acc[m][nd] += P_m B over k = 0..16*KK-1, with P_m given as accumulator tiles [2*KK][4]
+ * (rounded to bf16 here) and B the smem tile b stored [k][DH+8] (row-major k x DH) */
+template <int DH, int MT, int KK>
+__device__ __forceinline__ void mma_pb(float (&acc)[MT][DH / 8][4], const float (&p)[MT][2 * KK][4],
+                                       uint32_t b)
 {
     constexpr int L = lds<DH>();
-    const bf16 *p = rows + g * L + 16 * ks + 2 * t;
-    b[0] = ld2(p);
-    b[1] = ld2(p + 8);
+#pragma unroll
+    for (int kk = 0; kk < KK; kk++) {
+        uint32_t fa[MT][4];
+#pragma unroll
+        for (int m = 0; m < MT; m++) {
+            fa[m][0] = pack2(p[m][2 * kk][0], p[m][2 * kk][1]);
+            fa[m][1] = pack2(p[m][2 * kk][2], p[m][2 * kk][3]);
+            fa[m][2] = pack2(p[m][2 * kk + 1][0], p[m][2 * kk + 1][1]);
+            fa[m][3] = pack2(p[m][2 * kk + 1][2], p[m][2 * kk + 1][3]);
+        }
+#pragma unroll
+        for (int q = 0; q < DH / 16; q++) {
+            uint32_t fb[4];
+            ldsm4t(fb, b + 2 * (16 * kk * L + 16 * q));
+#pragma unroll
+            for (int m = 0; m < MT; m++) {
+                mma16816(acc[m][2 * q], fa[m], fb[0], fb[1]);
+                mma16816(acc[m][2 * q + 1], fa[m], fb[2], fb[3]);
+            }
+        }
+    }
 }
 
-/* B fragment (k = row, n = column) for k-step kk (16 rows) and n-tile nd (8 columns) of a
- * row-major M: the product contracts over M's rows */
-template <int DH>
-__device__ __forceinline__ void frag_b(uint32_t (&b)[2], const bf16 *m, int kk, int nd, int g, int t)
+template <int MT, int N> __device__ __forceinline__ void zero(float (&a)[MT][N][4])
 {
-    constexpr int L = lds<DH>();
-    const bf16 *p = m + (16 * kk + 2 * t) * L + 8 * nd + g;
-    b[0] = ld2col(p, L);
-    b[1] = ld2col(p + 8 * L, L);
+#pragma unroll
+    for (int m = 0; m < MT; m++)
+#pragma unroll
+        for (int n = 0; n < N; n++) a[m][n][0] = a[m][n][1] = a[m][n][2] = a[m][n][3] = 0.0f;
 }
 
-/* A fragment of k-step kk from two accumulator n-tiles (2kk, 2kk+1), rounded to bf16 */
-__device__ __forceinline__ void acc_to_a(uint32_t (&a)[4], const float (&c0)[4], const float (&c1)[4])
+/* ---- forward ----------------------------------------------------------------------------- */
+
+/* block: BM = 16*MT*NW queries of head h, batch b; key tiles of BN */
+template <int DH, int NW, int MT, int BN> constexpr size_t fwd_smem()
 {
-    a[0] = pack2(c0[0], c0[1]);
-    a[1] = pack2(c0[2], c0[3]);
-    a[2] = pack2(c1[0], c1[1]);
-    a[3] = pack2(c1[2], c1[3]);
+    return (size_t)(16 * MT * NW + 4 * BN) * lds<DH>() * sizeof(bf16);
 }
 
-/* ------------------------------------------------------------------------------------------ */
-
-template <int DH>
-__global__ void __launch_bounds__(NTH)
-    att_fwd_mma(bf16 *__restrict__ o, float *__restrict__ lse, const bf16 *__restrict__ q,
-                const bf16 *__restrict__ k, const bf16 *__restrict__ v, int T, int H, int Hkv,
-                float sl2)
+template <int DH, int NW, int MT, int BN>
+__global__ void __launch_bounds__(NW * 32)
+    att_fwd_tc(bf16 *__restrict__ o, float *__restrict__ lse, const bf16 *__restrict__ q,
+               const bf16 *__restrict__ k, const bf16 *__restrict__ v, int T, int H, int Hkv,
+               float sl2)
 {
-    constexpr int L = lds<DH>(), NKS = DH / 16, NDT = DH / 8;
+    constexpr int L = lds<DH>(), NT = NW * 32, BM = 16 * MT * NW, NDT = DH / 8, NN = BN / 8;
     DXC_DYNAMIC_SMEM(uint4, smem_raw);
-    bf16 *Qs = (bf16 *)smem_raw, *Ks = Qs + TB * L, *Vs = Ks + TB * L;
+    bf16 *Qs = (bf16 *)smem_raw, *Ks = Qs + BM * L, *Vs = Ks + 2 * BN * L; /* K, V: 2 stages */
 
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-    const int qt = gridDim.x - 1 - blockIdx.x; /* long (late) query tiles first */
-    const int h = blockIdx.y, b = blockIdx.z, kh = h / (H / Hkv);
-    const int q0 = qt * TB;
+    const int h = blockIdx.x % H, b = blockIdx.x / H, kh = h / (H / Hkv);
+    const int q0 = (gridDim.y - 1 - blockIdx.y) * BM; /* long (late) query tiles first */
     const size_t qst = (size_t)H * DH, kst = (size_t)Hkv * DH;
     const bf16 *kb = k + (size_t)b * T * kst + (size_t)kh * DH;
     const bf16 *vb = v + (size_t)b * T * kst + (size_t)kh * DH;
+    const int la = lane_a_off<DH>(lane), lb = lane_b_off<DH>(lane);
 
-    load_tile<DH>(Qs, q + (size_t)b * T * qst + (size_t)h * DH, qst, q0, T);
-    __syncthreads();
-    uint32_t qa[NKS][4];
+    tile_async<DH, BM, NT>(Qs, q + (size_t)b * T * qst + (size_t)h * DH, qst, q0, T);
+    tile_async<DH, BN, NT>(Ks, kb, kst, 0, T);
+    tile_async<DH, BN, NT>(Vs, vb, kst, 0, T);
+    cp_commit();
+
+    const int wr0 = q0 + 16 * MT * warp; /* this warp's first query row */
+    const uint32_t qa = smem_u32(Qs + 16 * MT * warp * L) + la;
+    float mrow[MT][2], lrow[MT][2], oacc[MT][NDT][4];
 #pragma unroll
-    for (int ks = 0; ks < NKS; ks++) frag_a<DH>(qa[ks], Qs + 16 * warp * L, ks, g, t);
+    for (int m = 0; m < MT; m++) mrow[m][0] = mrow[m][1] = -INFINITY, lrow[m][0] = lrow[m][1] = 0.0f;
+    zero(oacc);
 
-    const int row0 = q0 + 16 * warp + g, row1 = row0 + 8;
-    float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f; /* l: this lane's columns */
-    float oacc[NDT][4];
-#pragma unroll
-    for (int nd = 0; nd < NDT; nd++) oacc[nd][0] = oacc[nd][1] = oacc[nd][2] = oacc[nd][3] = 0.0f;
-
-    const int kend = q0 + TB < T ? q0 + TB : T;
-    for (int j0 = 0; j0 < kend; j0 += TB) {
-        __syncthreads(); /* every warp is done with the previous Ks, Vs */
-        load_tile<DH>(Ks, kb, kst, j0, T);
-        load_tile<DH>(Vs, vb, kst, j0, T);
+    const int kend = q0 + BM < T ? q0 + BM : T, nkt = (kend + BN - 1) / BN;
+    for (int j = 0; j < nkt; j++) {
+        if (j + 1 < nkt) {
+            const int s = (j + 1) & 1;
+            tile_async<DH, BN, NT>(Ks + s * BN * L, kb, kst, (j + 1) * BN, T);
+            tile_async<DH, BN, NT>(Vs + s * BN * L, vb, kst, (j + 1) * BN, T);
+        }
+        cp_commit();
+        cp_wait<1>(); /* tile j (and Q) have landed for this thread */
         __syncthreads();
-
-        float s[8][4];
+        const int j0 = j * BN;
+        if (j0 <= wr0 + 16 * MT - 1) { /* some key of the tile is <= some row of this warp */
+            const uint32_t kt = smem_u32(Ks + (j & 1) * BN * L), vt = smem_u32(Vs + (j & 1) * BN * L);
+            float s[MT][NN][4];
+            zero(s);
+            mma_abt<DH, MT, NN>(s, qa, kt + lb);
+            if (j0 + BN - 1 > wr0 || j0 + BN > T) {
 #pragma unroll
-        for (int jn = 0; jn < 8; jn++) s[jn][0] = s[jn][1] = s[jn][2] = s[jn][3] = 0.0f;
+                for (int m = 0; m < MT; m++)
 #pragma unroll
-        for (int ks = 0; ks < NKS; ks++)
+                    for (int n = 0; n < NN; n++)
 #pragma unroll
-            for (int jn = 0; jn < 8; jn++) {
-                uint32_t bk[2];
-                frag_bt<DH>(bk, Ks + 8 * jn * L, ks, g, t);
-                dxc_mma_bf16_16816(s[jn], qa[ks], bk);
+                        for (int e = 0; e < 4; e++) {
+                            const int key = j0 + 8 * n + 2 * t + (e & 1);
+                            const int row = wr0 + 16 * m + g + 8 * (e >> 1);
+                            if (key > row || key >= T) s[m][n][e] = -INFINITY;
+                        }
             }
+            /* online softmax per row (m, hh): raw scores, 2^(s * sl2 - max * sl2) */
+#pragma unroll
+            for (int m = 0; m < MT; m++)
+#pragma unroll
+                for (int hh = 0; hh < 2; hh++) {
+                    float mx = -INFINITY;
+#pragma unroll
+                    for (int n = 0; n < NN; n++)
+                        mx = fmaxf(mx, fmaxf(s[m][n][2 * hh], s[m][n][2 * hh + 1]));
+                    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1)); /* the row's 4 lanes */
+                    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+                    const float mn = fmaxf(mrow[m][hh], mx);
+                    /* a row with no key yet stays at p = 0 instead of NaN */
+                    const float ms = mn == -INFINITY ? 0.0f : mn * sl2;
+                    const float c = ex2(mrow[m][hh] * sl2 - ms);
+                    mrow[m][hh] = mn;
+                    float ps = 0.0f;
+#pragma unroll
+                    for (int n = 0; n < NN; n++) {
+                        s[m][n][2 * hh] = ex2(fmaf(s[m][n][2 * hh], sl2, -ms));
+                        s[m][n][2 * hh + 1] = ex2(fmaf(s[m][n][2 * hh + 1], sl2, -ms));
+                        ps += s[m][n][2 * hh] + s[m][n][2 * hh + 1];
+                    }
+                    lrow[m][hh] = lrow[m][hh] * c + ps;
+#pragma unroll
+                    for (int nd = 0; nd < NDT; nd++) {
+                        oacc[m][nd][2 * hh] *= c;
+                        oacc[m][nd][2 * hh + 1] *= c;
+                    }
+                }
+            mma_pb<DH, MT, BN / 16>(oacc, s, vt + la); /* O += P V */
+        }
+        __syncthreads(); /* every warp is done with stage j & 1 before it is refilled */
+    }
 
-        /* mask (causal, tile edge), scale to log2 units, online softmax per row */
-        float mx0 = -INFINITY, mx1 = -INFINITY;
 #pragma unroll
-        for (int jn = 0; jn < 8; jn++)
+    for (int m = 0; m < MT; m++)
 #pragma unroll
-            for (int e = 0; e < 4; e++) {
-                const int key = j0 + 8 * jn + 2 * t + (e & 1), row = e < 2 ? row0 : row1;
-                s[jn][e] = key <= row && key < T ? s[jn][e] * sl2 : -INFINITY;
-                if (e < 2) mx0 = fmaxf(mx0, s[jn][e]);
-                else mx1 = fmaxf(mx1, s[jn][e]);
+        for (int hh = 0; hh < 2; hh++) {
+            float l = lrow[m][hh];
+            l += __shfl_xor_sync(0xffffffffu, l, 1);
+            l += __shfl_xor_sync(0xffffffffu, l, 2);
+            const int row = wr0 + 16 * m + g + 8 * hh;
+            if (row < T) {
+                const float inv = 1.0f / l;
+                bf16 *orow = o + ((size_t)b * T + row) * qst + (size_t)h * DH + 2 * t;
+#pragma unroll
+                for (int nd = 0; nd < NDT; nd++)
+                    st2(orow + 8 * nd, oacc[m][nd][2 * hh] * inv, oacc[m][nd][2 * hh + 1] * inv);
+                if (t == 0) lse[((size_t)b * H + h) * T + row] = (mrow[m][hh] * sl2 + log2f(l)) * LN2;
             }
-#pragma unroll
-        for (int off = 1; off <= 2; off <<= 1) { /* the 4 lanes of a row: t = 0..3 */
-            mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, off));
-            mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, off));
         }
-        /* key j0 <= row is unmasked in every tile, so the maxima are finite; the guard keeps
-         * a fully masked row at p = 0 instead of NaN */
-        const float n0 = fmaxf(m0, mx0), n1 = fmaxf(m1, mx1);
-        const float r0 = n0 == -INFINITY ? 0.0f : n0, r1 = n1 == -INFINITY ? 0.0f : n1;
-        const float c0 = exp2f(m0 - r0), c1 = exp2f(m1 - r1);
-        m0 = n0;
-        m1 = n1;
-        float ps0 = 0.0f, ps1 = 0.0f;
-#pragma unroll
-        for (int jn = 0; jn < 8; jn++) {
-            s[jn][0] = exp2f(s[jn][0] - r0);
-            s[jn][1] = exp2f(s[jn][1] - r0);
-            s[jn][2] = exp2f(s[jn][2] - r1);
-            s[jn][3] = exp2f(s[jn][3] - r1);
-            ps0 += s[jn][0] + s[jn][1];
-            ps1 += s[jn][2] + s[jn][3];
-        }
-        l0 = l0 * c0 + ps0;
-        l1 = l1 * c1 + ps1;
-#pragma unroll
-        for (int nd = 0; nd < NDT; nd++) {
-            oacc[nd][0] *= c0;
-            oacc[nd][1] *= c0;
-            oacc[nd][2] *= c1;
-            oacc[nd][3] *= c1;
-        }
+}
 
-        /* O += P V */
+/* ---- backward: dk, dv -------------------------------------------------------------------- */
+
+/* block: BK = 16*MT*NW keys of kv head kh, batch b; query tiles of BQ */
+template <int DH, int NW, int MT, int BQ> constexpr size_t dkdv_smem()
+{
+    return (size_t)(2 * 16 * MT * NW + 4 * BQ) * lds<DH>() * sizeof(bf16) +
+           (size_t)4 * BQ * sizeof(float);
+}
+
+template <int DH, int NW, int MT, int BQ>
+__global__ void __launch_bounds__(NW * 32)
+    att_bwd_dkdv_tc(bf16 *__restrict__ dk, bf16 *__restrict__ dv, const bf16 *__restrict__ dout,
+                    const bf16 *__restrict__ q, const bf16 *__restrict__ k,
+                    const bf16 *__restrict__ v, const float *__restrict__ lse,
+                    const float *__restrict__ Dv, int T, int H, int Hkv, float sl2, float scale)
+{
+    constexpr int L = lds<DH>(), NT = NW * 32, BK = 16 * MT * NW, NDT = DH / 8, NN = BQ / 8;
+    DXC_DYNAMIC_SMEM(uint4, smem_raw);
+    bf16 *Ks = (bf16 *)smem_raw, *Vs = Ks + BK * L, *Qs = Vs + BK * L, *Os = Qs + 2 * BQ * L;
+    float *Ls = (float *)(Os + 2 * BQ * L), *Dd = Ls + 2 * BQ; /* Q, dO, lse, D: 2 stages */
+
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const int kh = blockIdx.x % Hkv, b = blockIdx.x / Hkv, G = H / Hkv;
+    const int c0 = blockIdx.y * BK; /* long (early) key tiles first */
+    const size_t qst = (size_t)H * DH, kst = (size_t)Hkv * DH;
+    const int la = lane_a_off<DH>(lane), lb = lane_b_off<DH>(lane);
+
+    /* iteration it: query head kh * G + it / nq, query tile c0 + (it % nq) * BQ (queries
+     * before c0 see none of these keys) */
+    const int nq = (T - c0 + BQ - 1) / BQ, niter = G * nq;
+    auto load = [&](int it, int s) {
+        const int h = kh * G + it / nq, i0 = c0 + (it % nq) * BQ;
+        tile_async<DH, BQ, NT>(Qs + s * BQ * L, q + (size_t)b * T * qst + (size_t)h * DH, qst, i0, T);
+        tile_async<DH, BQ, NT>(Os + s * BQ * L, dout + (size_t)b * T * qst + (size_t)h * DH, qst, i0, T);
+        vec_async<BQ, NT>(Ls + s * BQ, lse + ((size_t)b * H + h) * T, i0, T);
+        vec_async<BQ, NT>(Dd + s * BQ, Dv + ((size_t)b * H + h) * T, i0, T);
+    };
+    tile_async<DH, BK, NT>(Ks, k + (size_t)b * T * kst + (size_t)kh * DH, kst, c0, T);
+    tile_async<DH, BK, NT>(Vs, v + (size_t)b * T * kst + (size_t)kh * DH, kst, c0, T);
+    load(0, 0);
+    cp_commit();
+
+    const int wk0 = c0 + 16 * MT * warp; /* this warp's first key */
+    const uint32_t ka = smem_u32(Ks + 16 * MT * warp * L) + la;
+    const uint32_t va = smem_u32(Vs + 16 * MT * warp * L) + la;
+    float dka[MT][NDT][4], dva[MT][NDT][4];
+    zero(dka);
+    zero(dva);
+
+    for (int it = 0; it < niter; it++) {
+        if (it + 1 < niter) load(it + 1, (it + 1) & 1);
+        cp_commit();
+        cp_wait<1>();
+        __syncthreads();
+        const int i0 = c0 + (it % nq) * BQ, s = it & 1;
+        if (i0 + BQ - 1 >= wk0) { /* some query of the tile is >= some key of this warp */
+            const uint32_t qt = smem_u32(Qs + s * BQ * L), ot = smem_u32(Os + s * BQ * L);
+            const float *lt = Ls + s * BQ, *dt = Dd + s * BQ;
+            float st[MT][NN][4], dp[MT][NN][4];
+            zero(st);
+            zero(dp);
+            mma_abt<DH, MT, NN>(st, ka, qt + lb); /* S^T = K Q^T */
+            mma_abt<DH, MT, NN>(dp, va, ot + lb); /* dP^T = V dO^T */
+            const bool edge = i0 < wk0 + 16 * MT - 1 || i0 + BQ > T || wk0 + 16 * MT > T;
 #pragma unroll
-        for (int kk = 0; kk < 4; kk++) {
-            uint32_t pa[4];
-            acc_to_a(pa, s[2 * kk], s[2 * kk + 1]);
+            for (int n = 0; n < NN; n++) {
+                const int col = 8 * n + 2 * t;
+                const float2 l2 = *(const float2 *)(lt + col), d2 = *(const float2 *)(dt + col);
+#pragma unroll
+                for (int m = 0; m < MT; m++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++) {
+                        float p = ex2(fmaf(st[m][n][e], sl2, -((e & 1) ? l2.y : l2.x) * LOG2E));
+                        if (edge) {
+                            const int qi = i0 + col + (e & 1), key = wk0 + 16 * m + g + 8 * (e >> 1);
+                            if (qi < key || qi >= T || key >= T) p = 0.0f;
+                        }
+                        st[m][n][e] = p;
+                        dp[m][n][e] = p * (dp[m][n][e] - ((e & 1) ? d2.y : d2.x));
+                    }
+            }
+            mma_pb<DH, MT, BQ / 16>(dva, st, ot + la); /* dV += P^T dO */
+            mma_pb<DH, MT, BQ / 16>(dka, dp, qt + la); /* dK += dS^T Q */
+        }
+        __syncthreads(); /* every warp is done with stage s before it is refilled */
+    }
+
+#pragma unroll
+    for (int m = 0; m < MT; m++)
+#pragma unroll
+        for (int hh = 0; hh < 2; hh++) {
+            const int key = wk0 + 16 * m + g + 8 * hh;
+            if (key >= T) continue;
+            const size_t off = ((size_t)b * T + key) * kst + (size_t)kh * DH + 2 * t;
 #pragma unroll
             for (int nd = 0; nd < NDT; nd++) {
-                uint32_t bv[2];
-                frag_b<DH>(bv, Vs, kk, nd, g, t);
-                dxc_mma_bf16_16816(oacc[nd], pa, bv);
+                st2(dk + off + 8 * nd, dka[m][nd][2 * hh] * scale, dka[m][nd][2 * hh + 1] * scale);
+                st2(dv + off + 8 * nd, dva[m][nd][2 * hh], dva[m][nd][2 * hh + 1]);
             }
         }
-    }
-
-#pragma unroll
-    for (int off = 1; off <= 2; off <<= 1) {
-        l0 += __shfl_xor_sync(0xffffffffu, l0, off);
-        l1 += __shfl_xor_sync(0xffffffffu, l1, off);
-    }
-    if (row0 < T) {
-        const float inv = 1.0f / l0;
-        bf16 *orow = o + ((size_t)b * T + row0) * qst + (size_t)h * DH + 2 * t;
-#pragma unroll
-        for (int nd = 0; nd < NDT; nd++) st2(orow + 8 * nd, oacc[nd][0] * inv, oacc[nd][1] * inv);
-        if (t == 0) lse[((size_t)b * H + h) * T + row0] = (m0 + log2f(l0)) * LN2;
-    }
-    if (row1 < T) {
-        const float inv = 1.0f / l1;
-        bf16 *orow = o + ((size_t)b * T + row1) * qst + (size_t)h * DH + 2 * t;
-#pragma unroll
-        for (int nd = 0; nd < NDT; nd++) st2(orow + 8 * nd, oacc[nd][2] * inv, oacc[nd][3] * inv);
-        if (t == 0) lse[((size_t)b * H + h) * T + row1] = (m1 + log2f(l1)) * LN2;
-    }
 }
 
-/* ------------------------------------------------------------------------------------------ */
+/* ---- backward: dq ------------------------------------------------------------------------ */
 
-template <int DH>
-__global__ void __launch_bounds__(NTH)
-    att_bwd_dkdv_mma(bf16 *__restrict__ dk, bf16 *__restrict__ dv, const bf16 *__restrict__ dout,
-                     const bf16 *__restrict__ q, const bf16 *__restrict__ k,
-                     const bf16 *__restrict__ v, const float *__restrict__ lse,
-                     const float *__restrict__ Dv, int T, int H, int Hkv, float sl2, float scale)
+/* block: BM = 16*MT*NW queries of head h, batch b; key tiles of BN */
+template <int DH, int NW, int MT, int BN> constexpr size_t dq_smem()
 {
-    constexpr int L = lds<DH>(), NKS = DH / 16, NDT = DH / 8;
-    DXC_DYNAMIC_SMEM(uint4, smem_raw);
-    bf16 *Ks = (bf16 *)smem_raw, *Vs = Ks + TB * L, *Qs = Vs + TB * L, *Os = Qs + TB * L;
-    float *Ls = (float *)(Os + TB * L), *Dd = Ls + TB;
-
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-    const int kt = blockIdx.x, kh = blockIdx.y, b = blockIdx.z, G = H / Hkv;
-    const int c0 = kt * TB;
-    const int key0 = c0 + 16 * warp + g, key1 = key0 + 8; /* this lane's accumulator rows */
-    const size_t qst = (size_t)H * DH, kst = (size_t)Hkv * DH;
-
-    load_tile<DH>(Ks, k + (size_t)b * T * kst + (size_t)kh * DH, kst, c0, T);
-    load_tile<DH>(Vs, v + (size_t)b * T * kst + (size_t)kh * DH, kst, c0, T);
-
-    float dka[NDT][4], dva[NDT][4];
-#pragma unroll
-    for (int nd = 0; nd < NDT; nd++)
-#pragma unroll
-        for (int e = 0; e < 4; e++) dka[nd][e] = dva[nd][e] = 0.0f;
-
-    for (int gi = 0; gi < G; gi++) {
-        const int h = kh * G + gi;
-        const bf16 *qb = q + (size_t)b * T * qst + (size_t)h * DH;
-        const bf16 *ob = dout + (size_t)b * T * qst + (size_t)h * DH;
-        const float *lrow = lse + ((size_t)b * H + h) * T, *drow = Dv + ((size_t)b * H + h) * T;
-        for (int i0 = c0; i0 < T; i0 += TB) { /* queries i >= j only (c0 is tile-aligned) */
-            __syncthreads(); /* every warp is done with the previous Qs, Os, Ls, Dd */
-            load_tile<DH>(Qs, qb, qst, i0, T);
-            load_tile<DH>(Os, ob, qst, i0, T);
-            for (int r = threadIdx.x; r < TB; r += NTH) {
-                const int gr = i0 + r;
-                Ls[r] = gr < T ? lrow[gr] * LOG2E : 0.0f;
-                Dd[r] = gr < T ? drow[gr] : 0.0f;
-            }
-            __syncthreads();
-
-            /* S^T = K Q^T and dP^T = V dO^T: rows = this warp's 16 keys, 64 query columns */
-            float st[8][4], dp[8][4];
-#pragma unroll
-            for (int jn = 0; jn < 8; jn++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) st[jn][e] = dp[jn][e] = 0.0f;
-#pragma unroll
-            for (int ks = 0; ks < NKS; ks++) {
-                uint32_t ka[4], va[4];
-                frag_a<DH>(ka, Ks + 16 * warp * L, ks, g, t);
-                frag_a<DH>(va, Vs + 16 * warp * L, ks, g, t);
-#pragma unroll
-                for (int jn = 0; jn < 8; jn++) {
-                    uint32_t bq[2], bo[2];
-                    frag_bt<DH>(bq, Qs + 8 * jn * L, ks, g, t);
-                    frag_bt<DH>(bo, Os + 8 * jn * L, ks, g, t);
-                    dxc_mma_bf16_16816(st[jn], ka, bq);
-                    dxc_mma_bf16_16816(dp[jn], va, bo);
-                }
-            }
-            /* P^T (in st) and dS^T = P^T (dP^T - D) (in dp) */
-#pragma unroll
-            for (int jn = 0; jn < 8; jn++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    const int r = 8 * jn + 2 * t + (e & 1), qi = i0 + r;
-                    const int key = e < 2 ? key0 : key1;
-                    const bool ok = qi >= key && qi < T && key < T;
-                    const float p = ok ? exp2f(st[jn][e] * sl2 - Ls[r]) : 0.0f;
-                    st[jn][e] = p;
-                    dp[jn][e] = p * (dp[jn][e] - Dd[r]);
-                }
-            /* dV += P^T dO ; dK += dS^T Q (contracting over the 64 queries) */
-#pragma unroll
-            for (int kk = 0; kk < 4; kk++) {
-                uint32_t pa[4], sa[4];
-                acc_to_a(pa, st[2 * kk], st[2 * kk + 1]);
-                acc_to_a(sa, dp[2 * kk], dp[2 * kk + 1]);
-#pragma unroll
-                for (int nd = 0; nd < NDT; nd++) {
-                    uint32_t bo[2], bq[2];
-                    frag_b<DH>(bo, Os, kk, nd, g, t);
-                    frag_b<DH>(bq, Qs, kk, nd, g, t);
-                    dxc_mma_bf16_16816(dva[nd], pa, bo);
-                    dxc_mma_bf16_16816(dka[nd], sa, bq);
-                }
-            }
-        }
-    }
-
-    if (key0 < T) {
-        const size_t off = ((size_t)b * T + key0) * kst + (size_t)kh * DH + 2 * t;
-#pragma unroll
-        for (int nd = 0; nd < NDT; nd++) {
-            st2(dk + off + 8 * nd, dka[nd][0] * scale, dka[nd][1] * scale);
-            st2(dv + off + 8 * nd, dva[nd][0], dva[nd][1]);
-        }
-    }
-    if (key1 < T) {
-        const size_t off = ((size_t)b * T + key1) * kst + (size_t)kh * DH + 2 * t;
-#pragma unroll
-        for (int nd = 0; nd < NDT; nd++) {
-            st2(dk + off + 8 * nd, dka[nd][2] * scale, dka[nd][3] * scale);
-            st2(dv + off + 8 * nd, dva[nd][2], dva[nd][3]);
-        }
-    }
+    return (size_t)(2 * 16 * MT * NW + 4 * BN) * lds<DH>() * sizeof(bf16);
 }
 
-template <int DH>
-__global__ void __launch_bounds__(NTH)
-    att_bwd_dq_mma(bf16 *__restrict__ dq, const bf16 *__restrict__ dout,
-                   const bf16 *__restrict__ q, const bf16 *__restrict__ k,
-                   const bf16 *__restrict__ v, const float *__restrict__ lse,
-                   const float *__restrict__ Dv, int T, int H, int Hkv, float sl2, float scale)
+template <int DH, int NW, int MT, int BN>
+__global__ void __launch_bounds__(NW * 32)
+    att_bwd_dq_tc(bf16 *__restrict__ dq, const bf16 *__restrict__ dout, const bf16 *__restrict__ q,
+                  const bf16 *__restrict__ k, const bf16 *__restrict__ v,
+                  const float *__restrict__ lse, const float *__restrict__ Dv, int T, int H,
+                  int Hkv, float sl2, float scale)
 {
-    constexpr int L = lds<DH>(), NKS = DH / 16, NDT = DH / 8;
+    constexpr int L = lds<DH>(), NT = NW * 32, BM = 16 * MT * NW, NDT = DH / 8, NN = BN / 8;
     DXC_DYNAMIC_SMEM(uint4, smem_raw);
-    bf16 *Qs = (bf16 *)smem_raw, *Os = Qs + TB * L, *Ks = Os + TB * L, *Vs = Ks + TB * L;
-    float *Ls = (float *)(Vs + TB * L), *Dd = Ls + TB;
+    bf16 *Qs = (bf16 *)smem_raw, *Os = Qs + BM * L, *Ks = Os + BM * L, *Vs = Ks + 2 * BN * L;
 
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-    const int qt = gridDim.x - 1 - blockIdx.x; /* long (late) query tiles first */
-    const int h = blockIdx.y, b = blockIdx.z, kh = h / (H / Hkv);
-    const int q0 = qt * TB;
-    const int row0 = q0 + 16 * warp + g, row1 = row0 + 8;
+    const int h = blockIdx.x % H, b = blockIdx.x / H, kh = h / (H / Hkv);
+    const int q0 = (gridDim.y - 1 - blockIdx.y) * BM; /* long (late) query tiles first */
     const size_t qst = (size_t)H * DH, kst = (size_t)Hkv * DH;
     const bf16 *kb = k + (size_t)b * T * kst + (size_t)kh * DH;
     const bf16 *vb = v + (size_t)b * T * kst + (size_t)kh * DH;
+    const int la = lane_a_off<DH>(lane), lb = lane_b_off<DH>(lane);
+
+    tile_async<DH, BM, NT>(Qs, q + (size_t)b * T * qst + (size_t)h * DH, qst, q0, T);
+    tile_async<DH, BM, NT>(Os, dout + (size_t)b * T * qst + (size_t)h * DH, qst, q0, T);
+    tile_async<DH, BN, NT>(Ks, kb, kst, 0, T);
+    tile_async<DH, BN, NT>(Vs, vb, kst, 0, T);
+    cp_commit();
+
+    const int wr0 = q0 + 16 * MT * warp;
     const float *lrow = lse + ((size_t)b * H + h) * T, *drow = Dv + ((size_t)b * H + h) * T;
-
-    load_tile<DH>(Qs, q + (size_t)b * T * qst + (size_t)h * DH, qst, q0, T);
-    load_tile<DH>(Os, dout + (size_t)b * T * qst + (size_t)h * DH, qst, q0, T);
-    for (int r = threadIdx.x; r < TB; r += NTH) {
-        const int gr = q0 + r;
-        Ls[r] = gr < T ? lrow[gr] * LOG2E : 0.0f;
-        Dd[r] = gr < T ? drow[gr] : 0.0f;
-    }
-    __syncthreads();
-    const float L0 = Ls[16 * warp + g], L1 = Ls[16 * warp + g + 8];
-    const float D0 = Dd[16 * warp + g], D1 = Dd[16 * warp + g + 8];
-
-    float dqa[NDT][4];
+    float L2[MT][2], D[MT][2]; /* lse in log2 units and D of this lane's rows */
 #pragma unroll
-    for (int nd = 0; nd < NDT; nd++) dqa[nd][0] = dqa[nd][1] = dqa[nd][2] = dqa[nd][3] = 0.0f;
+    for (int m = 0; m < MT; m++)
+#pragma unroll
+        for (int hh = 0; hh < 2; hh++) {
+            const int row = wr0 + 16 * m + g + 8 * hh;
+            L2[m][hh] = row < T ? lrow[row] * LOG2E : 0.0f;
+            D[m][hh] = row < T ? drow[row] : 0.0f;
+        }
+    const uint32_t qa = smem_u32(Qs + 16 * MT * warp * L) + la;
+    const uint32_t oa = smem_u32(Os + 16 * MT * warp * L) + la;
+    float dqa[MT][NDT][4];
+    zero(dqa);
 
-    const int kend = q0 + TB < T ? q0 + TB : T;
-    for (int j0 = 0; j0 < kend; j0 += TB) {
-        __syncthreads(); /* every warp is done with the previous Ks, Vs */
-        load_tile<DH>(Ks, kb, kst, j0, T);
-        load_tile<DH>(Vs, vb, kst, j0, T);
+    const int kend = q0 + BM < T ? q0 + BM : T, nkt = (kend + BN - 1) / BN;
+    for (int j = 0; j < nkt; j++) {
+        if (j + 1 < nkt) {
+            const int s = (j + 1) & 1;
+            tile_async<DH, BN, NT>(Ks + s * BN * L, kb, kst, (j + 1) * BN, T);
+            tile_async<DH, BN, NT>(Vs + s * BN * L, vb, kst, (j + 1) * BN, T);
+        }
+        cp_commit();
+        cp_wait<1>();
         __syncthreads();
-
-        /* S = Q K^T and dP = dO V^T: rows = this warp's 16 queries, 64 key columns */
-        float s[8][4], dp[8][4];
+        const int j0 = j * BN;
+        if (j0 <= wr0 + 16 * MT - 1) {
+            const uint32_t kt = smem_u32(Ks + (j & 1) * BN * L), vt = smem_u32(Vs + (j & 1) * BN * L);
+            float s[MT][NN][4], dp[MT][NN][4];
+            zero(s);
+            zero(dp);
+            mma_abt<DH, MT, NN>(s, qa, kt + lb);  /* S = Q K^T */
+            mma_abt<DH, MT, NN>(dp, oa, vt + lb); /* dP = dO V^T */
+            const bool edge = j0 + BN - 1 > wr0 || j0 + BN > T;
 #pragma unroll
-        for (int jn = 0; jn < 8; jn++)
+            for (int m = 0; m < MT; m++)
 #pragma unroll
-            for (int e = 0; e < 4; e++) s[jn][e] = dp[jn][e] = 0.0f;
+                for (int n = 0; n < NN; n++)
 #pragma unroll
-        for (int ks = 0; ks < NKS; ks++) {
-            uint32_t qa[4], oa[4];
-            frag_a<DH>(qa, Qs + 16 * warp * L, ks, g, t);
-            frag_a<DH>(oa, Os + 16 * warp * L, ks, g, t);
-#pragma unroll
-            for (int jn = 0; jn < 8; jn++) {
-                uint32_t bk[2], bv[2];
-                frag_bt<DH>(bk, Ks + 8 * jn * L, ks, g, t);
-                frag_bt<DH>(bv, Vs + 8 * jn * L, ks, g, t);
-                dxc_mma_bf16_16816(s[jn], qa, bk);
-                dxc_mma_bf16_16816(dp[jn], oa, bv);
-            }
+                    for (int e = 0; e < 4; e++) {
+                        float p = ex2(fmaf(s[m][n][e], sl2, -L2[m][e >> 1]));
+                        if (edge) {
+                            const int key = j0 + 8 * n + 2 * t + (e & 1);
+                            const int row = wr0 + 16 * m + g + 8 * (e >> 1);
+                            if (key > row || key >= T) p = 0.0f;
+                        }
+                        s[m][n][e] = p * (dp[m][n][e] - D[m][e >> 1]); /* dS */
+                    }
+            mma_pb<DH, MT, BN / 16>(dqa, s, kt + la); /* dQ += dS K */
         }
-        /* dS = P (dP - D), in s */
-#pragma unroll
-        for (int jn = 0; jn < 8; jn++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                const int key = j0 + 8 * jn + 2 * t + (e & 1), row = e < 2 ? row0 : row1;
-                const bool ok = key <= row && key < T && row < T;
-                const float p = ok ? exp2f(s[jn][e] * sl2 - (e < 2 ? L0 : L1)) : 0.0f;
-                s[jn][e] = p * (dp[jn][e] - (e < 2 ? D0 : D1));
-            }
-        /* dQ += dS K (contracting over the 64 keys) */
-#pragma unroll
-        for (int kk = 0; kk < 4; kk++) {
-            uint32_t sa[4];
-            acc_to_a(sa, s[2 * kk], s[2 * kk + 1]);
-#pragma unroll
-            for (int nd = 0; nd < NDT; nd++) {
-                uint32_t bk[2];
-                frag_b<DH>(bk, Ks, kk, nd, g, t);
-                dxc_mma_bf16_16816(dqa[nd], sa, bk);
-            }
-        }
+        __syncthreads();
     }
 
-    if (row0 < T) {
-        bf16 *r = dq + ((size_t)b * T + row0) * qst + (size_t)h * DH + 2 * t;
 #pragma unroll
-        for (int nd = 0; nd < NDT; nd++) st2(r + 8 * nd, dqa[nd][0] * scale, dqa[nd][1] * scale);
-    }
-    if (row1 < T) {
-        bf16 *r = dq + ((size_t)b * T + row1) * qst + (size_t)h * DH + 2 * t;
+    for (int m = 0; m < MT; m++)
 #pragma unroll
-        for (int nd = 0; nd < NDT; nd++) st2(r + 8 * nd, dqa[nd][2] * scale, dqa[nd][3] * scale);
-    }
+        for (int hh = 0; hh < 2; hh++) {
+            const int row = wr0 + 16 * m + g + 8 * hh;
+            if (row >= T) continue;
+            bf16 *r = dq + ((size_t)b * T + row) * qst + (size_t)h * DH + 2 * t;
+#pragma unroll
+            for (int nd = 0; nd < NDT; nd++)
+                st2(r + 8 * nd, dqa[m][nd][2 * hh] * scale, dqa[m][nd][2 * hh + 1] * scale);
+        }
 }
 
-/* ------------------------------------------------------------------------------------------ */
+/* ---- launches ---------------------------------------------------------------------------- */
+
+/* tile shapes per head dimension: warps per block, row tiles per warp (MT), and the walked
+ * tile (BN keys in forward and dq, BQ queries in dk/dv). MT = 2 at Dh <= 64 (B fragments
+ * reused twice); MT = 1 with 8 warps at Dh = 128 (the accumulators fill the registers). */
+template <int DH> struct cfg {
+    static constexpr int NW = DH <= 64 ? 4 : 8, MT = DH <= 64 ? 2 : 1;
+    static constexpr int FWD_BN = 64, DQ_BN = 32, DKDV_BQ = 32;
+};
 
 template <int DH>
 void fwd_launch(dx_backend *be, void *o, void *lse, const void *q, const void *k, const void *v,
                 int B, int T, int H, int Hkv)
 {
+    using C = cfg<DH>;
     const char *op = "attention_fwd";
-    const size_t smem = fwd_smem<DH>();
-    dxc_set_smem(be, (const void *)att_fwd_mma<DH>, smem, op);
+    constexpr int BM = 16 * C::MT * C::NW;
+    const size_t smem = fwd_smem<DH, C::NW, C::MT, C::FWD_BN>();
+    auto kern = att_fwd_tc<DH, C::NW, C::MT, C::FWD_BN>;
+    dxc_set_smem(be, (const void *)kern, smem, op);
     const float sl2 = (float)(1.0 / sqrt((double)DH) * 1.4426950408889634);
-    dim3 grid((T + TB - 1) / TB, H, B);
-    att_fwd_mma<DH><<<grid, NTH, smem, dxc(be)->stream>>>((bf16 *)o, (float *)lse, (const bf16 *)q,
-                                                         (const bf16 *)k, (const bf16 *)v, T, H,
-                                                         Hkv, sl2);
+    dim3 grid((unsigned)(B * H), (unsigned)((T + BM - 1) / BM));
+    kern<<<grid, C::NW * 32, smem, dxc(be)->stream>>>((bf16 *)o, (float *)lse, (const bf16 *)q,
+                                                     (const bf16 *)k, (const bf16 *)v, T, H, Hkv,
+                                                     sl2);
     DXC_LAUNCHED(be, op);
 }
 
@@ -503,24 +585,29 @@ void bwd_launch(dx_backend *be, void *dq, void *dk, void *dv, const void *dout, 
                 const void *k, const void *v, const float *lse, const float *Dv, int B, int T,
                 int H, int Hkv)
 {
+    using C = cfg<DH>;
     const char *op = "attention_bwd";
+    constexpr int BR = 16 * C::MT * C::NW; /* keys per dk/dv block, queries per dq block */
     const float scale = (float)(1.0 / sqrt((double)DH));
     const float sl2 = (float)(1.0 / sqrt((double)DH) * 1.4426950408889634);
     cudaStream_t st = dxc(be)->stream;
-    const size_t smem = bwd_smem<DH>();
 
-    dxc_set_smem(be, (const void *)att_bwd_dkdv_mma<DH>, smem, op);
-    dim3 g1((T + TB - 1) / TB, Hkv, B);
-    att_bwd_dkdv_mma<DH><<<g1, NTH, smem, st>>>((bf16 *)dk, (bf16 *)dv, (const bf16 *)dout,
-                                                (const bf16 *)q, (const bf16 *)k,
-                                                (const bf16 *)v, lse, Dv, T, H, Hkv, sl2, scale);
+    const size_t s1 = dkdv_smem<DH, C::NW, C::MT, C::DKDV_BQ>();
+    auto k1 = att_bwd_dkdv_tc<DH, C::NW, C::MT, C::DKDV_BQ>;
+    dxc_set_smem(be, (const void *)k1, s1, op);
+    dim3 g1((unsigned)(B * Hkv), (unsigned)((T + BR - 1) / BR));
+    k1<<<g1, C::NW * 32, s1, st>>>((bf16 *)dk, (bf16 *)dv, (const bf16 *)dout, (const bf16 *)q,
+                                   (const bf16 *)k, (const bf16 *)v, lse, Dv, T, H, Hkv, sl2,
+                                   scale);
     DXC_LAUNCHED(be, op);
 
-    dxc_set_smem(be, (const void *)att_bwd_dq_mma<DH>, smem, op);
-    dim3 g2((T + TB - 1) / TB, H, B);
-    att_bwd_dq_mma<DH><<<g2, NTH, smem, st>>>((bf16 *)dq, (const bf16 *)dout, (const bf16 *)q,
-                                              (const bf16 *)k, (const bf16 *)v, lse, Dv, T, H,
-                                              Hkv, sl2, scale);
+    const size_t s2 = dq_smem<DH, C::NW, C::MT, C::DQ_BN>();
+    auto k2 = att_bwd_dq_tc<DH, C::NW, C::MT, C::DQ_BN>;
+    dxc_set_smem(be, (const void *)k2, s2, op);
+    dim3 g2((unsigned)(B * H), (unsigned)((T + BR - 1) / BR));
+    k2<<<g2, C::NW * 32, s2, st>>>((bf16 *)dq, (const bf16 *)dout, (const bf16 *)q,
+                                   (const bf16 *)k, (const bf16 *)v, lse, Dv, T, H, Hkv, sl2,
+                                   scale);
     DXC_LAUNCHED(be, op);
 }
 
