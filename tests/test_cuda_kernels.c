@@ -15,8 +15,9 @@
  *     "Numerical behavior of NVIDIA tensor cores"), so its error grows faster with K than
  *     the CPU's sgemm;
  *   copies and conversions that must be exact  == 0  (mismatching elements counted).
- * Attention is checked twice: with the tensor-core kernels (default, "[tc]") and with the
- * CUDA-core ones (DX_CUDA_ATTENTION=simple, "[simple]").
+ * Attention is checked three times: with the tensor-core kernels (default, "[tc]": fused
+ * backward with fp32 atomics for dq), the same with DX_CUDA_DETERMINISTIC=1 ("[tc-det]": the
+ * two-kernel backward) and with the CUDA-core ones (DX_CUDA_ATTENTION=simple, "[simple]").
  * Prints one line per output: op, shape, error, bound, ok; then "N passed, M failed" and exits
  * 1 on any failure. Attention is also timed with CUDA events (informative only; the two
  * training-size timings, medians of 7 runs, are skipped when DX_CUDA_TEST_NO_PERF is set).
@@ -782,6 +783,8 @@ int main(void)
         for (int a = 0; a < 2; a++)
             for (int b = 0; b < 3; b++) test_rmsnorm(seed += 10, rn[a], rd[b]);
         test_rmsnorm(seed += 10, 20000, 13); /* > 256 chunks of 64 rows for dw */
+        test_rmsnorm(seed += 10, 129, 8192); /* D > 4096: not held in registers */
+        test_rmsnorm(seed += 10, 7, 2560);   /* registers, D / 256 not a power of 2 */
 
         const int ts[] = {1, 7, 129}, dhs[] = {32, 64, 128};
         for (int a = 0; a < 3; a++)
@@ -809,14 +812,17 @@ int main(void)
 
     /* attention: tensor-core kernels (default), then CUDA-core ones (a fresh backend) */
     const int ats[] = {1, 7, 129, 512}, hkvs[] = {8, 2}, adhs[] = {32, 64, 128};
-    for (int pass = 0; pass < 2; pass++) {
-        if (pass == 1) {
+    unsetenv("DX_CUDA_DETERMINISTIC");
+    for (int pass = 0; pass < 3; pass++) {
+        if (pass == 1) setenv("DX_CUDA_DETERMINISTIC", "1", 1); /* two-kernel backward */
+        if (pass == 2) {
+            unsetenv("DX_CUDA_DETERMINISTIC");
             gpu->destroy(gpu);
             setenv("DX_CUDA_ATTENTION", "simple", 1);
             gpu = dx_backend_cuda_create(0, 4);
             if (!gpu) die("dx_backend_cuda_create");
         }
-        att_tag = pass ? "[simple]" : "[tc]";
+        att_tag = pass == 0 ? "[tc]" : pass == 1 ? "[tc-det]" : "[simple]";
         for (int a = 0; a < 4; a++)
             for (int b = 0; b < 2; b++)
                 for (int c = 0; c < 3; c++)

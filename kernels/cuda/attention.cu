@@ -6,7 +6,8 @@
  * The entry points below run the tensor-core kernels of attention_mma.cu when every bf16
  * pointer is 16-byte aligned (their tile loads are 16-byte vectors), and otherwise, or with
  * DX_CUDA_ATTENTION=simple in the environment, the CUDA-core kernels of this file: the
- * reference implementation, slower, with P and dS kept in fp32. Both share att_bwd_dot.
+ * reference implementation, slower, with P and dS kept in fp32. D = do . o comes from
+ * att_bwd_dot_vec (tensor-core path, vectorized) or att_bwd_dot (one thread per row).
  *
  * Tiles of BR = 64 queries x BC = 64 keys; blocks of 256 threads laid out 16 x 16
  * (ty = tid / 16, tx = tid % 16). A thread owns score rows ty + 16a and columns tx + 16c
@@ -203,7 +204,38 @@ __global__ void __launch_bounds__(NT)
 
 /* ------------------------------------------------------------------------------------------ */
 
-/* D[(b*H + h)*T + i] = sum_d do[b,i,h,d] * o[b,i,h,d]: one thread per row, ascending d. */
+/* D[(b*H + h)*T + i] = sum_d do[b,i,h,d] * o[b,i,h,d], tensor-core path: Dh / 8 lanes per row,
+ * one 16-byte load of each operand per lane (coalesced), lanes' partial sums added by xor
+ * shuffles. do and o 16-byte aligned. */
+template <int DH>
+__global__ void __launch_bounds__(256)
+    att_bwd_dot_vec(float *__restrict__ Dv, const bf16 *__restrict__ dout,
+                    const bf16 *__restrict__ o, size_t rows, int T, int H)
+{
+    constexpr int LPR = DH / 8; /* lanes per row */
+    const size_t r = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) / LPR;
+    const int c = threadIdx.x % LPR;
+    float s = 0.0f;
+    if (r < rows) {
+        const uint4 a = *(const uint4 *)(dout + r * DH + 8 * c), b = *(const uint4 *)(o + r * DH + 8 * c);
+        const __nv_bfloat162 *a2 = (const __nv_bfloat162 *)&a, *b2 = (const __nv_bfloat162 *)&b;
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            const float2 x = __bfloat1622float2(a2[e]), y = __bfloat1622float2(b2[e]);
+            s = fmaf(x.x, y.x, s);
+            s = fmaf(x.y, y.y, s);
+        }
+    }
+#pragma unroll
+    for (int off = 1; off < LPR; off <<= 1) s += __shfl_xor_sync(0xffffffffu, s, off);
+    if (r < rows && c == 0) {
+        const size_t h = r % H, bt = r / H, i = bt % T, b = bt / T;
+        Dv[(b * H + h) * T + i] = s;
+    }
+}
+
+/* D[(b*H + h)*T + i] = sum_d do[b,i,h,d] * o[b,i,h,d]: one thread per row, ascending d (the
+ * CUDA-core path, whose exactness argument above needs this order). */
 __global__ void att_bwd_dot(float *__restrict__ Dv, const bf16 *__restrict__ dout,
                             const bf16 *__restrict__ o, size_t rows, int T, int H, int Dh)
 {
@@ -532,16 +564,28 @@ void dxc_attention_bwd(dx_backend *be, void *dq, void *dk, void *dv, const void 
     check_shape(op, B, H, Hkv, Dh);
     DXC_ENTER(be, op);
     const size_t rows = (size_t)B * T * H;
+    const float *L = (const float *)lse;
+    if (!dxc(be)->attn_simple && aligned16(dq) && aligned16(dk) && aligned16(dv) &&
+        aligned16(dout) && aligned16(q) && aligned16(k) && aligned16(v) && aligned16(o)) {
+        /* scratch: D (rows floats, padded to 16 bytes), then dq's fp32 accumulator */
+        const size_t rows4 = (rows + 3) & ~(size_t)3;
+        float *Dv = (float *)dxc_scratch(be, (rows4 + rows * Dh) * sizeof(float), op);
+        const unsigned blocks = (unsigned)((rows * (Dh / 8) + 255) / 256);
+        const bf16 *d_ = (const bf16 *)dout, *o_ = (const bf16 *)o;
+        cudaStream_t st = dxc(be)->stream;
+        switch (Dh) {
+        case 32: att_bwd_dot_vec<32><<<blocks, 256, 0, st>>>(Dv, d_, o_, rows, T, H); break;
+        case 64: att_bwd_dot_vec<64><<<blocks, 256, 0, st>>>(Dv, d_, o_, rows, T, H); break;
+        default: att_bwd_dot_vec<128><<<blocks, 256, 0, st>>>(Dv, d_, o_, rows, T, H); break;
+        }
+        DXC_LAUNCHED(be, op);
+        dxc_attention_bwd_mma(be, dq, dk, dv, Dv + rows4, dout, q, k, v, L, Dv, B, T, H, Hkv, Dh);
+        return;
+    }
     float *Dv = (float *)dxc_scratch(be, rows * sizeof(float), op);
     att_bwd_dot<<<(unsigned)((rows + 255) / 256), 256, 0, dxc(be)->stream>>>(
         Dv, (const bf16 *)dout, (const bf16 *)o, rows, T, H, Dh);
     DXC_LAUNCHED(be, op);
-    const float *L = (const float *)lse;
-    if (!dxc(be)->attn_simple && aligned16(dq) && aligned16(dk) && aligned16(dv) &&
-        aligned16(dout) && aligned16(q) && aligned16(k) && aligned16(v)) {
-        dxc_attention_bwd_mma(be, dq, dk, dv, dout, q, k, v, L, Dv, B, T, H, Hkv, Dh);
-        return;
-    }
     switch (Dh) {
     case 32: bwd_launch<32>(be, dq, dk, dv, dout, q, k, v, L, Dv, B, T, H, Hkv); break;
     case 64: bwd_launch<64>(be, dq, dk, dv, dout, q, k, v, L, Dv, B, T, H, Hkv); break;

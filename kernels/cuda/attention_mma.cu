@@ -41,6 +41,8 @@
 #include "cuda_internal.cuh"
 
 #include <math.h>
+#include <stdlib.h>
+#include <string.h>
 
 namespace {
 
@@ -111,6 +113,12 @@ __device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_grou
 template <int N> __device__ __forceinline__ void cp_wait()
 {
     asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+/* p[0] += a, p[1] += b in global memory, one vector reduction (sm_90; p 8-byte aligned) */
+__device__ __forceinline__ void red_add2(float *p, float a, float b)
+{
+    asm volatile("red.global.add.v2.f32 [%0], {%1, %2};\n" ::"l"(p), "f"(a), "f"(b) : "memory");
 }
 
 __device__ __forceinline__ uint32_t pack2(float lo, float hi)
@@ -353,23 +361,31 @@ __global__ void __launch_bounds__(NW * 32)
 /* ---- backward: dk, dv -------------------------------------------------------------------- */
 
 /* block: BK = 16*MT*NW keys of kv head kh, batch b; query tiles of BQ */
-template <int DH, int NW, int MT, int BQ> constexpr size_t dkdv_smem()
+template <int DH, int NW, int MT, int BQ, bool DQ> constexpr size_t dkdv_smem()
 {
     return (size_t)(2 * 16 * MT * NW + 4 * BQ) * lds<DH>() * sizeof(bf16) +
-           (size_t)4 * BQ * sizeof(float);
+           (size_t)4 * BQ * sizeof(float) +
+           (DQ ? (size_t)16 * MT * NW * (BQ + 8) * sizeof(bf16) : 0); /* dS^T tile */
 }
 
-template <int DH, int NW, int MT, int BQ>
+/* DQ: also dq_acc[b,i,h,:] += dS K (unscaled, fp32, vector reductions in global memory): dS^T
+ * goes through shared memory as bf16, and the block's warps split the BQ x DH product. */
+template <int DH, int NW, int MT, int BQ, bool DQ>
 __global__ void __launch_bounds__(NW * 32)
-    att_bwd_dkdv_tc(bf16 *__restrict__ dk, bf16 *__restrict__ dv, const bf16 *__restrict__ dout,
-                    const bf16 *__restrict__ q, const bf16 *__restrict__ k,
-                    const bf16 *__restrict__ v, const float *__restrict__ lse,
-                    const float *__restrict__ Dv, int T, int H, int Hkv, float sl2, float scale)
+    att_bwd_dkdv_tc(bf16 *__restrict__ dk, bf16 *__restrict__ dv, float *__restrict__ dq_acc,
+                    const bf16 *__restrict__ dout, const bf16 *__restrict__ q,
+                    const bf16 *__restrict__ k, const bf16 *__restrict__ v,
+                    const float *__restrict__ lse, const float *__restrict__ Dv, int T, int H,
+                    int Hkv, float sl2, float scale)
 {
     constexpr int L = lds<DH>(), NT = NW * 32, BK = 16 * MT * NW, NDT = DH / 8, NN = BQ / 8;
+    constexpr int LS = BQ + 8;                         /* dS^T row stride (bf16) */
+    constexpr int NRP = BQ / 16, NCP = NW / NRP, DPW = DH / NCP; /* dq: warp's rows, d columns */
+    static_assert(!DQ || (NW % NRP == 0 && DPW % 16 == 0), "dq split");
     DXC_DYNAMIC_SMEM(uint4, smem_raw);
     bf16 *Ks = (bf16 *)smem_raw, *Vs = Ks + BK * L, *Qs = Vs + BK * L, *Os = Qs + 2 * BQ * L;
     float *Ls = (float *)(Os + 2 * BQ * L), *Dd = Ls + 2 * BQ; /* Q, dO, lse, D: 2 stages */
+    bf16 *Ss = (bf16 *)(Dd + 2 * BQ);                          /* dS^T [BK][BQ + 8] (DQ) */
 
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const int kh = blockIdx.x % Hkv, b = blockIdx.x / Hkv, G = H / Hkv;
@@ -433,8 +449,54 @@ __global__ void __launch_bounds__(NW * 32)
             }
             mma_pb<DH, MT, BQ / 16>(dva, st, ot + la); /* dV += P^T dO */
             mma_pb<DH, MT, BQ / 16>(dka, dp, qt + la); /* dK += dS^T Q */
+            if constexpr (DQ) {
+#pragma unroll
+                for (int m = 0; m < MT; m++)
+#pragma unroll
+                    for (int n = 0; n < NN; n++)
+#pragma unroll
+                        for (int hh = 0; hh < 2; hh++)
+                            *(uint32_t *)(Ss + (16 * MT * warp + 16 * m + g + 8 * hh) * LS + 8 * n + 2 * t) =
+                                pack2(dp[m][n][2 * hh], dp[m][n][2 * hh + 1]);
+            }
+        } else if constexpr (DQ) { /* no query of the tile sees this warp's keys: dS = 0 */
+            for (int e = lane; e < 16 * MT * BQ / 2; e += 32)
+                ((uint32_t *)Ss)[(16 * MT * warp + e / (BQ / 2)) * (LS / 2) + e % (BQ / 2)] = 0u;
         }
-        __syncthreads(); /* every warp is done with stage s before it is refilled */
+        if constexpr (DQ) {
+            __syncthreads(); /* the block's dS^T tile is complete */
+            /* dq[i0 + 16 rp .., 32-column piece cp] += dS (16 x BK) K (BK x DPW) */
+            const int rp = warp % NRP, cp = warp / NRP;
+            float acc[DPW / 8][4];
+#pragma unroll
+            for (int n = 0; n < DPW / 8; n++) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
+            /* A = dS from the transposed tile: the lane_b address pattern with .trans */
+            const uint32_t sa = smem_u32(Ss) +
+                                2 * (((lane & 7) + 8 * (lane >> 4)) * LS + 8 * ((lane >> 3) & 1) + 16 * rp);
+            const uint32_t kb = smem_u32(Ks) + la + 2 * DPW * cp;
+#pragma unroll
+            for (int kk = 0; kk < BK / 16; kk++) {
+                uint32_t fa[4];
+                ldsm4t(fa, sa + 2 * 16 * kk * LS);
+#pragma unroll
+                for (int p = 0; p < DPW / 16; p++) {
+                    uint32_t fb[4];
+                    ldsm4t(fb, kb + 2 * (16 * kk * L + 16 * p));
+                    mma16816(acc[2 * p], fa, fb[0], fb[1]);
+                    mma16816(acc[2 * p + 1], fa, fb[2], fb[3]);
+                }
+            }
+            const int h = kh * G + it / nq;
+#pragma unroll
+            for (int hh = 0; hh < 2; hh++) {
+                const int qi = i0 + 16 * rp + g + 8 * hh;
+                if (qi >= T) continue;
+                float *dst = dq_acc + ((size_t)b * T + qi) * qst + (size_t)h * DH + DPW * cp + 2 * t;
+#pragma unroll
+                for (int n = 0; n < DPW / 8; n++) red_add2(dst + 8 * n, acc[n][2 * hh], acc[n][2 * hh + 1]);
+            }
+        }
+        __syncthreads(); /* every warp is done with stage s (and dS^T) before they are refilled */
     }
 
 #pragma unroll
@@ -554,82 +616,125 @@ __global__ void __launch_bounds__(NW * 32)
 
 /* ---- launches ---------------------------------------------------------------------------- */
 
-/* tile shapes per head dimension: warps per block, row tiles per warp (MT), and the walked
- * tile (BN keys in forward and dq, BQ queries in dk/dv). MT = 2 at Dh <= 64 (B fragments
- * reused twice); MT = 1 with 8 warps at Dh = 128 (the accumulators fill the registers). */
-template <int DH> struct cfg {
-    static constexpr int NW = DH <= 64 ? 4 : 8, MT = DH <= 64 ? 2 : 1;
-    static constexpr int FWD_BN = 64, DQ_BN = 32, DKDV_BQ = 32;
-};
-
-template <int DH>
+template <int DH, int NW, int MT, int BN>
 void fwd_launch(dx_backend *be, void *o, void *lse, const void *q, const void *k, const void *v,
                 int B, int T, int H, int Hkv)
 {
-    using C = cfg<DH>;
     const char *op = "attention_fwd";
-    constexpr int BM = 16 * C::MT * C::NW;
-    const size_t smem = fwd_smem<DH, C::NW, C::MT, C::FWD_BN>();
-    auto kern = att_fwd_tc<DH, C::NW, C::MT, C::FWD_BN>;
+    constexpr int BM = 16 * MT * NW;
+    const size_t smem = fwd_smem<DH, NW, MT, BN>();
+    auto kern = att_fwd_tc<DH, NW, MT, BN>;
     dxc_set_smem(be, (const void *)kern, smem, op);
     const float sl2 = (float)(1.0 / sqrt((double)DH) * 1.4426950408889634);
     dim3 grid((unsigned)(B * H), (unsigned)((T + BM - 1) / BM));
-    kern<<<grid, C::NW * 32, smem, dxc(be)->stream>>>((bf16 *)o, (float *)lse, (const bf16 *)q,
-                                                     (const bf16 *)k, (const bf16 *)v, T, H, Hkv,
-                                                     sl2);
+    kern<<<grid, NW * 32, smem, dxc(be)->stream>>>((bf16 *)o, (float *)lse, (const bf16 *)q,
+                                                  (const bf16 *)k, (const bf16 *)v, T, H, Hkv, sl2);
     DXC_LAUNCHED(be, op);
 }
 
-template <int DH>
-void bwd_launch(dx_backend *be, void *dq, void *dk, void *dv, const void *dout, const void *q,
-                const void *k, const void *v, const float *lse, const float *Dv, int B, int T,
-                int H, int Hkv)
+template <int DH, int NW, int MT, int BQ, bool DQ>
+void dkdv_launch(dx_backend *be, void *dk, void *dv, float *dq_acc, const void *dout,
+                 const void *q, const void *k, const void *v, const float *lse, const float *Dv,
+                 int B, int T, int H, int Hkv)
 {
-    using C = cfg<DH>;
     const char *op = "attention_bwd";
-    constexpr int BR = 16 * C::MT * C::NW; /* keys per dk/dv block, queries per dq block */
+    constexpr int BK = 16 * MT * NW;
     const float scale = (float)(1.0 / sqrt((double)DH));
     const float sl2 = (float)(1.0 / sqrt((double)DH) * 1.4426950408889634);
-    cudaStream_t st = dxc(be)->stream;
-
-    const size_t s1 = dkdv_smem<DH, C::NW, C::MT, C::DKDV_BQ>();
-    auto k1 = att_bwd_dkdv_tc<DH, C::NW, C::MT, C::DKDV_BQ>;
-    dxc_set_smem(be, (const void *)k1, s1, op);
-    dim3 g1((unsigned)(B * Hkv), (unsigned)((T + BR - 1) / BR));
-    k1<<<g1, C::NW * 32, s1, st>>>((bf16 *)dk, (bf16 *)dv, (const bf16 *)dout, (const bf16 *)q,
-                                   (const bf16 *)k, (const bf16 *)v, lse, Dv, T, H, Hkv, sl2,
-                                   scale);
+    const size_t smem = dkdv_smem<DH, NW, MT, BQ, DQ>();
+    auto kern = att_bwd_dkdv_tc<DH, NW, MT, BQ, DQ>;
+    dxc_set_smem(be, (const void *)kern, smem, op);
+    dim3 grid((unsigned)(B * Hkv), (unsigned)((T + BK - 1) / BK));
+    kern<<<grid, NW * 32, smem, dxc(be)->stream>>>((bf16 *)dk, (bf16 *)dv, dq_acc,
+                                                  (const bf16 *)dout, (const bf16 *)q,
+                                                  (const bf16 *)k, (const bf16 *)v, lse, Dv, T, H,
+                                                  Hkv, sl2, scale);
     DXC_LAUNCHED(be, op);
+}
 
-    const size_t s2 = dq_smem<DH, C::NW, C::MT, C::DQ_BN>();
-    auto k2 = att_bwd_dq_tc<DH, C::NW, C::MT, C::DQ_BN>;
-    dxc_set_smem(be, (const void *)k2, s2, op);
-    dim3 g2((unsigned)(B * H), (unsigned)((T + BR - 1) / BR));
-    k2<<<g2, C::NW * 32, s2, st>>>((bf16 *)dq, (const bf16 *)dout, (const bf16 *)q,
-                                   (const bf16 *)k, (const bf16 *)v, lse, Dv, T, H, Hkv, sl2,
-                                   scale);
+template <int DH, int NW, int MT, int BN>
+void dq_launch(dx_backend *be, void *dq, const void *dout, const void *q, const void *k,
+               const void *v, const float *lse, const float *Dv, int B, int T, int H, int Hkv)
+{
+    const char *op = "attention_bwd";
+    constexpr int BM = 16 * MT * NW;
+    const float scale = (float)(1.0 / sqrt((double)DH));
+    const float sl2 = (float)(1.0 / sqrt((double)DH) * 1.4426950408889634);
+    const size_t smem = dq_smem<DH, NW, MT, BN>();
+    auto kern = att_bwd_dq_tc<DH, NW, MT, BN>;
+    dxc_set_smem(be, (const void *)kern, smem, op);
+    dim3 grid((unsigned)(B * H), (unsigned)((T + BM - 1) / BM));
+    kern<<<grid, NW * 32, smem, dxc(be)->stream>>>((bf16 *)dq, (const bf16 *)dout,
+                                                  (const bf16 *)q, (const bf16 *)k,
+                                                  (const bf16 *)v, lse, Dv, T, H, Hkv, sl2, scale);
+    DXC_LAUNCHED(be, op);
+}
+
+/* dq = bf16(acc * scale), 4 elements per thread (n % 4 == 0, 16-byte aligned acc) */
+__global__ void att_dq_from_acc(bf16 *__restrict__ dq, const float *__restrict__ acc, size_t n4,
+                                float scale)
+{
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n4;
+         i += (size_t)gridDim.x * blockDim.x) {
+        const float4 a = ((const float4 *)acc)[i];
+        __nv_bfloat162 *d = (__nv_bfloat162 *)(dq + 4 * i);
+        d[0] = __floats2bfloat162_rn(a.x * scale, a.y * scale);
+        d[1] = __floats2bfloat162_rn(a.z * scale, a.w * scale);
+    }
+}
+
+/* The backward in one of two forms:
+ *   fused (default): dk, dv and dq in one kernel, dq accumulated in fp32 with vector atomics
+ *     (5 tile products, FlashAttention-2's form); the order of the atomic additions varies
+ *     from run to run, so dq is not bitwise reproducible;
+ *   deterministic (DX_CUDA_DETERMINISTIC=1): the dk/dv kernel, then a dq kernel that
+ *     recomputes S and dP (7 tile products, fixed summation order). */
+template <int DH, int NW, int MT, int BQ, int BN>
+void bwd_launch(dx_backend *be, void *dq, void *dk, void *dv, float *dq_acc, const void *dout,
+                const void *q, const void *k, const void *v, const float *lse, const float *Dv,
+                int B, int T, int H, int Hkv)
+{
+    const char *det = getenv("DX_CUDA_DETERMINISTIC");
+    if (det && det[0] && strcmp(det, "0") != 0) {
+        dkdv_launch<DH, NW, MT, BQ, false>(be, dk, dv, NULL, dout, q, k, v, lse, Dv, B, T, H, Hkv);
+        dq_launch<DH, NW, MT, BN>(be, dq, dout, q, k, v, lse, Dv, B, T, H, Hkv);
+        return;
+    }
+    const char *op = "attention_bwd";
+    const size_t n = (size_t)B * T * H * DH;
+    cudaStream_t st = dxc(be)->stream;
+    DXC_CHECK(op, cudaMemsetAsync(dq_acc, 0, n * sizeof(float), st));
+    dkdv_launch<DH, NW, MT, BQ, true>(be, dk, dv, dq_acc, dout, q, k, v, lse, Dv, B, T, H, Hkv);
+    const size_t n4 = n / 4;
+    size_t blocks = (n4 + 255) / 256;
+    if (blocks > (size_t)dxc(be)->num_sms * 16) blocks = (size_t)dxc(be)->num_sms * 16;
+    att_dq_from_acc<<<(unsigned)blocks, 256, 0, st>>>((bf16 *)dq, dq_acc, n4,
+                                                       (float)(1.0 / sqrt((double)DH)));
     DXC_LAUNCHED(be, op);
 }
 
 } // namespace
 
+/* Tile shapes per head dimension (warps per block, row tiles per warp MT, walked tile): MT = 2
+ * at Dh <= 64 (B fragments reused twice); MT = 1 with 8 warps at Dh = 128 (the accumulators
+ * fill the registers). Chosen by timing on an H100 (benchmarks/NOTES.md). */
 void dxc_attention_fwd_mma(dx_backend *be, void *o, void *lse, const void *q, const void *k,
                            const void *v, int B, int T, int H, int Hkv, int Dh)
 {
     switch (Dh) {
-    case 32: fwd_launch<32>(be, o, lse, q, k, v, B, T, H, Hkv); break;
-    case 64: fwd_launch<64>(be, o, lse, q, k, v, B, T, H, Hkv); break;
-    default: fwd_launch<128>(be, o, lse, q, k, v, B, T, H, Hkv); break;
+    case 32: fwd_launch<32, 4, 2, 64>(be, o, lse, q, k, v, B, T, H, Hkv); break;
+    case 64: fwd_launch<64, 4, 2, 64>(be, o, lse, q, k, v, B, T, H, Hkv); break;
+    default: fwd_launch<128, 8, 1, 64>(be, o, lse, q, k, v, B, T, H, Hkv); break;
     }
 }
 
-void dxc_attention_bwd_mma(dx_backend *be, void *dq, void *dk, void *dv, const void *dout,
-                           const void *q, const void *k, const void *v, const float *lse,
-                           const float *Dv, int B, int T, int H, int Hkv, int Dh)
+void dxc_attention_bwd_mma(dx_backend *be, void *dq, void *dk, void *dv, float *dq_acc,
+                           const void *dout, const void *q, const void *k, const void *v,
+                           const float *lse, const float *Dv, int B, int T, int H, int Hkv, int Dh)
 {
     switch (Dh) {
-    case 32: bwd_launch<32>(be, dq, dk, dv, dout, q, k, v, lse, Dv, B, T, H, Hkv); break;
-    case 64: bwd_launch<64>(be, dq, dk, dv, dout, q, k, v, lse, Dv, B, T, H, Hkv); break;
-    default: bwd_launch<128>(be, dq, dk, dv, dout, q, k, v, lse, Dv, B, T, H, Hkv); break;
+    case 32: bwd_launch<32, 4, 2, 32, 32>(be, dq, dk, dv, dq_acc, dout, q, k, v, lse, Dv, B, T, H, Hkv); break;
+    case 64: bwd_launch<64, 4, 2, 32, 32>(be, dq, dk, dv, dq_acc, dout, q, k, v, lse, Dv, B, T, H, Hkv); break;
+    default: bwd_launch<128, 8, 1, 32, 32>(be, dq, dk, dv, dq_acc, dout, q, k, v, lse, Dv, B, T, H, Hkv); break;
     }
 }

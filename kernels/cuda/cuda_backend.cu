@@ -6,8 +6,8 @@
  * Conventions: X = bf16 (__nv_bfloat16), A = f32. Every kernel reads bf16 into fp32 registers,
  * computes in fp32 (adamw, loss sums and sum of squares in fp64) and rounds to bf16 once, with
  * round-to-nearest-even, when it stores an X output. Reductions are deterministic: fixed block
- * shapes, tree reductions in shared memory, partial results reduced by a second kernel in a
- * fixed order (no floating-point atomics except in embedding_bwd).
+ * shapes, tree reductions in shared memory or warp shuffles, partial results reduced by a second
+ * kernel in a fixed order (no floating-point atomics except in embedding_bwd).
  */
 #include "cuda_internal.cuh"
 
@@ -331,6 +331,52 @@ static unsigned grid_for(dx_backend *be, size_t n)
     return (unsigned)(b < cap ? b : cap);
 }
 
+/* Grid-stride loop over [start, n) (the scalar tail after a vector loop). */
+#define DXC_FOR_FROM(i, start, n)                                                              \
+    for (size_t i = (start) + (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n);          \
+         i += (size_t)gridDim.x * blockDim.x)
+
+/* 16-byte vectors of 8 bf16 (uint4): element e of vector v is p[8 v + e], in 32-bit word e / 2,
+ * low half for even e (little endian). ldg8 is for data the kernel does not write (read-only
+ * path), ld8 / st8 for in-place data. The pointer must be 16-byte aligned. */
+static __device__ __forceinline__ uint4 ldg8(const bf16 *p, size_t v)
+{
+    return __ldg(reinterpret_cast<const uint4 *>(p) + v);
+}
+static __device__ __forceinline__ uint4 ld8(const bf16 *p, size_t v)
+{
+    return reinterpret_cast<const uint4 *>(p)[v];
+}
+static __device__ __forceinline__ void st8(bf16 *p, size_t v, uint4 val)
+{
+    reinterpret_cast<uint4 *>(p)[v] = val;
+}
+
+/* bf16 -> f32 is exact (the bits shifted up), as __bfloat162float. */
+static __device__ __forceinline__ void unpack8(uint4 v, float f[8])
+{
+    const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+        f[2 * k] = __uint_as_float(w[k] << 16);
+        f[2 * k + 1] = __uint_as_float(w[k] & 0xffff0000u);
+    }
+}
+
+/* f32 -> bf16 round to nearest even (cvt.rn.bf16x2.f32: the same rounding as tobf). */
+static __device__ __forceinline__ uint32_t pack2(float lo, float hi)
+{
+    const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<const uint32_t *>(&h);
+}
+static __device__ __forceinline__ uint4 pack8(const float f[8])
+{
+    return make_uint4(pack2(f[0], f[1]), pack2(f[2], f[3]), pack2(f[4], f[5]), pack2(f[6], f[7]));
+}
+
+/* Host: whether p is 16-byte aligned (vector paths need every pointer they access so). */
+static inline bool al16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
+
 /* ============================================================================================
  * gemm (cuBLAS)
  * ========================================================================================== */
@@ -378,26 +424,128 @@ static void cuda_gemm(dx_backend *be, int trans_a, int trans_b, int M, int N, in
 }
 
 /* ============================================================================================
- * RMSNorm: one block per row for y / dx; dw by column partials over row chunks, then a
- * second kernel that sums the chunks in order.
+ * RMSNorm: one warp per row (DXC_RMS_ROWS rows per 256-thread block), row sums by warp
+ * shuffles (each lane sums its columns in order, then a fixed xor butterfly: deterministic).
+ *
+ * Fast path (D % 8 == 0, D <= DXC_RMS_MAXD, every bf16 pointer 16-byte aligned): lane l holds
+ * the 16-byte vectors v = 32 k + l (k < MAXV) of its row in registers, so x (and dy) are read
+ * from memory once; the backward also accumulates dw in the same pass (see k_rmsnorm_bwd_reg).
+ * Otherwise (any D, unaligned pointers): the same warp-per-row kernels reading the row twice,
+ * with 16-byte loads when D % 8 == 0 and the pointers are aligned, 2-byte loads otherwise, and
+ * dw by a separate column-partial kernel. Either way dw is summed per chunk of rows (a chunking
+ * that depends on N only), chunk partials in fp32, then over the chunks in order in fp64.
  * ========================================================================================== */
 
-static __global__ void __launch_bounds__(DXC_THREADS)
-    k_rmsnorm_fwd(bf16 *__restrict__ y, float *__restrict__ rstd, const bf16 *__restrict__ x,
-                  const bf16 *__restrict__ w, int D, float eps)
+#define DXC_RMS_ROWS (DXC_THREADS / 32) /* rows per block: one warp per row */
+#define DXC_RMS_MAXD 4096               /* rows up to this long are held in registers */
+
+/* MAXV (vectors per lane) for the register fast path, 0 if D does not qualify. */
+static int rms_maxv(int D)
 {
-    const size_t row = blockIdx.x;
+    if (D % 8 != 0 || D > DXC_RMS_MAXD) return 0;
+    const int nv = (D / 8 + 31) / 32;
+    return nv <= 1 ? 1 : nv <= 2 ? 2 : nv <= 4 ? 4 : nv <= 8 ? 8 : 16;
+}
+
+/* y, rstd for one row per warp, x and w read with 16-byte loads (fast path); the row stays in
+ * registers (xv) between the sum of squares and the output. Lanes past the row's last vector
+ * (D / 8 not a multiple of 32) hold zeros, which add nothing. */
+template <int MAXV>
+static __global__ void __launch_bounds__(DXC_THREADS)
+    k_rmsnorm_fwd_reg(bf16 *__restrict__ y, float *__restrict__ rstd, const bf16 *__restrict__ x,
+                      const bf16 *__restrict__ w, int N, int D, float eps)
+{
+    const int lane = threadIdx.x & 31;
+    const size_t row = (size_t)blockIdx.x * DXC_RMS_ROWS + (threadIdx.x >> 5);
+    if (row >= (size_t)N) return; /* whole warps */
+    const int nvec = D >> 3;
     const bf16 *xr = x + row * D;
     bf16 *yr = y + row * D;
-    float ss = 0;
-    for (int j = threadIdx.x; j < D; j += blockDim.x) {
-        float v = ld(xr, j);
-        ss = fmaf(v, v, ss);
+    uint4 xv[MAXV];
+#pragma unroll
+    for (int k = 0; k < MAXV; k++) {
+        const int v = k * 32 + lane;
+        xv[k] = v < nvec ? ldg8(xr, v) : make_uint4(0, 0, 0, 0);
     }
-    ss = block_sum(ss);
+    float ss = 0;
+#pragma unroll
+    for (int k = 0; k < MAXV; k++) {
+        float f[8];
+        unpack8(xv[k], f);
+#pragma unroll
+        for (int e = 0; e < 8; e++) ss = fmaf(f[e], f[e], ss);
+    }
+    ss = warp_sum(ss);
     const float r = 1.0f / sqrtf(ss / (float)D + eps);
-    if (threadIdx.x == 0) rstd[row] = r;
-    for (int j = threadIdx.x; j < D; j += blockDim.x) yr[j] = tobf(ld(w, j) * (ld(xr, j) * r));
+    if (lane == 0) rstd[row] = r;
+#pragma unroll
+    for (int k = 0; k < MAXV; k++) {
+        const int v = k * 32 + lane;
+        if (v >= nvec) break;
+        float f[8], wf[8], o[8];
+        unpack8(xv[k], f);
+        unpack8(ldg8(w, v), wf);
+#pragma unroll
+        for (int e = 0; e < 8; e++) o[e] = wf[e] * (f[e] * r);
+        st8(yr, v, pack8(o));
+    }
+}
+
+/* Generic forward: one warp per row, x read twice; vec: 16-byte loads (D % 8 == 0, x, y, w
+ * aligned), else 2-byte loads (any D, any alignment). */
+template <bool vec>
+static __global__ void __launch_bounds__(DXC_THREADS)
+    k_rmsnorm_fwd(bf16 *__restrict__ y, float *__restrict__ rstd, const bf16 *__restrict__ x,
+                  const bf16 *__restrict__ w, int N, int D, float eps)
+{
+    const int lane = threadIdx.x & 31;
+    const size_t row = (size_t)blockIdx.x * DXC_RMS_ROWS + (threadIdx.x >> 5);
+    if (row >= (size_t)N) return; /* whole warps */
+    const bf16 *xr = x + row * D;
+    bf16 *yr = y + row * D;
+    const int nvec = D >> 3;
+    float ss = 0;
+    if (vec) {
+        for (int v = lane; v < nvec; v += 32) {
+            float f[8];
+            unpack8(ldg8(xr, v), f);
+#pragma unroll
+            for (int e = 0; e < 8; e++) ss = fmaf(f[e], f[e], ss);
+        }
+    } else {
+        for (int j = lane; j < D; j += 32) {
+            const float v = ld(xr, j);
+            ss = fmaf(v, v, ss);
+        }
+    }
+    ss = warp_sum(ss);
+    const float r = 1.0f / sqrtf(ss / (float)D + eps);
+    if (lane == 0) rstd[row] = r;
+    if (vec) {
+        for (int v = lane; v < nvec; v += 32) {
+            float f[8], wf[8], o[8];
+            unpack8(ldg8(xr, v), f);
+            unpack8(ldg8(w, v), wf);
+#pragma unroll
+            for (int e = 0; e < 8; e++) o[e] = wf[e] * (f[e] * r);
+            st8(yr, v, pack8(o));
+        }
+    } else {
+        for (int j = lane; j < D; j += 32) yr[j] = tobf(ld(w, j) * (ld(xr, j) * r));
+    }
+}
+
+typedef void (*rms_fwd_reg_fn)(bf16 *, float *, const bf16 *, const bf16 *, int, int, float);
+
+static rms_fwd_reg_fn rms_fwd_reg_kernel(int maxv)
+{
+    switch (maxv) {
+    case 1: return k_rmsnorm_fwd_reg<1>;
+    case 2: return k_rmsnorm_fwd_reg<2>;
+    case 4: return k_rmsnorm_fwd_reg<4>;
+    case 8: return k_rmsnorm_fwd_reg<8>;
+    default: return k_rmsnorm_fwd_reg<16>;
+    }
 }
 
 static void cuda_rmsnorm_fwd(dx_backend *be, void *y, void *rstd, const void *x, const void *w,
@@ -405,75 +553,253 @@ static void cuda_rmsnorm_fwd(dx_backend *be, void *y, void *rstd, const void *x,
 {
     if (N <= 0 || D <= 0) return;
     DXC_ENTER(be, "rmsnorm_fwd");
-    k_rmsnorm_fwd<<<N, DXC_THREADS, 0, dxc(be)->stream>>>((bf16 *)y, (float *)rstd,
-                                                          (const bf16 *)x, (const bf16 *)w, D, eps);
+    const unsigned nb = (unsigned)(((size_t)N + DXC_RMS_ROWS - 1) / DXC_RMS_ROWS);
+    const bool aligned = al16(y) && al16(x) && al16(w);
+    const int maxv = aligned ? rms_maxv(D) : 0;
+    if (maxv) {
+        rms_fwd_reg_kernel(maxv)<<<nb, DXC_THREADS, 0, dxc(be)->stream>>>(
+            (bf16 *)y, (float *)rstd, (const bf16 *)x, (const bf16 *)w, N, D, eps);
+    } else {
+        const bool vec = aligned && D % 8 == 0;
+        (vec ? k_rmsnorm_fwd<true> : k_rmsnorm_fwd<false>)<<<nb, DXC_THREADS, 0,
+                                                              dxc(be)->stream>>>(
+            (bf16 *)y, (float *)rstd, (const bf16 *)x, (const bf16 *)w, N, D, eps);
+    }
     DXC_LAUNCHED(be, "rmsnorm_fwd");
 }
 
+#define DXC_DW_CHUNKS 256 /* at most this many row chunks (dw partial rows) */
+
+/* Fused backward, fast path. Block c handles the rows [c rows_per, (c + 1) rows_per) of chunk c:
+ * warp w takes rows r0 + w, r0 + w + 8, ...; per row it holds dy and x in registers (16-byte
+ * loads), reduces sum_j g xh by shuffles, updates dx (+=, 16-byte read-modify-write) and adds
+ * dy * xh for its columns into its own fp32 dw accumulator in shared memory (no races: a lane
+ * owns its columns). At the end part[c, j] = sum over the warps in order 0..7.
+ * Dynamic shared memory: DXC_RMS_ROWS * D floats, as float4: warp w's accumulator for columns
+ * 8 v + 4 h .. 8 v + 4 h + 3 at acc[(2 w + h) nvec + v] (conflict-free 16-byte accesses). */
+template <int MAXV>
 static __global__ void __launch_bounds__(DXC_THREADS)
-    k_rmsnorm_bwd_dx(bf16 *dx, const bf16 *__restrict__ dy, const bf16 *__restrict__ x,
-                     const bf16 *__restrict__ w, const float *__restrict__ rstd, int D)
+    k_rmsnorm_bwd_reg(bf16 *dx, float *__restrict__ part, const bf16 *__restrict__ dy,
+                      const bf16 *__restrict__ x, const bf16 *__restrict__ w,
+                      const float *__restrict__ rstd, int N, int D, int rows_per)
 {
-    const size_t row = blockIdx.x;
-    const bf16 *dyr = dy + row * D, *xr = x + row * D;
-    bf16 *dxr = dx + row * D;
-    const float rs = rstd[row];
-    float c = 0;
-    for (int j = threadIdx.x; j < D; j += blockDim.x)
-        c = fmaf(ld(dyr, j) * ld(w, j), ld(xr, j) * rs, c);
-    c = block_sum(c);
-    const float cm = c / (float)D;
-    for (int j = threadIdx.x; j < D; j += blockDim.x) {
-        float g = ld(dyr, j) * ld(w, j), xh = ld(xr, j) * rs;
-        dxr[j] = tobf(ld(dxr, j) + rs * (g - xh * cm));
+    DXC_DYNAMIC_SMEM(float4, dxc_rms_acc);
+    const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
+    const int nvec = D >> 3;
+    float4 *acc = dxc_rms_acc + (size_t)wid * 2 * nvec;
+    const float4 zero4 = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll
+    for (int k = 0; k < MAXV; k++) {
+        const int v = k * 32 + lane;
+        if (v < nvec) {
+            acc[v] = zero4;
+            acc[nvec + v] = zero4;
+        }
+    }
+    const int r0 = blockIdx.x * rows_per, r1 = r0 + rows_per < N ? r0 + rows_per : N;
+    for (int r = r0 + wid; r < r1; r += DXC_RMS_ROWS) {
+        const size_t base = (size_t)r * D;
+        const bf16 *dyr = dy + base, *xr = x + base;
+        bf16 *dxr = dx + base;
+        uint4 dyv[MAXV], xv[MAXV];
+#pragma unroll
+        for (int k = 0; k < MAXV; k++) {
+            const int v = k * 32 + lane;
+            dyv[k] = v < nvec ? ldg8(dyr, v) : make_uint4(0, 0, 0, 0);
+            xv[k] = v < nvec ? ldg8(xr, v) : make_uint4(0, 0, 0, 0);
+        }
+        const float rs = rstd[r];
+        float c = 0;
+#pragma unroll
+        for (int k = 0; k < MAXV; k++) {
+            const int v = k * 32 + lane;
+            if (v >= nvec) break;
+            float df[8], xf[8], wf[8];
+            unpack8(dyv[k], df);
+            unpack8(xv[k], xf);
+            unpack8(ldg8(w, v), wf);
+#pragma unroll
+            for (int e = 0; e < 8; e++) c = fmaf(df[e] * wf[e], xf[e] * rs, c);
+        }
+        c = warp_sum(c);
+        const float cm = c / (float)D;
+#pragma unroll
+        for (int k = 0; k < MAXV; k++) {
+            const int v = k * 32 + lane;
+            if (v >= nvec) break;
+            float df[8], xf[8], wf[8], of[8];
+            unpack8(dyv[k], df);
+            unpack8(xv[k], xf);
+            unpack8(ldg8(w, v), wf);
+            unpack8(ld8(dxr, v), of);
+            float xh[8];
+#pragma unroll
+            for (int e = 0; e < 8; e++) {
+                xh[e] = xf[e] * rs;
+                of[e] = of[e] + rs * (df[e] * wf[e] - xh[e] * cm);
+            }
+            st8(dxr, v, pack8(of));
+            float4 a0 = acc[v], a1 = acc[nvec + v];
+            a0.x = fmaf(df[0], xh[0], a0.x);
+            a0.y = fmaf(df[1], xh[1], a0.y);
+            a0.z = fmaf(df[2], xh[2], a0.z);
+            a0.w = fmaf(df[3], xh[3], a0.w);
+            a1.x = fmaf(df[4], xh[4], a1.x);
+            a1.y = fmaf(df[5], xh[5], a1.y);
+            a1.z = fmaf(df[6], xh[6], a1.z);
+            a1.w = fmaf(df[7], xh[7], a1.w);
+            acc[v] = a0;
+            acc[nvec + v] = a1;
+        }
+    }
+    __syncthreads();
+    /* output float4 o = 2 v + h (columns 8 v + 4 h ..): coalesced stores */
+    float4 *pc = reinterpret_cast<float4 *>(part + (size_t)blockIdx.x * D);
+    for (int o = threadIdx.x; o < 2 * nvec; o += blockDim.x) {
+        const int v = o >> 1, h = o & 1;
+        float4 s = dxc_rms_acc[(size_t)h * nvec + v];
+#pragma unroll
+        for (int k = 1; k < DXC_RMS_ROWS; k++) {
+            const float4 t = dxc_rms_acc[(size_t)(2 * k + h) * nvec + v];
+            s.x += t.x;
+            s.y += t.y;
+            s.z += t.z;
+            s.w += t.w;
+        }
+        pc[o] = s;
     }
 }
 
-#define DXC_DW_COLS 64    /* columns per dw block (blockDim 32 x 8, two columns per thread) */
-#define DXC_DW_CHUNKS 256 /* at most this many row chunks (partial rows) */
+/* Generic backward dx: one warp per row, dy and x read twice; vec: 16-byte loads (D % 8 == 0,
+ * dx, dy, x, w aligned), else 2-byte loads (any D, any alignment). */
+template <bool vec>
+static __global__ void __launch_bounds__(DXC_THREADS)
+    k_rmsnorm_bwd_dx(bf16 *dx, const bf16 *__restrict__ dy, const bf16 *__restrict__ x,
+                     const bf16 *__restrict__ w, const float *__restrict__ rstd, int N, int D)
+{
+    const int lane = threadIdx.x & 31;
+    const size_t row = (size_t)blockIdx.x * DXC_RMS_ROWS + (threadIdx.x >> 5);
+    if (row >= (size_t)N) return; /* whole warps */
+    const bf16 *dyr = dy + row * D, *xr = x + row * D;
+    bf16 *dxr = dx + row * D;
+    const int nvec = D >> 3;
+    const float rs = rstd[row];
+    float c = 0;
+    if (vec) {
+        for (int v = lane; v < nvec; v += 32) {
+            float df[8], xf[8], wf[8];
+            unpack8(ldg8(dyr, v), df);
+            unpack8(ldg8(xr, v), xf);
+            unpack8(ldg8(w, v), wf);
+#pragma unroll
+            for (int e = 0; e < 8; e++) c = fmaf(df[e] * wf[e], xf[e] * rs, c);
+        }
+    } else {
+        for (int j = lane; j < D; j += 32) c = fmaf(ld(dyr, j) * ld(w, j), ld(xr, j) * rs, c);
+    }
+    c = warp_sum(c);
+    const float cm = c / (float)D;
+    if (vec) {
+        for (int v = lane; v < nvec; v += 32) {
+            float df[8], xf[8], wf[8], of[8];
+            unpack8(ldg8(dyr, v), df);
+            unpack8(ldg8(xr, v), xf);
+            unpack8(ldg8(w, v), wf);
+            unpack8(ld8(dxr, v), of);
+#pragma unroll
+            for (int e = 0; e < 8; e++) of[e] = of[e] + rs * (df[e] * wf[e] - (xf[e] * rs) * cm);
+            st8(dxr, v, pack8(of));
+        }
+    } else {
+        for (int j = lane; j < D; j += 32) {
+            const float g = ld(dyr, j) * ld(w, j), xh = ld(xr, j) * rs;
+            dxr[j] = tobf(ld(dxr, j) + rs * (g - xh * cm));
+        }
+    }
+}
 
-/* part[chunk, j] = sum over the chunk's rows of dy * (x * rstd) */
+/* Generic dw partials: part[chunk, j] = sum over the chunk's rows of dy * (x * rstd). Block
+ * (32, 8) covers 256 columns; thread (tx, ty) owns the 8 consecutive columns j0 = 8 (32 bx + tx)
+ * .. j0 + 7 and sums rows r0 + ty, r0 + ty + 8, ... in order; the 8 partials per column are then
+ * added in order ty = 0..7 (the same order as k_rmsnorm_bwd_reg). vec: 16-byte loads (D % 8
+ * == 0, dy and x aligned), else 2-byte loads with per-column bounds. */
+template <bool vec>
 static __global__ void __launch_bounds__(DXC_THREADS)
     k_rmsnorm_bwd_dw_part(float *__restrict__ part, const bf16 *__restrict__ dy,
                           const bf16 *__restrict__ x, const float *__restrict__ rstd, int N, int D,
                           int rows_per)
 {
-    __shared__ float sh[8][DXC_DW_COLS];
+    __shared__ float sh[8][256];
     const int tx = threadIdx.x, ty = threadIdx.y;
-    const int ja = blockIdx.x * DXC_DW_COLS + tx, jb = ja + 32;
+    const int j0 = (blockIdx.x * 32 + tx) * 8;
     const int chunk = blockIdx.y;
     const int r0 = chunk * rows_per, r1 = r0 + rows_per < N ? r0 + rows_per : N;
-    float a0 = 0, a1 = 0;
-    for (int r = r0 + ty; r < r1; r += 8) {
-        const float rs = rstd[r];
-        const size_t base = (size_t)r * D;
-        if (ja < D) a0 = fmaf(ld(dy, base + ja), ld(x, base + ja) * rs, a0);
-        if (jb < D) a1 = fmaf(ld(dy, base + jb), ld(x, base + jb) * rs, a1);
-    }
-    sh[ty][tx] = a0;
-    sh[ty][tx + 32] = a1;
-    __syncthreads();
-    if (ty == 0) {
-        float s0 = 0, s1 = 0;
+    float a[8];
 #pragma unroll
-        for (int k = 0; k < 8; k++) {
-            s0 += sh[k][tx];
-            s1 += sh[k][tx + 32];
+    for (int e = 0; e < 8; e++) a[e] = 0;
+    if (j0 < D) {
+        for (int r = r0 + ty; r < r1; r += 8) {
+            const float rs = rstd[r];
+            const size_t base = (size_t)r * D + j0;
+            if (vec) {
+                float df[8], xf[8];
+                unpack8(ldg8(dy, base >> 3), df);
+                unpack8(ldg8(x, base >> 3), xf);
+#pragma unroll
+                for (int e = 0; e < 8; e++) a[e] = fmaf(df[e], xf[e] * rs, a[e]);
+            } else {
+#pragma unroll
+                for (int e = 0; e < 8; e++)
+                    if (j0 + e < D) a[e] = fmaf(ld(dy, base + e), ld(x, base + e) * rs, a[e]);
+            }
         }
-        if (ja < D) part[(size_t)chunk * D + ja] = s0;
-        if (jb < D) part[(size_t)chunk * D + jb] = s1;
+    }
+#pragma unroll
+    for (int e = 0; e < 8; e++) sh[ty][tx * 8 + e] = a[e];
+    __syncthreads();
+    const int l = ty * 32 + tx, j = blockIdx.x * 256 + l;
+    if (j < D) {
+        float s = sh[0][l];
+#pragma unroll
+        for (int k = 1; k < 8; k++) s += sh[k][l];
+        part[(size_t)chunk * D + j] = s;
     }
 }
 
-/* out[j] += sum_c part[c, j], chunks in order, in double */
-static __global__ void k_colsum_add(float *__restrict__ out, const float *__restrict__ part,
-                                    int nchunks, int D)
+/* out[j] += sum_c part[c, j] in double: thread (tx, ty) of a (32, 8) block sums the chunks
+ * ty, ty + 8, ... in order, then the 8 sums are added in order ty = 0..7. */
+static __global__ void __launch_bounds__(DXC_THREADS)
+    k_colsum_add(float *__restrict__ out, const float *__restrict__ part, int nchunks, int D)
 {
-    const int j = blockIdx.x * blockDim.x + threadIdx.x;
-    if (j >= D) return;
+    __shared__ double sh[8][32];
+    const int tx = threadIdx.x, ty = threadIdx.y, j = blockIdx.x * 32 + tx;
     double s = 0;
-    for (int c = 0; c < nchunks; c++) s += (double)part[(size_t)c * D + j];
-    out[j] += (float)s;
+    if (j < D) {
+#pragma unroll 4
+        for (int c = ty; c < nchunks; c += 8) s += (double)part[(size_t)c * D + j];
+    }
+    sh[ty][tx] = s;
+    __syncthreads();
+    if (ty == 0 && j < D) {
+        double t = sh[0][tx];
+#pragma unroll
+        for (int k = 1; k < 8; k++) t += sh[k][tx];
+        out[j] += (float)t;
+    }
+}
+
+typedef void (*rms_bwd_reg_fn)(bf16 *, float *, const bf16 *, const bf16 *, const bf16 *,
+                               const float *, int, int, int);
+
+static rms_bwd_reg_fn rms_bwd_reg_kernel(int maxv)
+{
+    switch (maxv) {
+    case 1: return k_rmsnorm_bwd_reg<1>;
+    case 2: return k_rmsnorm_bwd_reg<2>;
+    case 4: return k_rmsnorm_bwd_reg<4>;
+    case 8: return k_rmsnorm_bwd_reg<8>;
+    default: return k_rmsnorm_bwd_reg<16>;
+    }
 }
 
 static void cuda_rmsnorm_bwd(dx_backend *be, void *dx, void *dw, const void *dy, const void *x,
@@ -482,27 +808,43 @@ static void cuda_rmsnorm_bwd(dx_backend *be, void *dx, void *dw, const void *dy,
     if (N <= 0 || D <= 0) return;
     dxc_impl *im = dxc(be);
     DXC_ENTER(be, "rmsnorm_bwd");
-    k_rmsnorm_bwd_dx<<<N, DXC_THREADS, 0, im->stream>>>((bf16 *)dx, (const bf16 *)dy,
-                                                        (const bf16 *)x, (const bf16 *)w,
-                                                        (const float *)rstd, D);
-    DXC_LAUNCHED(be, "rmsnorm_bwd");
     int nchunks = (N + 63) / 64;
     if (nchunks > DXC_DW_CHUNKS) nchunks = DXC_DW_CHUNKS;
     int rows_per = (N + nchunks - 1) / nchunks; /* a function of N only: deterministic */
     nchunks = (N + rows_per - 1) / rows_per;
     float *part = (float *)dxc_scratch(be, (size_t)nchunks * D * sizeof(float), "rmsnorm_bwd");
-    dim3 grid((D + DXC_DW_COLS - 1) / DXC_DW_COLS, nchunks), block(32, 8);
-    k_rmsnorm_bwd_dw_part<<<grid, block, 0, im->stream>>>(part, (const bf16 *)dy, (const bf16 *)x,
+    const bool aligned = al16(dx) && al16(dy) && al16(x) && al16(w);
+    const int maxv = aligned ? rms_maxv(D) : 0;
+    if (maxv) { /* dx and the dw partials in one pass */
+        const rms_bwd_reg_fn kern = rms_bwd_reg_kernel(maxv);
+        const size_t smem = (size_t)DXC_RMS_ROWS * D * sizeof(float);
+        dxc_set_smem(be, (const void *)kern, smem, "rmsnorm_bwd");
+        kern<<<nchunks, DXC_THREADS, smem, im->stream>>>((bf16 *)dx, part, (const bf16 *)dy,
+                                                          (const bf16 *)x, (const bf16 *)w,
                                                           (const float *)rstd, N, D, rows_per);
-    DXC_LAUNCHED(be, "rmsnorm_bwd");
-    k_colsum_add<<<(D + DXC_THREADS - 1) / DXC_THREADS, DXC_THREADS, 0, im->stream>>>(
-        (float *)dw, part, nchunks, D);
+        DXC_LAUNCHED(be, "rmsnorm_bwd");
+    } else {
+        const bool vec = aligned && D % 8 == 0;
+        const unsigned nb = (unsigned)(((size_t)N + DXC_RMS_ROWS - 1) / DXC_RMS_ROWS);
+        (vec ? k_rmsnorm_bwd_dx<true> : k_rmsnorm_bwd_dx<false>)<<<nb, DXC_THREADS, 0,
+                                                                    im->stream>>>(
+            (bf16 *)dx, (const bf16 *)dy, (const bf16 *)x, (const bf16 *)w, (const float *)rstd,
+            N, D);
+        DXC_LAUNCHED(be, "rmsnorm_bwd");
+        dim3 grid((D + 255) / 256, nchunks), block(32, 8);
+        (vec ? k_rmsnorm_bwd_dw_part<true> : k_rmsnorm_bwd_dw_part<false>)<<<grid, block, 0,
+                                                                              im->stream>>>(
+            part, (const bf16 *)dy, (const bf16 *)x, (const float *)rstd, N, D, rows_per);
+        DXC_LAUNCHED(be, "rmsnorm_bwd");
+    }
+    k_colsum_add<<<(D + 31) / 32, dim3(32, 8), 0, im->stream>>>((float *)dw, part, nchunks, D);
     DXC_LAUNCHED(be, "rmsnorm_bwd");
 }
 
 /* ============================================================================================
  * RoPE: a cos/sin table per position, computed in double like the CPU twin and cached
- * (positions 0..rope_T-1 for the last Dh and theta), then an element-wise rotation.
+ * (positions 0..rope_T-1 for the last Dh and theta), then an element-wise rotation: 8 pairs
+ * per thread with 16-byte accesses when Dh/2 % 8 == 0 and x is aligned, else one pair.
  * ========================================================================================== */
 
 static __global__ void k_rope_table(float *tab, int T, int half, int Dh, float theta)
@@ -517,6 +859,8 @@ static __global__ void k_rope_table(float *tab, int T, int half, int Dh, float t
     }
 }
 
+/* Scalar rotation: one (i, i + half) pair per thread and iteration; any even Dh, any alignment
+ * of x (the fallback of k_rope_vec). */
 static __global__ void k_rope(bf16 *x, const float *__restrict__ tab, size_t sin_off,
                               size_t nrows, int T, int H, int half, float dir)
 {
@@ -530,6 +874,43 @@ static __global__ void k_rope(bf16 *x, const float *__restrict__ tab, size_t sin
         const float a = __bfloat162float(xr[i]), b = __bfloat162float(xr[i + half]);
         xr[i] = tobf(a * c - b * s);
         xr[i + half] = tobf(b * c + a * s);
+    }
+}
+
+/* Vector rotation (half % 8 == 0, x 16-byte aligned): work item q of a row (q < half / 8) takes
+ * i = 8 q .. 8 q + 7 and the matching i + half with one 16-byte load and store each, and cos /
+ * sin as two float4 each from the table (rows of half floats: 32-byte aligned). Consecutive
+ * items are consecutive q and heads of the same position, so a warp shares its table rows.
+ * I: index type of the item loop, unsigned when there are at most 2^31 items (cheap 32-bit
+ * divisions; the loop index then cannot wrap), else size_t. */
+template <typename I>
+static __global__ void k_rope_vec(bf16 *x, const float *__restrict__ tab, size_t sin_off,
+                                  size_t nrows, int T, int H, int half, float dir)
+{
+    const int q8 = half >> 3;
+    const I n = (I)(nrows * q8);
+    for (I idx = (I)blockIdx.x * blockDim.x + threadIdx.x; idx < n;
+         idx += (I)gridDim.x * blockDim.x) {
+        const I row = idx / (I)q8; /* (b*T + t)*H + h */
+        const int q = (int)(idx - row * (I)q8), t = (int)((row / (I)H) % (I)T);
+        bf16 *xr = x + (size_t)row * 2 * half;
+        const float *tr = tab + (size_t)t * half;
+        const float4 *tc = reinterpret_cast<const float4 *>(tr) + 2 * q;
+        const float4 *ts = reinterpret_cast<const float4 *>(tr + sin_off) + 2 * q;
+        const float4 c0 = __ldg(tc), c1 = __ldg(tc + 1), s0 = __ldg(ts), s1 = __ldg(ts + 1);
+        const float c[8] = {c0.x, c0.y, c0.z, c0.w, c1.x, c1.y, c1.z, c1.w};
+        const float s[8] = {dir * s0.x, dir * s0.y, dir * s0.z, dir * s0.w,
+                            dir * s1.x, dir * s1.y, dir * s1.z, dir * s1.w};
+        float a[8], b[8], oa[8], ob[8];
+        unpack8(ld8(xr, q), a);
+        unpack8(ld8(xr, q + q8), b);
+#pragma unroll
+        for (int e = 0; e < 8; e++) {
+            oa[e] = a[e] * c[e] - b[e] * s[e];
+            ob[e] = b[e] * c[e] + a[e] * s[e];
+        }
+        st8(xr, q, pack8(oa));
+        st8(xr, q + q8, pack8(ob));
     }
 }
 
@@ -558,8 +939,13 @@ static void rope_apply(dx_backend *be, void *x, int B, int T, int H, int Dh, flo
         im->rope_theta = theta;
     }
     const size_t nrows = (size_t)B * T * H;
-    k_rope<<<grid_for(be, nrows * half), DXC_THREADS, 0, im->stream>>>(
-        (bf16 *)x, im->rope_tab, (size_t)im->rope_T * half, nrows, T, H, half, dir);
+    if (half % 8 == 0 && al16(x))
+        (nrows * (half / 8) <= ((size_t)1 << 31) ? k_rope_vec<unsigned> : k_rope_vec<size_t>)
+            <<<grid_for(be, nrows * (half / 8)), DXC_THREADS, 0, im->stream>>>(
+                (bf16 *)x, im->rope_tab, (size_t)im->rope_T * half, nrows, T, H, half, dir);
+    else
+        k_rope<<<grid_for(be, nrows * half), DXC_THREADS, 0, im->stream>>>(
+            (bf16 *)x, im->rope_tab, (size_t)im->rope_T * half, nrows, T, H, half, dir);
     DXC_LAUNCHED(be, op);
 }
 
@@ -574,38 +960,76 @@ static void cuda_rope_bwd(dx_backend *be, void *dx, int B, int T, int H, int Dh,
 }
 
 /* ============================================================================================
- * SwiGLU, add
+ * SwiGLU, add: element-wise. Each thread takes 8 consecutive elements per iteration with 16-byte
+ * loads / stores (nv = n / 8 vectors) when every pointer is 16-byte aligned, then the grid does
+ * the n % 8 tail elements with 2-byte accesses; with any pointer unaligned nv = 0 and the
+ * scalar loop does all of [0, n). The math is the same function in both loops.
  * ========================================================================================== */
 
-static __global__ void k_swiglu_fwd(bf16 *__restrict__ h, const bf16 *__restrict__ g,
-                                    const bf16 *__restrict__ u, size_t n)
+/* h = silu(g) u, silu(g) = g / (1 + exp(-g)); __expf (error 2 + 1.2 |g| ulp of fp32) is far
+ * below the bf16 rounding of the result */
+static __device__ __forceinline__ float swiglu_h(float g, float u)
 {
-    DXC_FOR(i, n)
+    return g / (1.0f + __expf(-g)) * u;
+}
+
+/* dg = dh u s (1 + g (1 - s)), du = dh silu(g) = dh (g s), s = sigmoid(g) */
+static __device__ __forceinline__ void swiglu_d(float dh, float g, float u, float &dg, float &du)
+{
+    const float s = 1.0f / (1.0f + __expf(-g));
+    dg = dh * u * s * (1.0f + g * (1.0f - s));
+    du = dh * (g * s);
+}
+
+static __global__ void k_swiglu_fwd(bf16 *__restrict__ h, const bf16 *__restrict__ g,
+                                    const bf16 *__restrict__ u, size_t n, size_t nv)
+{
+    DXC_FOR(v, nv)
     {
-        const float gi = ld(g, i);
-        h[i] = tobf(gi / (1.0f + expf(-gi)) * ld(u, i));
+        float gf[8], uf[8], hf[8];
+        unpack8(ldg8(g, v), gf);
+        unpack8(ldg8(u, v), uf);
+#pragma unroll
+        for (int e = 0; e < 8; e++) hf[e] = swiglu_h(gf[e], uf[e]);
+        st8(h, v, pack8(hf));
     }
+    DXC_FOR_FROM(i, nv * 8, n) h[i] = tobf(swiglu_h(ld(g, i), ld(u, i)));
 }
 
 static __global__ void k_swiglu_bwd(bf16 *__restrict__ dg, bf16 *__restrict__ du,
                                     const bf16 *__restrict__ dh, const bf16 *__restrict__ g,
-                                    const bf16 *__restrict__ u, size_t n)
+                                    const bf16 *__restrict__ u, size_t n, size_t nv)
 {
-    DXC_FOR(i, n)
+    DXC_FOR(v, nv)
     {
-        const float gi = ld(g, i), dhi = ld(dh, i);
-        const float s = 1.0f / (1.0f + expf(-gi));
-        dg[i] = tobf(dhi * ld(u, i) * s * (1.0f + gi * (1.0f - s)));
-        du[i] = tobf(dhi * (gi * s));
+        float dhf[8], gf[8], uf[8], dgf[8], duf[8];
+        unpack8(ldg8(dh, v), dhf);
+        unpack8(ldg8(g, v), gf);
+        unpack8(ldg8(u, v), uf);
+#pragma unroll
+        for (int e = 0; e < 8; e++) swiglu_d(dhf[e], gf[e], uf[e], dgf[e], duf[e]);
+        st8(dg, v, pack8(dgf));
+        st8(du, v, pack8(duf));
+    }
+    DXC_FOR_FROM(i, nv * 8, n)
+    {
+        float dgi, dui;
+        swiglu_d(ld(dh, i), ld(g, i), ld(u, i), dgi, dui);
+        dg[i] = tobf(dgi);
+        du[i] = tobf(dui);
     }
 }
+
+/* Vectors for n elements when all pointers are aligned (nv = 0: scalar loop only). */
+static size_t vec8_count(size_t n, bool aligned) { return aligned ? n / 8 : 0; }
 
 static void cuda_swiglu_fwd(dx_backend *be, void *h, const void *g, const void *u, size_t n)
 {
     if (!n) return;
     DXC_ENTER(be, "swiglu_fwd");
-    k_swiglu_fwd<<<grid_for(be, n), DXC_THREADS, 0, dxc(be)->stream>>>(
-        (bf16 *)h, (const bf16 *)g, (const bf16 *)u, n);
+    const size_t nv = vec8_count(n, al16(h) && al16(g) && al16(u));
+    k_swiglu_fwd<<<grid_for(be, nv ? nv : n), DXC_THREADS, 0, dxc(be)->stream>>>(
+        (bf16 *)h, (const bf16 *)g, (const bf16 *)u, n, nv);
     DXC_LAUNCHED(be, "swiglu_fwd");
 }
 
@@ -614,23 +1038,35 @@ static void cuda_swiglu_bwd(dx_backend *be, void *dg, void *du, const void *dh, 
 {
     if (!n) return;
     DXC_ENTER(be, "swiglu_bwd");
-    k_swiglu_bwd<<<grid_for(be, n), DXC_THREADS, 0, dxc(be)->stream>>>(
-        (bf16 *)dg, (bf16 *)du, (const bf16 *)dh, (const bf16 *)g, (const bf16 *)u, n);
+    const size_t nv = vec8_count(n, al16(dg) && al16(du) && al16(dh) && al16(g) && al16(u));
+    k_swiglu_bwd<<<grid_for(be, nv ? nv : n), DXC_THREADS, 0, dxc(be)->stream>>>(
+        (bf16 *)dg, (bf16 *)du, (const bf16 *)dh, (const bf16 *)g, (const bf16 *)u, n, nv);
     DXC_LAUNCHED(be, "swiglu_bwd");
 }
 
-/* y may alias a or b: element i is read before it is written, by the same thread */
-static __global__ void k_add(bf16 *y, const bf16 *a, const bf16 *b, size_t n)
+/* y may alias a or b: element i (vector v) is read before it is written, by the same thread;
+ * no __restrict__, plain (not read-only path) loads */
+static __global__ void k_add(bf16 *y, const bf16 *a, const bf16 *b, size_t n, size_t nv)
 {
-    DXC_FOR(i, n) y[i] = tobf(ld(a, i) + ld(b, i));
+    DXC_FOR(v, nv)
+    {
+        float af[8], bf[8], yf[8];
+        unpack8(ld8(a, v), af);
+        unpack8(ld8(b, v), bf);
+#pragma unroll
+        for (int e = 0; e < 8; e++) yf[e] = af[e] + bf[e];
+        st8(y, v, pack8(yf));
+    }
+    DXC_FOR_FROM(i, nv * 8, n) y[i] = tobf(ld(a, i) + ld(b, i));
 }
 
 static void cuda_add(dx_backend *be, void *y, const void *a, const void *b, size_t n)
 {
     if (!n) return;
     DXC_ENTER(be, "add");
-    k_add<<<grid_for(be, n), DXC_THREADS, 0, dxc(be)->stream>>>((bf16 *)y, (const bf16 *)a,
-                                                                (const bf16 *)b, n);
+    const size_t nv = vec8_count(n, al16(y) && al16(a) && al16(b));
+    k_add<<<grid_for(be, nv ? nv : n), DXC_THREADS, 0, dxc(be)->stream>>>(
+        (bf16 *)y, (const bf16 *)a, (const bf16 *)b, n, nv);
     DXC_LAUNCHED(be, "add");
 }
 

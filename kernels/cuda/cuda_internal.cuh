@@ -96,11 +96,12 @@ void dxc_attention_bwd(dx_backend *be, void *dq, void *dk, void *dv, const void 
                        const void *lse, int B, int T, int H, int Hkv, int Dh);
 
 /* attention_mma.cu (tensor cores; Dh in {32, 64, 128}, all bf16 pointers 16-byte aligned;
- * Dv = the D vector of the backward, laid out like lse) */
+ * Dv = the D vector of the backward, laid out like lse; dq_acc = fp32 workspace of
+ * B*T*H*Dh floats, 16-byte aligned, for the fused backward's dq accumulation) */
 void dxc_attention_fwd_mma(dx_backend *be, void *o, void *lse, const void *q, const void *k,
                            const void *v, int B, int T, int H, int Hkv, int Dh);
-void dxc_attention_bwd_mma(dx_backend *be, void *dq, void *dk, void *dv, const void *dout,
-                           const void *q, const void *k, const void *v, const float *lse,
-                           const float *Dv, int B, int T, int H, int Hkv, int Dh);
+void dxc_attention_bwd_mma(dx_backend *be, void *dq, void *dk, void *dv, float *dq_acc,
+                           const void *dout, const void *q, const void *k, const void *v,
+                           const float *lse, const float *Dv, int B, int T, int H, int Hkv, int Dh);
 
 #endif
