@@ -15,6 +15,7 @@ typedef struct {
     void *work_shard;       /* X: [shard] (stage 3) */
     void *grad;             /* A: full [n_pad] (stages 0-1) or shard [shard] (stages 2-3) */
     void *master, *m, *v;   /* A: [n] (stage 0) or [shard] (stages 1-3) */
+    int last_param;         /* index of the group's last parameter in the model's table; -1 none */
 } zgroup;
 
 struct dx_zero {
@@ -212,6 +213,10 @@ dx_zero *dx_zero_create(dx_model *m, dx_backend *be, dx_comm *dp, dx_comm *dp_ho
         return NULL;
     }
 
+    for (int i = 0; i < z->ngroups; i++) z->g[i].last_param = -1;
+    for (int pi = 0; pi < dx_model_num_params_table(m); pi++)
+        z->g[dx_model_param(m, pi)->group].last_param = pi;
+
     int fail = 0;
     size_t max_pad = 0, max_shard = 0;
     const size_t xs = z->xs, as = z->as;
@@ -350,30 +355,33 @@ int dx_zero_step(dx_zero *z, const dx_adamw_hparams *hp_in, double max_norm, dou
     dx_adamw_hparams hp = *hp_in;
     hp.grad_scale = clip;
     const int np = dx_model_num_params_table(z->model);
+    /* stages 1-2: each group's updated bf16 shard is all-gathered as soon as the last of its
+     * parameters is updated, so the all-gathers (on the comm stream) run while AdamW updates
+     * the next groups; the compute stream waits once, for the last one (the comm stream runs
+     * them in order) */
+    const int gather = (z->stage == 1 || z->stage == 2) && z->P > 1;
+    dx_comm_req greq = {0};
     for (int pi = 0; pi < np; pi++) {
         const dx_param *p = dx_model_param(z->model, pi);
         zgroup *g = &z->g[p->group];
         size_t lo = p->offset > g->lo ? p->offset : g->lo;
         size_t hi = p->offset + p->numel < g->hi ? p->offset + p->numel : g->hi;
-        if (hi <= lo) continue;
-        hp.weight_decay = p->decay ? hp_in->weight_decay : 0.0;
-        size_t so = lo - g->lo; /* offset in the owned state */
-        void *work = z->stage == 3 ? at(g->work_shard, so, z->xs) : at(g->work, lo, z->xs);
-        int64_t n = (int64_t)(hi - lo);
-        DX_TRACE_OP(z->tr, DX_MOD_OPTIMIZER, group_layer(z, p->group), DX_OP_ADAMW, 12 * n,
-                    n * (7 * (int64_t)z->as + (int64_t)z->xs),
-                    be->adamw(be, at(g->master, so, z->as), work, grad_at(z, g, lo),
-                              at(g->m, so, z->as), at(g->v, so, z->as), hi - lo, &hp));
+        if (hi > lo) {
+            hp.weight_decay = p->decay ? hp_in->weight_decay : 0.0;
+            size_t so = lo - g->lo; /* offset in the owned state */
+            void *work = z->stage == 3 ? at(g->work_shard, so, z->xs) : at(g->work, lo, z->xs);
+            int64_t n = (int64_t)(hi - lo);
+            DX_TRACE_OP(z->tr, DX_MOD_OPTIMIZER, group_layer(z, p->group), DX_OP_ADAMW, 12 * n,
+                        n * (7 * (int64_t)z->as + (int64_t)z->xs),
+                        be->adamw(be, at(g->master, so, z->as), work, grad_at(z, g, lo),
+                                  at(g->m, so, z->as), at(g->v, so, z->as), hi - lo, &hp));
+        }
+        if (gather && pi == g->last_param)
+            COMM(z, p->group, DX_OP_ALL_GATHER, g->n_pad * z->xs,
+                 z->dp->all_gather_start(z->dp, at(g->work, (size_t)z->r * g->shard, z->xs), g->work,
+                                         g->shard, be->act, &greq));
     }
-    if (z->stage == 1 || z->stage == 2) {
-        if (z->P > 1)
-            for (int i = 0; i < z->ngroups; i++) {
-                zgroup *g = &z->g[i];
-                COMM(z, i, DX_OP_ALL_GATHER, g->n_pad * z->xs,
-                     z->dp->all_gather(z->dp, at(g->work, (size_t)z->r * g->shard, z->xs), g->work,
-                                       g->shard, be->act));
-            }
-    }
+    if (gather && z->dp->wait(z->dp, &greq)) return -1;
     return gather_invalidate(z);
 }
 
