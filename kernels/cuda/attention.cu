@@ -217,7 +217,8 @@ __global__ void __launch_bounds__(256)
     const int c = threadIdx.x % LPR;
     float s = 0.0f;
     if (r < rows) {
-        const uint4 a = *(const uint4 *)(dout + r * DH + 8 * c), b = *(const uint4 *)(o + r * DH + 8 * c);
+        const uint4 a = *(const uint4 *)(dout + r * DH + 8 * c);
+        const uint4 b = *(const uint4 *)(o + r * DH + 8 * c);
         const __nv_bfloat162 *a2 = (const __nv_bfloat162 *)&a, *b2 = (const __nv_bfloat162 *)&b;
 #pragma unroll
         for (int e = 0; e < 4; e++) {

@@ -145,8 +145,8 @@ __device__ __forceinline__ void tile_async(bf16 *dst, const bf16 *__restrict__ s
     for (int e = threadIdx.x; e < ROWS * CPR; e += NT) {
         const int r = e / CPR, c = e % CPR, gr = r0 + r;
         const bool in = gr < T;
-        cp_async16(smem_u32(dst + r * lds<DH>() + c * 8), src + (size_t)(in ? gr : 0) * stride + c * 8,
-                   in);
+        cp_async16(smem_u32(dst + r * lds<DH>() + c * 8),
+                   src + (size_t)(in ? gr : 0) * stride + c * 8, in);
     }
 }
 
@@ -273,7 +273,8 @@ __global__ void __launch_bounds__(NW * 32)
     const uint32_t qa = smem_u32(Qs + 16 * MT * warp * L) + la;
     float mrow[MT][2], lrow[MT][2], oacc[MT][NDT][4];
 #pragma unroll
-    for (int m = 0; m < MT; m++) mrow[m][0] = mrow[m][1] = -INFINITY, lrow[m][0] = lrow[m][1] = 0.0f;
+    for (int m = 0; m < MT; m++)
+        mrow[m][0] = mrow[m][1] = -INFINITY, lrow[m][0] = lrow[m][1] = 0.0f;
     zero(oacc);
 
     const int kend = q0 + BM < T ? q0 + BM : T, nkt = (kend + BN - 1) / BN;
@@ -288,7 +289,8 @@ __global__ void __launch_bounds__(NW * 32)
         __syncthreads();
         const int j0 = j * BN;
         if (j0 <= wr0 + 16 * MT - 1) { /* some key of the tile is <= some row of this warp */
-            const uint32_t kt = smem_u32(Ks + (j & 1) * BN * L), vt = smem_u32(Vs + (j & 1) * BN * L);
+            const uint32_t kt = smem_u32(Ks + (j & 1) * BN * L),
+                           vt = smem_u32(Vs + (j & 1) * BN * L);
             float s[MT][NN][4];
             zero(s);
             mma_abt<DH, MT, NN>(s, qa, kt + lb);
@@ -353,7 +355,8 @@ __global__ void __launch_bounds__(NW * 32)
 #pragma unroll
                 for (int nd = 0; nd < NDT; nd++)
                     st2(orow + 8 * nd, oacc[m][nd][2 * hh] * inv, oacc[m][nd][2 * hh + 1] * inv);
-                if (t == 0) lse[((size_t)b * H + h) * T + row] = (mrow[m][hh] * sl2 + log2f(l)) * LN2;
+                if (t == 0)
+                    lse[((size_t)b * H + h) * T + row] = (mrow[m][hh] * sl2 + log2f(l)) * LN2;
             }
         }
 }
@@ -398,8 +401,10 @@ __global__ void __launch_bounds__(NW * 32)
     const int nq = (T - c0 + BQ - 1) / BQ, niter = G * nq;
     auto load = [&](int it, int s) {
         const int h = kh * G + it / nq, i0 = c0 + (it % nq) * BQ;
-        tile_async<DH, BQ, NT>(Qs + s * BQ * L, q + (size_t)b * T * qst + (size_t)h * DH, qst, i0, T);
-        tile_async<DH, BQ, NT>(Os + s * BQ * L, dout + (size_t)b * T * qst + (size_t)h * DH, qst, i0, T);
+        tile_async<DH, BQ, NT>(Qs + s * BQ * L, q + (size_t)b * T * qst + (size_t)h * DH, qst, i0,
+                               T);
+        tile_async<DH, BQ, NT>(Os + s * BQ * L, dout + (size_t)b * T * qst + (size_t)h * DH, qst,
+                               i0, T);
         vec_async<BQ, NT>(Ls + s * BQ, lse + ((size_t)b * H + h) * T, i0, T);
         vec_async<BQ, NT>(Dd + s * BQ, Dv + ((size_t)b * H + h) * T, i0, T);
     };
@@ -440,7 +445,8 @@ __global__ void __launch_bounds__(NW * 32)
                     for (int e = 0; e < 4; e++) {
                         float p = ex2(fmaf(st[m][n][e], sl2, -((e & 1) ? l2.y : l2.x) * LOG2E));
                         if (edge) {
-                            const int qi = i0 + col + (e & 1), key = wk0 + 16 * m + g + 8 * (e >> 1);
+                            const int qi = i0 + col + (e & 1),
+                                      key = wk0 + 16 * m + g + 8 * (e >> 1);
                             if (qi < key || qi >= T || key >= T) p = 0.0f;
                         }
                         st[m][n][e] = p;
@@ -456,8 +462,8 @@ __global__ void __launch_bounds__(NW * 32)
                     for (int n = 0; n < NN; n++)
 #pragma unroll
                         for (int hh = 0; hh < 2; hh++)
-                            *(uint32_t *)(Ss + (16 * MT * warp + 16 * m + g + 8 * hh) * LS + 8 * n + 2 * t) =
-                                pack2(dp[m][n][2 * hh], dp[m][n][2 * hh + 1]);
+                            *(uint32_t *)(Ss + (16 * MT * warp + 16 * m + g + 8 * hh) * LS + 8 * n +
+                                          2 * t) = pack2(dp[m][n][2 * hh], dp[m][n][2 * hh + 1]);
             }
         } else if constexpr (DQ) { /* no query of the tile sees this warp's keys: dS = 0 */
             for (int e = lane; e < 16 * MT * BQ / 2; e += 32)
@@ -471,8 +477,8 @@ __global__ void __launch_bounds__(NW * 32)
 #pragma unroll
             for (int n = 0; n < DPW / 8; n++) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
             /* A = dS from the transposed tile: the lane_b address pattern with .trans */
-            const uint32_t sa = smem_u32(Ss) +
-                                2 * (((lane & 7) + 8 * (lane >> 4)) * LS + 8 * ((lane >> 3) & 1) + 16 * rp);
+            const uint32_t sa = smem_u32(Ss) + 2 * (((lane & 7) + 8 * (lane >> 4)) * LS +
+                                                    8 * ((lane >> 3) & 1) + 16 * rp);
             const uint32_t kb = smem_u32(Ks) + la + 2 * DPW * cp;
 #pragma unroll
             for (int kk = 0; kk < BK / 16; kk++) {
@@ -491,9 +497,11 @@ __global__ void __launch_bounds__(NW * 32)
             for (int hh = 0; hh < 2; hh++) {
                 const int qi = i0 + 16 * rp + g + 8 * hh;
                 if (qi >= T) continue;
-                float *dst = dq_acc + ((size_t)b * T + qi) * qst + (size_t)h * DH + DPW * cp + 2 * t;
+                float *dst =
+                    dq_acc + ((size_t)b * T + qi) * qst + (size_t)h * DH + DPW * cp + 2 * t;
 #pragma unroll
-                for (int n = 0; n < DPW / 8; n++) red_add2(dst + 8 * n, acc[n][2 * hh], acc[n][2 * hh + 1]);
+                for (int n = 0; n < DPW / 8; n++)
+                    red_add2(dst + 8 * n, acc[n][2 * hh], acc[n][2 * hh + 1]);
             }
         }
         __syncthreads(); /* every warp is done with stage s (and dS^T) before they are refilled */
@@ -575,7 +583,8 @@ __global__ void __launch_bounds__(NW * 32)
         __syncthreads();
         const int j0 = j * BN;
         if (j0 <= wr0 + 16 * MT - 1) {
-            const uint32_t kt = smem_u32(Ks + (j & 1) * BN * L), vt = smem_u32(Vs + (j & 1) * BN * L);
+            const uint32_t kt = smem_u32(Ks + (j & 1) * BN * L),
+                           vt = smem_u32(Vs + (j & 1) * BN * L);
             float s[MT][NN][4], dp[MT][NN][4];
             zero(s);
             zero(dp);
@@ -733,8 +742,14 @@ void dxc_attention_bwd_mma(dx_backend *be, void *dq, void *dk, void *dv, float *
                            const float *lse, const float *Dv, int B, int T, int H, int Hkv, int Dh)
 {
     switch (Dh) {
-    case 32: bwd_launch<32, 4, 2, 32, 32>(be, dq, dk, dv, dq_acc, dout, q, k, v, lse, Dv, B, T, H, Hkv); break;
-    case 64: bwd_launch<64, 4, 2, 32, 32>(be, dq, dk, dv, dq_acc, dout, q, k, v, lse, Dv, B, T, H, Hkv); break;
-    default: bwd_launch<128, 8, 1, 32, 32>(be, dq, dk, dv, dq_acc, dout, q, k, v, lse, Dv, B, T, H, Hkv); break;
+    case 32:
+        bwd_launch<32, 4, 2, 32, 32>(be, dq, dk, dv, dq_acc, dout, q, k, v, lse, Dv, B, T, H, Hkv);
+        break;
+    case 64:
+        bwd_launch<64, 4, 2, 32, 32>(be, dq, dk, dv, dq_acc, dout, q, k, v, lse, Dv, B, T, H, Hkv);
+        break;
+    default:
+        bwd_launch<128, 8, 1, 32, 32>(be, dq, dk, dv, dq_acc, dout, q, k, v, lse, Dv, B, T, H, Hkv);
+        break;
     }
 }

@@ -378,8 +378,8 @@ int dx_zero_step(dx_zero *z, const dx_adamw_hparams *hp_in, double max_norm, dou
         }
         if (gather && pi == g->last_param)
             COMM(z, p->group, DX_OP_ALL_GATHER, g->n_pad * z->xs,
-                 z->dp->all_gather_start(z->dp, at(g->work, (size_t)z->r * g->shard, z->xs), g->work,
-                                         g->shard, be->act, &greq));
+                 z->dp->all_gather_start(z->dp, at(g->work, (size_t)z->r * g->shard, z->xs),
+                                         g->work, g->shard, be->act, &greq));
     }
     if (gather && z->dp->wait(z->dp, &greq)) return -1;
     return gather_invalidate(z);
