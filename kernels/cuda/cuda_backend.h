@@ -25,13 +25,16 @@
  * Memory: device memory from cudaMalloc (never managed memory), 256-byte aligned. be->mem
  * counts the bytes requested through alloc per category, and also the backend's own buffers:
  * the cuBLAS workspace (DX_MEM_OTHER) and the op workspaces grown on demand (attention D
- * vector, reduction partials, RoPE cos/sin table: DX_MEM_ACTIVATIONS); those stay allocated
- * until destroy.
+ * vector and fp32 dq accumulator, reduction partials, RoPE cos/sin table: DX_MEM_ACTIVATIONS);
+ * those stay allocated until destroy.
  *
  * Determinism: all ops give bitwise-identical results run to run on the same device and shapes,
  * except embedding_bwd, which adds rows into dtable with fp32 atomics (rows with repeated ids
- * are summed in an unspecified order; differences are in the last bits), and gemm, which is
- * whatever cuBLAS chooses (deterministic for a fixed handle, stream and shapes).
+ * are summed in an unspecified order; differences are in the last bits), attention_bwd's dq on
+ * the tensor-core path, accumulated over key tiles with fp32 atomics (FlashAttention-2's form;
+ * DX_CUDA_DETERMINISTIC=1 in the environment selects a two-kernel backward that recomputes S
+ * and dP for dq in a fixed order instead, ~15% slower), and gemm, which is whatever cuBLAS
+ * chooses (deterministic for a fixed handle, stream and shapes).
  */
 #ifndef DX_CUDA_BACKEND_H
 #define DX_CUDA_BACKEND_H
