@@ -6,16 +6,18 @@
  *   forward   one block per (BM-query tile, h, b), NW warps, each warp owning 16*MT query
  *             rows; S = Q K^T, the online-softmax state and O stay in registers; P is rounded
  *             to bf16 for the P V product (as in FlashAttention-2), row sums use fp32 P.
- *   backward  D = do . o (att_bwd_dot in attention.cu), then
+ *   backward  D = do . o (att_bwd_dot_vec in attention.cu), then
  *             dk, dv per (BK-key tile, kv head, b), each warp owning 16*MT keys: S^T = K Q^T
  *             and dP^T = V dO^T per BQ-query tile, P^T and dS^T in registers, dv += P^T dO,
  *             dk += dS^T Q (P^T and dS^T rounded to bf16 as mma operands); the group's query
- *             heads and the query tiles are walked in ascending order (no atomics, so the
- *             result is deterministic);
- *             dq per (BM-query tile, h, b), each warp owning 16*MT queries: dq += dS K.
- *             (Both backward kernels recompute S and dP: 7 tile products instead of FA-2's 5,
- *             in exchange for no fp32 atomics and no dq scratch.)
- *
+ *             heads and the query tiles are walked in ascending order, so dk and dv are
+ *             deterministic. dq, by default in the same kernel (FlashAttention-2's form, 5
+ *             tile products): dS^T goes to shared memory as bf16, the block's warps compute
+ *             dq_tile = dS K over the BK keys and add it to an fp32 buffer with vector atomics
+ *             (order of the additions not fixed), converted to bf16 at the end. With
+ *             DX_CUDA_DETERMINISTIC=1: a separate dq kernel per (BM-query tile, h, b), each
+ *             warp owning 16*MT queries, recomputing S and dP (7 tile products, fixed order).
+
  * Data movement: the tile that a block walks over (K, V in the forward and dq kernels; Q, dO,
  * lse, D in the dk/dv kernel) is double-buffered in shared memory with cp.async (the next tile
  * is in flight while the current one is multiplied); rows past T are zero-filled. Operand
