@@ -17,7 +17,7 @@
  *             (order of the additions not fixed), converted to bf16 at the end. With
  *             DX_CUDA_DETERMINISTIC=1: a separate dq kernel per (BM-query tile, h, b), each
  *             warp owning 16*MT queries, recomputing S and dP (7 tile products, fixed order).
-
+ *
  * Data movement: the tile that a block walks over (K, V in the forward and dq kernels; Q, dO,
  * lse, D in the dk/dv kernel) is double-buffered in shared memory with cp.async (the next tile
  * is in flight while the current one is multiplied); rows past T are zero-filled. Operand
