@@ -756,6 +756,7 @@ int main(void)
         return 77;
     }
     unsetenv("DX_CUDA_ATTENTION"); /* the default (tensor-core) attention first */
+    unsetenv("DX_CUDA_DETERMINISTIC");
     gpu = dx_backend_cuda_create(0, 4);
     if (!gpu) die("dx_backend_cuda_create");
     cpu = dx_backend_cpu_create(4);
@@ -812,13 +813,14 @@ int main(void)
 
     /* attention: tensor-core kernels (default), then CUDA-core ones (a fresh backend) */
     const int ats[] = {1, 7, 129, 512}, hkvs[] = {8, 2}, adhs[] = {32, 64, 128};
-    unsetenv("DX_CUDA_DETERMINISTIC");
     for (int pass = 0; pass < 3; pass++) {
-        if (pass == 1) setenv("DX_CUDA_DETERMINISTIC", "1", 1); /* two-kernel backward */
-        if (pass == 2) {
-            unsetenv("DX_CUDA_DETERMINISTIC");
+        if (pass > 0) { /* a fresh backend reads the environment */
             gpu->destroy(gpu);
-            setenv("DX_CUDA_ATTENTION", "simple", 1);
+            if (pass == 1) setenv("DX_CUDA_DETERMINISTIC", "1", 1); /* two-kernel backward */
+            if (pass == 2) {
+                unsetenv("DX_CUDA_DETERMINISTIC");
+                setenv("DX_CUDA_ATTENTION", "simple", 1);
+            }
             gpu = dx_backend_cuda_create(0, 4);
             if (!gpu) die("dx_backend_cuda_create");
         }

@@ -43,8 +43,6 @@
 #include "cuda_internal.cuh"
 
 #include <math.h>
-#include <stdlib.h>
-#include <string.h>
 
 namespace {
 
@@ -161,6 +159,24 @@ __device__ __forceinline__ void vec_async(float *dst, const float *__restrict__ 
         const bool in = gr < T;
         cp_async4(smem_u32(dst + r), src + (in ? gr : 0), in);
     }
+}
+
+/* The key-tile walk of the forward and dq kernels (K, V in two stages of [BN][DH+8]): starts
+ * the copy of tile j + 1 (when there is one) into the other stage, then waits until tile j (and
+ * everything committed before it) has landed for every thread of the block. */
+template <int DH, int BN, int NT>
+__device__ __forceinline__ void kv_next(bf16 *Ks, bf16 *Vs, const bf16 *__restrict__ kb,
+                                        const bf16 *__restrict__ vb, size_t kst, int j, int nkt,
+                                        int T)
+{
+    if (j + 1 < nkt) {
+        const int s = (j + 1) & 1;
+        tile_async<DH, BN, NT>(Ks + s * BN * lds<DH>(), kb, kst, (j + 1) * BN, T);
+        tile_async<DH, BN, NT>(Vs + s * BN * lds<DH>(), vb, kst, (j + 1) * BN, T);
+    }
+    cp_commit();
+    cp_wait<1>();
+    __syncthreads();
 }
 
 /* Byte offsets of this lane's ldmatrix row address inside a 16x16 block of a [rows][DH+8]
@@ -281,14 +297,7 @@ __global__ void __launch_bounds__(NW * 32)
 
     const int kend = q0 + BM < T ? q0 + BM : T, nkt = (kend + BN - 1) / BN;
     for (int j = 0; j < nkt; j++) {
-        if (j + 1 < nkt) {
-            const int s = (j + 1) & 1;
-            tile_async<DH, BN, NT>(Ks + s * BN * L, kb, kst, (j + 1) * BN, T);
-            tile_async<DH, BN, NT>(Vs + s * BN * L, vb, kst, (j + 1) * BN, T);
-        }
-        cp_commit();
-        cp_wait<1>(); /* tile j (and Q) have landed for this thread */
-        __syncthreads();
+        kv_next<DH, BN, NT>(Ks, Vs, kb, vb, kst, j, nkt, T); /* tile j (and Q) in shared memory */
         const int j0 = j * BN;
         if (j0 <= wr0 + 16 * MT - 1) { /* some key of the tile is <= some row of this warp */
             const uint32_t kt = smem_u32(Ks + (j & 1) * BN * L),
@@ -575,14 +584,7 @@ __global__ void __launch_bounds__(NW * 32)
 
     const int kend = q0 + BM < T ? q0 + BM : T, nkt = (kend + BN - 1) / BN;
     for (int j = 0; j < nkt; j++) {
-        if (j + 1 < nkt) {
-            const int s = (j + 1) & 1;
-            tile_async<DH, BN, NT>(Ks + s * BN * L, kb, kst, (j + 1) * BN, T);
-            tile_async<DH, BN, NT>(Vs + s * BN * L, vb, kst, (j + 1) * BN, T);
-        }
-        cp_commit();
-        cp_wait<1>();
-        __syncthreads();
+        kv_next<DH, BN, NT>(Ks, Vs, kb, vb, kst, j, nkt, T); /* tile j (and Q, dO) landed */
         const int j0 = j * BN;
         if (j0 <= wr0 + 16 * MT - 1) {
             const uint32_t kt = smem_u32(Ks + (j & 1) * BN * L),
@@ -705,8 +707,7 @@ void bwd_launch(dx_backend *be, void *dq, void *dk, void *dv, float *dq_acc, con
                 const void *q, const void *k, const void *v, const float *lse, const float *Dv,
                 int B, int T, int H, int Hkv)
 {
-    const char *det = getenv("DX_CUDA_DETERMINISTIC");
-    if (det && det[0] && strcmp(det, "0") != 0) {
+    if (dxc(be)->attn_det) {
         dkdv_launch<DH, NW, MT, BQ, false>(be, dk, dv, NULL, dout, q, k, v, lse, Dv, B, T, H, Hkv);
         dq_launch<DH, NW, MT, BN>(be, dq, dout, q, k, v, lse, Dv, B, T, H, Hkv);
         return;

@@ -1481,6 +1481,8 @@ extern "C" dx_backend *dx_backend_cuda_create(int device, int nthreads)
     im->sync_each_op = sync_env && sync_env[0] && strcmp(sync_env, "0") != 0;
     const char *att_env = getenv("DX_CUDA_ATTENTION");
     im->attn_simple = att_env && strcmp(att_env, "simple") == 0;
+    const char *det_env = getenv("DX_CUDA_DETERMINISTIC");
+    im->attn_det = det_env && det_env[0] && strcmp(det_env, "0") != 0;
 
     be->alloc = cuda_alloc;
     be->free = cuda_free;

@@ -32,8 +32,8 @@
  * except embedding_bwd, which adds rows into dtable with fp32 atomics (rows with repeated ids
  * are summed in an unspecified order; differences are in the last bits), attention_bwd's dq on
  * the tensor-core path, accumulated over key tiles with fp32 atomics (FlashAttention-2's form;
- * DX_CUDA_DETERMINISTIC=1 in the environment selects a two-kernel backward that recomputes S
- * and dP for dq in a fixed order instead, ~15% slower), and gemm, which is whatever cuBLAS
+ * DX_CUDA_DETERMINISTIC=1 in the environment when the backend is created selects a two-kernel
+ * backward that recomputes S and dP for dq in a fixed order instead, ~15% slower), and gemm, which is whatever cuBLAS
  * chooses (deterministic for a fixed handle, stream and shapes).
  */
 #ifndef DX_CUDA_BACKEND_H

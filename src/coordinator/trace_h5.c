@@ -128,9 +128,11 @@ static hid_t steps_type(int world, int file)
     return t;
 }
 
-static hid_t create_steps(hid_t file, hid_t file_type)
+/* An empty, extendible 1-D dataset `name` of file_type rows, chunks of `chunk` rows, deflated
+ * (with shuffle) when the deflate filter is available. -1 on error. */
+static hid_t create_rows(hid_t file, const char *name, hid_t file_type, hsize_t chunk_rows)
 {
-    hsize_t dims[1] = {0}, maxdims[1] = {H5S_UNLIMITED}, chunk[1] = {STEPS_CHUNK};
+    hsize_t dims[1] = {0}, maxdims[1] = {H5S_UNLIMITED}, chunk[1] = {chunk_rows};
     hid_t sp = H5Screate_simple(1, dims, maxdims);
     hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
     hid_t d = -1;
@@ -139,25 +141,7 @@ static hid_t create_steps(hid_t file, hid_t file_type)
             H5Pset_shuffle(dcpl);
             H5Pset_deflate(dcpl, 4);
         }
-        d = H5Dcreate2(file, "steps", file_type, sp, H5P_DEFAULT, dcpl, H5P_DEFAULT);
-    }
-    if (dcpl >= 0) H5Pclose(dcpl);
-    if (sp >= 0) H5Sclose(sp);
-    return d;
-}
-
-static hid_t create_events(hid_t file, hid_t file_type)
-{
-    hsize_t dims[1] = {0}, maxdims[1] = {H5S_UNLIMITED}, chunk[1] = {EVENTS_CHUNK};
-    hid_t sp = H5Screate_simple(1, dims, maxdims);
-    hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
-    hid_t d = -1;
-    if (sp >= 0 && dcpl >= 0 && H5Pset_chunk(dcpl, 1, chunk) >= 0) {
-        if (H5Zfilter_avail(H5Z_FILTER_DEFLATE) > 0) {
-            H5Pset_shuffle(dcpl);
-            H5Pset_deflate(dcpl, 4);
-        }
-        d = H5Dcreate2(file, "events", file_type, sp, H5P_DEFAULT, dcpl, H5P_DEFAULT);
+        d = H5Dcreate2(file, name, file_type, sp, H5P_DEFAULT, dcpl, H5P_DEFAULT);
     }
     if (dcpl >= 0) H5Pclose(dcpl);
     if (sp >= 0) H5Sclose(sp);
@@ -286,7 +270,7 @@ dx_trace_writer *dx_trace_create(const char *path, const dx_trace_meta *meta)
         w->mem_type = steps_type(w->world, 0);
         w->file_type = steps_type(w->world, 1);
         ok = w->mem_type >= 0 && w->file_type >= 0 &&
-             (w->steps = create_steps(w->file, w->file_type)) >= 0;
+             (w->steps = create_rows(w->file, "steps", w->file_type, STEPS_CHUNK)) >= 0;
     }
     if (ok) {
         what = "flush";
@@ -387,7 +371,7 @@ int dx_trace_append_events(dx_trace_writer *w, const dx_event *ev, size_t n)
         if (w->ev_mem_type < 0) w->ev_mem_type = dx_h5_event_type(0);
         if (w->ev_file_type < 0) w->ev_file_type = dx_h5_event_type(1);
         if (w->ev_mem_type < 0 || w->ev_file_type < 0 ||
-            (w->events = create_events(w->file, w->ev_file_type)) < 0)
+            (w->events = create_rows(w->file, "events", w->ev_file_type, EVENTS_CHUNK)) < 0)
             return dx_fail("trace file '%s': cannot create /events", w->path);
     }
     while (n > 0) {
