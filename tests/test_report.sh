@@ -33,7 +33,7 @@ expect_line() { # NAME FILE WORDS...
 # --- the report on the synthetic trace ------------------------------------------------------
 out=$tmp/report.txt
 if "$DISSECT" report "$trace" >"$out" 2>"$tmp/err.txt"; then ok "report exits 0"; else bad "report exit $?: $(cat "$tmp/err.txt")"; fi
-for h in "Run summary" "Step breakdown" "Top operators" "Per-layer modules" "Ranks" "Idle"; do
+for h in "Run summary" "Step breakdown" "Top operators" "Exposed communication" "Per-layer modules" "Ranks" "Idle"; do
   if grep -q "^$h" "$out"; then ok "section '$h'"; else bad "section '$h' missing"; fi
 done
 expect_line "summary" "$out" "world size (ranks) 2"
@@ -51,6 +51,10 @@ expect_line "breakdown mean of max" "$out" "mean max 675.000 1170.000 225.000 11
 expect_line "top op" "$out" "all_reduce layer 4 2250.000 562500.000 25.00 - 2.00"
 expect_line "top op" "$out" "gemm mlp 16 2160.000 135000.000 24.00 50.00 4.00"
 expect_line "top op" "$out" "memcpy data 4 180.000 45000.000 2.00 - 10.00"
+# exposed communication: op module phase count/step comm_ms exposed_ms exposed% (rank mean:
+# all_reduce [60, 85) = 25u, exposed 5u on rank 0 and 3u on rank 1; u = 17.5 and 27.5 ms)
+expect_line "exposed comm" "$out" "all_reduce layer backward 1.0 562.500 90.000 16.0"
+expect_line "exposed comm total" "$out" "total 562.500 90.000 16.0"
 # layer embedding attention mlp lm_head loss optimizer layer data total (ms/step, rank mean)
 expect_line "layer 0" "$out" "0 - 360.000 315.000 - - - - - 675.000"
 expect_line "layer other" "$out" "other 112.500 - - 270.000 67.500 225.000 562.500 45.000 1282.500"

@@ -491,6 +491,25 @@ static int64_t overlap_len(const ival *a, size_t na, const ival *b, size_t nb)
     return t;
 }
 
+/* Length of x covered by the sorted, disjoint intervals b[0..nb). */
+static int64_t overlap_one(ival x, const ival *b, size_t nb)
+{
+    size_t lo = 0, hi = nb;
+    while (lo < hi) { /* first interval ending after x.s */
+        size_t mid = (lo + hi) / 2;
+        if (b[mid].e <= x.s)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    int64_t t = 0;
+    for (size_t j = lo; j < nb && b[j].s < x.e; j++) {
+        int64_t s = b[j].s > x.s ? b[j].s : x.s, e = b[j].e < x.e ? b[j].e : x.e;
+        if (e > s) t += e - s;
+    }
+    return t;
+}
+
 /* ------------------------------------------------------------------------------------------ */
 /* analysis */
 
@@ -499,6 +518,10 @@ typedef struct {
     double op_ns[DX_OP_COUNT][DX_MOD_COUNT], op_flops[DX_OP_COUNT][DX_MOD_COUNT],
         op_bytes[DX_OP_COUNT][DX_MOD_COUNT];
     long long op_count[DX_OP_COUNT][DX_MOD_COUNT];
+    /* communication units by op, module and phase: time (clipped to the step) and the part of
+     * it not covered by compute-stream ops (exposed) */
+    double comm_ns[DX_OP_COUNT][DX_MOD_COUNT][DX_PH_COUNT], exp_ns[DX_OP_COUNT][DX_MOD_COUNT][DX_PH_COUNT];
+    long long comm_count[DX_OP_COUNT][DX_MOD_COUNT][DX_PH_COUNT];
     double *layer_ns;        /* [(max_layer + 2) * DX_MOD_COUNT]; row max_layer + 1 = other */
     int max_layer;
     int module_used[DX_MOD_COUNT];
@@ -612,6 +635,17 @@ static int analyse(report *r, analysis *a)
         g->idle = g->span - (double)total_len(all, na);
         g->comm = (double)total_len(com, nm);
         g->exposed = g->comm - (double)overlap_len(com, nm, cmp, nc);
+        /* the same, per communication event (events of one rank may overlap each other, so
+         * these sum to at least the step's exposed time) */
+        for (size_t i = b; i < e; i++) {
+            const dx_event *ev = &r->ev[i];
+            if (!is_unit(a, ev) || !is_comm_unit(ev)) continue;
+            ival x = {ev->start_ns < s0 ? s0 : ev->start_ns, ev->end_ns > s1 ? s1 : ev->end_ns};
+            if (x.e <= x.s) continue;
+            a->comm_ns[ev->op][ev->module][ev->phase] += (double)(x.e - x.s);
+            a->exp_ns[ev->op][ev->module][ev->phase] += (double)(x.e - x.s - overlap_one(x, cmp, nc));
+            a->comm_count[ev->op][ev->module][ev->phase]++;
+        }
         a->span_sum += g->span;
         b = e;
     }
@@ -940,6 +974,53 @@ static void print_top(const report *r, const analysis *a, int top)
     printf("\n");
 }
 
+typedef struct {
+    int op, module, phase;
+    double ns;
+} comm_row;
+
+static int cmp_comm_row(const void *a, const void *b)
+{
+    const comm_row *x = a, *y = b;
+    if (x->ns != y->ns) return x->ns < y->ns ? 1 : -1;
+    if (x->op != y->op) return x->op - y->op;
+    if (x->module != y->module) return x->module - y->module;
+    return x->phase - y->phase;
+}
+
+/* Where the exposed communication is: collectives by op, module and phase, with the part of
+ * their time that no compute-stream op covers. */
+static void print_exposed(const report *r, const analysis *a)
+{
+    if (!use_events(r, a)) return;
+    comm_row rows[DX_OP_COUNT * DX_MOD_COUNT * DX_PH_COUNT];
+    int n = 0;
+    for (int o = 0; o < DX_OP_COUNT; o++)
+        for (int m = 0; m < DX_MOD_COUNT; m++)
+            for (int ph = 0; ph < DX_PH_COUNT; ph++)
+                if (a->comm_count[o][m][ph] > 0) rows[n++] = (comm_row){o, m, ph, a->exp_ns[o][m][ph]};
+    if (!n) return;
+    qsort(rows, (size_t)n, sizeof rows[0], cmp_comm_row);
+    double per = (double)r->n_sel * (double)r->world; /* (step, rank) groups */
+    printf("Exposed communication (per step, mean over ranks; exposed = time of the collective "
+           "not covered by any compute-stream op)\n");
+    printf("  %-16s %-10s %-10s %8s %10s %12s %10s\n", "op", "module", "phase", "count", "comm ms",
+           "exposed ms", "exposed %");
+    double tc = 0, te = 0;
+    for (int i = 0; i < n; i++) {
+        int o = rows[i].op, m = rows[i].module, ph = rows[i].phase;
+        double c = a->comm_ns[o][m][ph], x = a->exp_ns[o][m][ph];
+        tc += c;
+        te += x;
+        printf("  %-16s %-10s %-10s %8.1f %10.3f %12.3f %10.1f\n",
+               o == DX_OP_MODULE ? "(module span)" : dx_op_names[o], dx_module_names[m],
+               dx_phase_names[ph], (double)a->comm_count[o][m][ph] / per, c / per / 1e6,
+               x / per / 1e6, c > 0 ? 100.0 * x / c : 0.0);
+    }
+    printf("  %-16s %-10s %-10s %8s %10.3f %12.3f %10.1f\n\n", "total", "", "", "", tc / per / 1e6,
+           te / per / 1e6, tc > 0 ? 100.0 * te / tc : 0.0);
+}
+
 static int col_width(const char *name)
 {
     size_t n = strlen(name);
@@ -1123,7 +1204,8 @@ static void usage(FILE *f)
     fprintf(f,
             "usage: dissect report RUN.h5 [--steps A:B] [--top N] [--chrome OUT.json]\n\n"
             "Summarises a dissect trace: run summary, step breakdown (forward, backward, optimizer,\n"
-            "exposed communication, idle), top operators, per-layer modules, ranks, idle.\n\n"
+            "exposed communication, idle), top operators, exposed communication by collective,\n"
+            "per-layer modules, ranks, idle.\n\n"
             "  --steps A:B        steps A..B inclusive (A:, :B and A also work); default: all but\n"
             "                     the first (warm-up) step\n"
             "  --top N            operators listed (default 15)\n"
@@ -1232,6 +1314,7 @@ int dx_report_main(int argc, char **argv)
         print_summary(&r, &a);
         print_breakdown(&r, &a);
         print_top(&r, &a, top);
+        print_exposed(&r, &a);
         print_layers(&r, &a);
         print_ranks(&r, &a);
         print_idle(&r, &a);
