@@ -138,6 +138,7 @@ dx_model *dx_model_create(const dx_model_config *cfg, dx_backend *be, int max_B,
     m->o_head = off;
     if (add_param(m, cap, "lm_head.weight", L + 1, &off, V, D, 0)) goto fail;
     m->groups[L + 1].numel = off;
+    for (int g = 1; g < m->ngroups; g++) m->groups[g].backward_reads_work = 1;
 
     /* activations */
     size_t N = (size_t)max_B * (size_t)max_T;

@@ -41,6 +41,8 @@ typedef struct {
     size_t numel; /* elements of the group */
     void *work;   /* X[numel]: working parameters used by forward/backward */
     void *grad;   /* A[numel]: gradients, accumulated (+=) by backward */
+    int backward_reads_work; /* backward reads work (0: the embedding, whose gradient is a
+                              * scatter-add of dL/dx; ZeRO-3 then gathers it for forward only) */
 } dx_group;
 
 typedef enum { DX_HOOK_PRE_FORWARD, DX_HOOK_POST_FORWARD, DX_HOOK_PRE_BACKWARD, DX_HOOK_POST_BACKWARD } dx_hook_kind;

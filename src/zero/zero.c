@@ -30,6 +30,7 @@ struct dx_zero {
     void *bucket[2];
     dx_comm_req bucket_req[2];
     int bucket_next;
+    int rs_group; /* group of the newest gradient reduce-scatter (bucket 1 - bucket_next); -1 none */
     /* stage 3: two slots of gathered parameters X [max n_pad]: the group in use and the next
      * one, prefetched (its all-gather runs while the current group computes) */
     void *gather[2];
@@ -100,7 +101,7 @@ static int gather_start(dx_zero *z, int gi, int slot)
 
 /* Stage 3, before group gi runs: its parameters in a slot (waiting for a prefetch if one is in
  * flight), then the prefetch of the group that runs next (gi + 1 in forward, gi - 1 in
- * backward) into the other slot. */
+ * backward, unless its backward does not read its parameters) into the other slot. */
 static int gather_use(dx_zero *z, int gi, int backward)
 {
     int s = z->gather_group[0] == gi ? 0 : z->gather_group[1] == gi ? 1 : -1;
@@ -112,7 +113,8 @@ static int gather_use(dx_zero *z, int gi, int backward)
     z->cur_slot = s;
     dx_model_group(z->model, gi)->work = z->gather[s];
     int next = backward ? gi - 1 : gi + 1;
-    if (next >= 0 && next < z->ngroups && z->gather_group[1 - s] != next) {
+    if (next >= 0 && next < z->ngroups && z->gather_group[1 - s] != next &&
+        (!backward || dx_model_group(z->model, next)->backward_reads_work)) {
         /* the other slot's group has finished: its kernels were queued before this point */
         if (z->dp->wait(z->dp, &z->gather_req[1 - s]) || gather_start(z, next, 1 - s)) return -1;
     }
@@ -138,7 +140,9 @@ static int hook(void *ctx, int gi, dx_hook_kind kind)
     switch (kind) {
     case DX_HOOK_PRE_FORWARD:
     case DX_HOOK_PRE_BACKWARD:
-        if (z->stage == 3 && gather_use(z, gi, kind == DX_HOOK_PRE_BACKWARD)) return -1;
+        if (z->stage == 3 && (kind == DX_HOOK_PRE_FORWARD || mg->backward_reads_work) &&
+            gather_use(z, gi, kind == DX_HOOK_PRE_BACKWARD))
+            return -1;
         if (kind == DX_HOOK_PRE_BACKWARD && z->stage >= 2) {
             /* the bucket holds this rank's accumulated shard in its own slot, zeros elsewhere;
              * backward adds this micro-batch's gradient; reduce-scatter then sums the slots.
@@ -160,11 +164,11 @@ static int hook(void *ctx, int gi, dx_hook_kind kind)
                  z->dp->reduce_scatter_start(z->dp, z->bucket[b], g->grad, g->shard, be->acc,
                                              &z->bucket_req[b]));
             z->bucket_next = 1 - b;
+            z->rs_group = gi;
             mg->grad = NULL;
-            /* the last group of the backward: every gradient shard complete before it is read
-             * (next micro-batch's bucket, gradient norm, optimizer) */
-            if (gi == 0 && (z->dp->wait(z->dp, &z->bucket_req[0]) || z->dp->wait(z->dp, &z->bucket_req[1])))
-                return -1;
+            /* the gradient shard is read only after a wait on a bucket: the next micro-batch's
+             * PRE_BACKWARD (its bucket's last reduce-scatter came after this group's), or
+             * dx_zero_step / dx_zero_zero_grad, which wait for both */
         }
         if (z->stage == 3) mg->work = NULL;
         return 0;
@@ -249,6 +253,7 @@ dx_zero *dx_zero_create(dx_model *m, dx_backend *be, dx_comm *dp, dx_comm *dp_ho
         z->gather_group[s] = -1;
     }
     z->cur_slot = 1;
+    z->rs_group = -1;
     z->scalar = zalloc(z, as, DX_MEM_OTHER, &fail);
     float *host = fail ? NULL : malloc((stage == 0 ? max_pad : max_shard) * sizeof(float) + 1);
     if (fail || !host) dx_fail_prefix("rank %d: ZeRO stage %d state", dp->rank, stage);
@@ -309,6 +314,9 @@ void dx_zero_destroy(dx_zero *z)
 
 int dx_zero_zero_grad(dx_zero *z)
 {
+    /* a reduce-scatter still writing a shard must finish before the shard is cleared */
+    if (z->stage >= 2 && (z->dp->wait(z->dp, &z->bucket_req[0]) || z->dp->wait(z->dp, &z->bucket_req[1])))
+        return -1;
     for (int i = 0; i < z->ngroups; i++) {
         zgroup *g = &z->g[i];
         z->be->zero(z->be, g->grad, (z->stage < 2 ? g->n_pad : g->shard) * z->as);
@@ -334,15 +342,24 @@ static void *grad_at(dx_zero *z, zgroup *g, size_t e)
 int dx_zero_step(dx_zero *z, const dx_adamw_hparams *hp_in, double max_norm, double *grad_norm)
 {
     dx_backend *be = z->be;
-    /* global norm: sum of squares over the owned ranges, summed over ranks when sharded */
+    /* global norm: sum of squares over the owned ranges, summed over ranks when sharded.
+     * Stages 2-3: the backward's last reduce-scatter (the newest, of group rs_group: the
+     * embedding) may still run; the others are complete once the older bucket's is (the comm
+     * stream runs them in order), so their shards are summed first, while it goes on. */
     be->zero(be, z->scalar, z->as);
-    for (int i = 0; i < z->ngroups; i++) {
-        zgroup *g = &z->g[i];
-        size_t n = g->hi - g->lo;
-        if (n)
-            DX_TRACE_OP(z->tr, DX_MOD_OPTIMIZER, group_layer(z, i), DX_OP_GRAD_NORM, 2 * (int64_t)n,
-                        (int64_t)n * (int64_t)z->as, be->sumsq(be, z->scalar, grad_at(z, g, g->lo), n));
+    const int newest = z->stage >= 2 ? z->rs_group : -1;
+    for (int pass = 0; pass < 2; pass++) {
+        if (z->stage >= 2 && z->dp->wait(z->dp, &z->bucket_req[pass ? 1 - z->bucket_next : z->bucket_next]))
+            return -1;
+        for (int i = 0; i < z->ngroups; i++) {
+            zgroup *g = &z->g[i];
+            size_t n = g->hi - g->lo;
+            if (n && (i == newest) == (pass == 1))
+                DX_TRACE_OP(z->tr, DX_MOD_OPTIMIZER, group_layer(z, i), DX_OP_GRAD_NORM, 2 * (int64_t)n,
+                            (int64_t)n * (int64_t)z->as, be->sumsq(be, z->scalar, grad_at(z, g, g->lo), n));
+        }
     }
+    z->rs_group = -1;
     double ss;
     if (dx_read_acc_scalar(be, z->scalar, &ss)) return -1;
     if (z->stage >= 1 && z->P > 1)
@@ -361,6 +378,10 @@ int dx_zero_step(dx_zero *z, const dx_adamw_hparams *hp_in, double max_norm, dou
      * them in order) */
     const int gather = (z->stage == 1 || z->stage == 2) && z->P > 1;
     dx_comm_req greq = {0};
+    /* stage 3: the gathered copies are stale (and an all-gather in flight reads the shards
+     * AdamW is about to write); the next forward's first two groups are all-gathered into the
+     * two slots as soon as their update is queued, so they arrive during the other updates */
+    if (z->stage == 3 && gather_invalidate(z)) return -1;
     for (int pi = 0; pi < np; pi++) {
         const dx_param *p = dx_model_param(z->model, pi);
         zgroup *g = &z->g[p->group];
@@ -380,9 +401,11 @@ int dx_zero_step(dx_zero *z, const dx_adamw_hparams *hp_in, double max_norm, dou
             COMM(z, p->group, DX_OP_ALL_GATHER, g->n_pad * z->xs,
                  z->dp->all_gather_start(z->dp, at(g->work, (size_t)z->r * g->shard, z->xs),
                                          g->work, g->shard, be->act, &greq));
+        if (z->stage == 3 && pi == g->last_param && p->group < 2)
+            if (gather_start(z, p->group, p->group)) return -1;
     }
     if (gather && z->dp->wait(z->dp, &greq)) return -1;
-    return gather_invalidate(z);
+    return 0;
 }
 
 int dx_zero_get_master(dx_zero *z, int gi, size_t start, size_t count, float *out)
