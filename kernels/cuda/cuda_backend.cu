@@ -1541,6 +1541,9 @@ extern "C" dx_backend *dx_backend_cuda_create(int device, int nthreads)
     if (bs == CUBLAS_STATUS_SUCCESS)
         bs = cublasSetMathMode(im->blas, (cublasMath_t)(CUBLAS_DEFAULT_MATH |
                                                         CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION));
+    const char *sms_env = getenv("DX_CUDA_GEMM_SMS");
+    int sms = sms_env ? atoi(sms_env) : 0;
+    if (bs == CUBLAS_STATUS_SUCCESS && sms > 0 && sms < im->num_sms) bs = cublasSetSmCountTarget(im->blas, sms);
     if (bs != CUBLAS_STATUS_SUCCESS) {
         dx_fail("cuda backend: device %d: cuBLAS setup: %s", device, cublasGetStatusString(bs));
         cuda_destroy(be);

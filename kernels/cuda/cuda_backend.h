@@ -21,6 +21,8 @@
  * Attention runs on tensor cores (mma.sync, FlashAttention-2 style; P and dS rounded to bf16
  * as mma operands) when its bf16 pointers are 16-byte aligned; DX_CUDA_ATTENTION=simple
  * selects the CUDA-core kernels instead (fp32 throughout; slower; a reference for debugging).
+ * DX_CUDA_GEMM_SMS=n (0 < n < the device's SM count) has cuBLAS plan its GEMMs for n SMs
+ * (cublasSetSmCountTarget), leaving the others to kernels that run beside them, such as NCCL's.
  *
  * Memory: device memory from cudaMalloc (never managed memory), 256-byte aligned. be->mem
  * counts the bytes requested through alloc per category, and also the backend's own buffers:

@@ -211,7 +211,16 @@ dx_comm *dx_comm_nccl_create(dx_comm *host, dx_backend *be)
     if (!rc) rc = ck_cuda(cudaEventCreateWithFlags(&n->after, cudaEventDisableTiming), "event", host->rank);
     for (size_t i = 0; !rc && i < sizeof n->ring / sizeof n->ring[0]; i++)
         rc = ck_cuda(cudaEventCreateWithFlags(&n->ring[i], cudaEventDisableTiming), "event", host->rank);
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 27, 0)
+    /* DX_NCCL_CTA_POLICY: NCCL's CTA policy (0 default, 1 efficiency: fewer CTAs, so more SMs
+     * left to the kernels the collectives overlap; 2 zero-CTA where NCCL can) */
+    ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+    const char *policy = getenv("DX_NCCL_CTA_POLICY");
+    if (policy && policy[0]) cfg.CTAPolicy = atoi(policy);
+    if (!rc) rc = ck_nccl(ncclCommInitRankConfig(&n->comm, host->size, id, host->rank, &cfg), "init", host->rank);
+#else
     if (!rc) rc = ck_nccl(ncclCommInitRank(&n->comm, host->size, id, host->rank), "init", host->rank);
+#endif
     if (rc) {
         if (c && !c->impl) free(n);
         n_destroy(c);
