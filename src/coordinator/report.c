@@ -523,6 +523,8 @@ typedef struct {
     double comm_ns[DX_OP_COUNT][DX_MOD_COUNT][DX_PH_COUNT], exp_ns[DX_OP_COUNT][DX_MOD_COUNT][DX_PH_COUNT];
     long long comm_count[DX_OP_COUNT][DX_MOD_COUNT][DX_PH_COUNT];
     double *layer_ns;        /* [(max_layer + 2) * DX_MOD_COUNT]; row max_layer + 1 = other */
+    double *layer_exp_ns;    /* [max_layer + 2]: exposed communication of each layer's collectives */
+    int any_comm;
     int max_layer;
     int module_used[DX_MOD_COUNT];
     double span_sum;         /* summed step spans over all (step, rank) */
@@ -566,9 +568,10 @@ static int analyse(report *r, analysis *a)
     for (size_t i = 0; i < r->n_ev; i++)
         if (is_unit(a, &r->ev[i]) && r->ev[i].layer > a->max_layer) a->max_layer = r->ev[i].layer;
     a->layer_ns = calloc((size_t)(a->max_layer + 2) * DX_MOD_COUNT, sizeof *a->layer_ns);
+    a->layer_exp_ns = calloc((size_t)(a->max_layer + 2), sizeof *a->layer_exp_ns);
     ival *all = malloc((r->n_ev + 1) * sizeof *all), *cmp = malloc((r->n_ev + 1) * sizeof *cmp),
          *com = malloc((r->n_ev + 1) * sizeof *com);
-    if (!a->g || !a->layer_ns || !all || !cmp || !com) {
+    if (!a->g || !a->layer_ns || !a->layer_exp_ns || !all || !cmp || !com) {
         free(all);
         free(cmp);
         free(com);
@@ -643,8 +646,11 @@ static int analyse(report *r, analysis *a)
             ival x = {ev->start_ns < s0 ? s0 : ev->start_ns, ev->end_ns > s1 ? s1 : ev->end_ns};
             if (x.e <= x.s) continue;
             a->comm_ns[ev->op][ev->module][ev->phase] += (double)(x.e - x.s);
-            a->exp_ns[ev->op][ev->module][ev->phase] += (double)(x.e - x.s - overlap_one(x, cmp, nc));
+            double xe = (double)(x.e - x.s - overlap_one(x, cmp, nc));
+            a->exp_ns[ev->op][ev->module][ev->phase] += xe;
             a->comm_count[ev->op][ev->module][ev->phase]++;
+            a->layer_exp_ns[ev->layer >= 0 ? ev->layer : a->max_layer + 1] += xe;
+            a->any_comm = 1;
         }
         a->span_sum += g->span;
         b = e;
@@ -659,6 +665,7 @@ static void analysis_free(analysis *a)
 {
     free(a->g);
     free(a->layer_ns);
+    free(a->layer_exp_ns);
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -1034,12 +1041,15 @@ static void print_layers(const report *r, const analysis *a)
         return;
     }
     double denom = (double)r->n_sel * (double)r->world * 1e6; /* -> ms per step per rank */
-    printf("Per-layer modules (ms per step, mean over ranks; %s summed per module and layer)\n",
-           a->from_modules ? "module spans" : "ops");
+    printf("Per-layer modules (ms per step, mean over ranks; %s summed per module and layer%s)\n",
+           a->from_modules ? "module spans" : "ops",
+           a->any_comm ? "; exposed = the layer's collectives' time not covered by compute" : "");
     printf("  %-6s", "layer");
     for (int m = 0; m < DX_MOD_COUNT; m++)
         if (a->module_used[m]) printf(" %*s", col_width(dx_module_names[m]), dx_module_names[m]);
-    printf(" %10s\n", "total");
+    printf(" %10s", "total");
+    if (a->any_comm) printf(" %9s", "exposed");
+    printf("\n");
     for (int l = 0; l <= a->max_layer + 1; l++) {
         double row = 0;
         int any = 0;
@@ -1061,7 +1071,14 @@ static void print_layers(const report *r, const analysis *a)
             else
                 printf(" %*s", w, "-");
         }
-        printf(" %10.3f\n", row / denom);
+        printf(" %10.3f", row / denom);
+        if (a->any_comm) {
+            if (a->layer_exp_ns[l] > 0)
+                printf(" %9.3f", a->layer_exp_ns[l] / denom);
+            else
+                printf(" %9s", "-");
+        }
+        printf("\n");
     }
     printf("\n");
 }
