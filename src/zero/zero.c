@@ -16,6 +16,8 @@ typedef struct {
     void *grad;             /* A: full [n_pad] (stages 0-1) or shard [shard] (stages 2-3) */
     void *master, *m, *v;   /* A: [n] (stage 0) or [shard] (stages 1-3) */
     int last_param;         /* index of the group's last parameter in the model's table; -1 none */
+    dx_comm_req work_req;   /* stages 1-2: the all-gather of the updated work, waited for before
+                             * the group's next forward (or backward, or any write of work) */
 } zgroup;
 
 struct dx_zero {
@@ -140,6 +142,7 @@ static int hook(void *ctx, int gi, dx_hook_kind kind)
     switch (kind) {
     case DX_HOOK_PRE_FORWARD:
     case DX_HOOK_PRE_BACKWARD:
+        if ((z->stage == 1 || z->stage == 2) && z->dp->wait(z->dp, &g->work_req)) return -1;
         if (z->stage == 3 && (kind == DX_HOOK_PRE_FORWARD || mg->backward_reads_work) &&
             gather_use(z, gi, kind == DX_HOOK_PRE_BACKWARD))
             return -1;
@@ -293,6 +296,12 @@ void dx_zero_destroy(dx_zero *z)
 {
     if (!z) return;
     dx_backend *be = z->be;
+    for (int i = 0; i < z->ngroups; i++) /* no collective may still write what is freed */
+        z->dp->wait(z->dp, &z->g[i].work_req);
+    for (int s = 0; s < 2; s++) {
+        z->dp->wait(z->dp, &z->bucket_req[s]);
+        z->dp->wait(z->dp, &z->gather_req[s]);
+    }
     for (int i = 0; i < z->ngroups; i++) {
         zgroup *g = &z->g[i];
         be->free(be, g->work);
@@ -374,10 +383,12 @@ int dx_zero_step(dx_zero *z, const dx_adamw_hparams *hp_in, double max_norm, dou
     const int np = dx_model_num_params_table(z->model);
     /* stages 1-2: each group's updated bf16 shard is all-gathered as soon as the last of its
      * parameters is updated, so the all-gathers (on the comm stream) run while AdamW updates
-     * the next groups; the compute stream waits once, for the last one (the comm stream runs
-     * them in order) */
+     * the next groups and while the next forward runs: the compute stream waits for a group's
+     * all-gather only before the group is next used (hook) or written (set_master), as
+     * Megatron-LM's --overlap-param-gather does */
     const int gather = (z->stage == 1 || z->stage == 2) && z->P > 1;
-    dx_comm_req greq = {0};
+    for (int i = 0; gather && i < z->ngroups; i++) /* the last step's, if no forward came since */
+        if (z->dp->wait(z->dp, &z->g[i].work_req)) return -1;
     /* stage 3: the gathered copies are stale (and an all-gather in flight reads the shards
      * AdamW is about to write); the next forward's first two groups are all-gathered into the
      * two slots as soon as their update is queued, so they arrive during the other updates */
@@ -400,11 +411,10 @@ int dx_zero_step(dx_zero *z, const dx_adamw_hparams *hp_in, double max_norm, dou
         if (gather && pi == g->last_param)
             COMM(z, p->group, DX_OP_ALL_GATHER, g->n_pad * z->xs,
                  z->dp->all_gather_start(z->dp, at(g->work, (size_t)z->r * g->shard, z->xs),
-                                         g->work, g->shard, be->act, &greq));
+                                         g->work, g->shard, be->act, &g->work_req));
         if (z->stage == 3 && pi == g->last_param && p->group < 2)
             if (gather_start(z, p->group, p->group)) return -1;
     }
-    if (gather && z->dp->wait(z->dp, &greq)) return -1;
     return 0;
 }
 
@@ -430,6 +440,7 @@ int dx_zero_set_master(dx_zero *z, int gi, size_t start, size_t count, const flo
         return dx_fail("zero: master range [%zu, %zu) outside group %d of %zu elements", start,
                        start + count, gi, g->n);
     size_t lo = start > g->lo ? start : g->lo, hi = start + count < g->hi ? start + count : g->hi;
+    if (z->dp->wait(z->dp, &g->work_req)) return -1; /* the step's all-gather still writing work */
     if (hi > lo) {
         size_t so = z->stage == 0 ? lo : lo - g->lo;
         if (be->upload_f32(be, at(g->master, so, z->as), be->acc, src + (lo - start), hi - lo)) return -1;

@@ -48,7 +48,11 @@ int dx_zero_reduce_grads(dx_zero *z);
 
 /* Global gradient L2 norm (over all parameters, all ranks), clipping factor
  * min(1, max_norm / (norm + 1e-6)) (max_norm <= 0: no clipping), AdamW on the local shard, and
- * refresh of the working parameters (all-gather for stages 1 and 2). hp->grad_scale and
+ * refresh of the working parameters: stages 1 and 2 start each group's all-gather as soon as
+ * its update is queued and return without waiting; the compute stream waits for it before the
+ * group's next forward or backward (hook) or dx_zero_set_master (Megatron-LM's
+ * --overlap-param-gather). Stage 3 starts the all-gathers of the next forward's first two
+ * groups. hp->grad_scale and
  * hp->weight_decay are set per parameter from the clipping factor and the parameter's decay flag;
  * *grad_norm receives the norm before clipping. */
 int dx_zero_step(dx_zero *z, const dx_adamw_hparams *hp, double max_norm, double *grad_norm);
