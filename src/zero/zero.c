@@ -16,6 +16,8 @@ typedef struct {
     void *grad;             /* A: full [n_pad] (stages 0-1) or shard [shard] (stages 2-3) */
     void *master, *m, *v;   /* A: [n] (stage 0) or [shard] (stages 1-3) */
     int last_param;         /* index of the group's last parameter in the model's table; -1 none */
+    int grad_zero;          /* stages 2-3: the gradient shard is all zeros (no reduce-scatter
+                             * into it since dx_zero_zero_grad) */
     dx_comm_req work_req;   /* stages 1-2: the all-gather of the updated work, waited for before
                              * the group's next forward (or backward, or any write of work) */
 } zgroup;
@@ -152,8 +154,13 @@ static int hook(void *ctx, int gi, dx_hook_kind kind)
              * Its previous reduce-scatter must have finished reading it. */
             int b = z->bucket_next;
             if (z->dp->wait(z->dp, &z->bucket_req[b])) return -1;
-            be->zero(be, z->bucket[b], g->n_pad * z->as);
-            be->copy(be, at(z->bucket[b], (size_t)z->r * g->shard, z->as), g->grad, g->shard * z->as);
+            const int64_t nb = (int64_t)(g->n_pad * z->as), sb = (int64_t)(g->shard * z->as);
+            DX_TRACE_OP(z->tr, group_module(z, gi), group_layer(z, gi), DX_OP_MEMSET, 0, nb,
+                        be->zero(be, z->bucket[b], (size_t)nb));
+            if (!g->grad_zero) /* an earlier micro-batch's shard (the first one's is zeros) */
+                DX_TRACE_OP(z->tr, group_module(z, gi), group_layer(z, gi), DX_OP_MEMCPY, 0, 2 * sb,
+                            be->copy(be, at(z->bucket[b], (size_t)z->r * g->shard, z->as), g->grad,
+                                     (size_t)sb));
             mg->grad = z->bucket[b];
         }
         return 0;
@@ -168,6 +175,7 @@ static int hook(void *ctx, int gi, dx_hook_kind kind)
                                              &z->bucket_req[b]));
             z->bucket_next = 1 - b;
             z->rs_group = gi;
+            g->grad_zero = 0;
             mg->grad = NULL;
             /* the gradient shard is read only after a wait on a bucket: the next micro-batch's
              * PRE_BACKWARD (its bucket's last reduce-scatter came after this group's), or
@@ -244,6 +252,7 @@ dx_zero *dx_zero_create(dx_model *m, dx_backend *be, dx_comm *dp, dx_comm *dp_ho
         if (stage < 3) g->work = zalloc(z, g->n_pad * xs, DX_MEM_PARAMS, &fail);
         else g->work_shard = zalloc(z, g->shard * xs, DX_MEM_PARAMS, &fail);
         g->grad = zalloc(z, (stage < 2 ? g->n_pad : g->shard) * as, DX_MEM_GRADS, &fail);
+        g->grad_zero = 1;
         g->master = zalloc(z, own * as, DX_MEM_OPTIM, &fail);
         g->m = zalloc(z, own * as, DX_MEM_OPTIM, &fail);
         g->v = zalloc(z, own * as, DX_MEM_OPTIM, &fail);
@@ -329,6 +338,7 @@ int dx_zero_zero_grad(dx_zero *z)
     for (int i = 0; i < z->ngroups; i++) {
         zgroup *g = &z->g[i];
         z->be->zero(z->be, g->grad, (z->stage < 2 ? g->n_pad : g->shard) * z->as);
+        g->grad_zero = 1;
     }
     return 0;
 }
