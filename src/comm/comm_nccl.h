@@ -8,7 +8,9 @@
  * NCCL unique id is broadcast from its rank 0), ordered with `be`'s compute stream through CUDA
  * events. Collectives (all-reduce, all-gather, reduce-scatter, broadcast, send, recv) take device
  * buffers; gather, gatherv, max_int and barrier take host memory and go through `host`, which
- * must outlive the returned comm. NULL + dx_fail naming the rank on failure. */
+ * must outlive the returned comm. NULL + dx_fail naming the rank on failure.
+ * With NCCL >= 2.27, DX_NCCL_CTA_POLICY=n in the environment sets ncclConfig_t.CTAPolicy
+ * (0 default, 1 efficiency, 2 zero-CTA); NCCL's own NCCL_* variables apply as usual. */
 dx_comm *dx_comm_nccl_create(dx_comm *host, dx_backend *be);
 
 #endif
