@@ -929,8 +929,9 @@ static void print_breakdown(const report *r, const analysis *a)
     free(vm);
 }
 
+/* A table row: op, module and (exposed-communication table) phase, sorted by ns descending. */
 typedef struct {
-    int op, module;
+    int op, module, phase;
     double ns;
 } op_row;
 
@@ -939,7 +940,8 @@ static int cmp_op_row(const void *a, const void *b)
     const op_row *x = a, *y = b;
     if (x->ns != y->ns) return x->ns < y->ns ? 1 : -1;
     if (x->op != y->op) return x->op - y->op;
-    return x->module - y->module;
+    if (x->module != y->module) return x->module - y->module;
+    return x->phase - y->phase;
 }
 
 static void print_top(const report *r, const analysis *a, int top)
@@ -952,7 +954,7 @@ static void print_top(const report *r, const analysis *a, int top)
     int n = 0;
     for (int o = 0; o < DX_OP_COUNT; o++)
         for (int m = 0; m < DX_MOD_COUNT; m++)
-            if (a->op_count[o][m] > 0) rows[n++] = (op_row){o, m, a->op_ns[o][m]};
+            if (a->op_count[o][m] > 0) rows[n++] = (op_row){o, m, 0, a->op_ns[o][m]};
     qsort(rows, (size_t)n, sizeof rows[0], cmp_op_row);
     printf("Top operators (by op and module, all ranks; share = %% of the summed step time of "
            "all ranks; %d of %d shown)\n", n < top ? n : top, n);
@@ -981,33 +983,19 @@ static void print_top(const report *r, const analysis *a, int top)
     printf("\n");
 }
 
-typedef struct {
-    int op, module, phase;
-    double ns;
-} comm_row;
-
-static int cmp_comm_row(const void *a, const void *b)
-{
-    const comm_row *x = a, *y = b;
-    if (x->ns != y->ns) return x->ns < y->ns ? 1 : -1;
-    if (x->op != y->op) return x->op - y->op;
-    if (x->module != y->module) return x->module - y->module;
-    return x->phase - y->phase;
-}
-
 /* Where the exposed communication is: collectives by op, module and phase, with the part of
  * their time that no compute-stream op covers. */
 static void print_exposed(const report *r, const analysis *a)
 {
     if (!use_events(r, a)) return;
-    comm_row rows[DX_OP_COUNT * DX_MOD_COUNT * DX_PH_COUNT];
+    op_row rows[DX_OP_COUNT * DX_MOD_COUNT * DX_PH_COUNT];
     int n = 0;
     for (int o = 0; o < DX_OP_COUNT; o++)
         for (int m = 0; m < DX_MOD_COUNT; m++)
             for (int ph = 0; ph < DX_PH_COUNT; ph++)
-                if (a->comm_count[o][m][ph] > 0) rows[n++] = (comm_row){o, m, ph, a->exp_ns[o][m][ph]};
+                if (a->comm_count[o][m][ph] > 0) rows[n++] = (op_row){o, m, ph, a->exp_ns[o][m][ph]};
     if (!n) return;
-    qsort(rows, (size_t)n, sizeof rows[0], cmp_comm_row);
+    qsort(rows, (size_t)n, sizeof rows[0], cmp_op_row);
     double per = (double)r->n_sel * (double)r->world; /* (step, rank) groups */
     printf("Exposed communication (per step, mean over ranks; exposed = time of the collective "
            "not covered by any compute-stream op)\n");
