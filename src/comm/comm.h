@@ -60,6 +60,17 @@ struct dx_comm {
     int (*barrier)(dx_comm *c);
     /* Maximum of an int over the group (used to agree on errors: any rank's -1 -> all see 1). */
     int (*max_int)(dx_comm *c, int value, int *out);
+    /* Optional (NULL where the comm has none: MPI, NCCL < 2.28, one rank, or
+     * DX_NCCL_CE_ALLGATHER=0). Device memory of `bytes` that all-gathers may write without
+     * taking SMs from the kernels they overlap: NCCL registers it as a symmetric window of an
+     * all-gather communicator with the zero-CTA policy, and runs all-gathers whose recv lies in
+     * it on the copy engines. Counted in the backend's byte counters under `cat`; contents
+     * undefined. Collective (every rank asks for the same size in the same order); NULL +
+     * dx_fail on every rank if any rank's allocation failed. */
+    void *(*alloc_window)(dx_comm *c, size_t bytes, dx_mem_cat cat);
+    /* Frees a pointer from alloc_window (NULL is a no-op); collective, after the collectives
+     * that use it have been waited for. */
+    void (*free_window)(dx_comm *c, void *p);
     void (*destroy)(dx_comm *c);
 };
 

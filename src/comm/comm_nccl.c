@@ -17,14 +17,42 @@
 #include "common/common.h"
 #include "cuda/cuda_backend.h"
 
+/* NCCL 2.28 runs an all-gather on the copy engines (no SMs taken from the kernels it overlaps)
+ * when the communicator's CTA policy is zero and the destination is a symmetric window. */
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 28, 0) && defined(NCCL_CTA_POLICY_ZERO)
+#define DX_NCCL_CE 1
+#else
+#define DX_NCCL_CE 0
+#endif
+
+/* An NCCL communicator and the stream its collectives run on. */
 typedef struct {
     ncclComm_t comm;
-    cudaStream_t stream, compute;
+    cudaStream_t stream;
+} lane;
+
+/* A buffer from alloc_window: ncclMemAlloc'd and registered as a symmetric window of ag.comm. */
+typedef struct {
+    char *p;
+    size_t bytes;
+    dx_mem_cat cat;
+#if DX_NCCL_CE
+    ncclWindow_t win;
+#endif
+} window;
+
+typedef struct {
+    lane main; /* every collective, except all-gathers into a window */
+    lane ag;   /* all-gathers into a window: CTA policy zero, so NCCL runs them on the copy
+                * engines (ag.comm NULL when unused) */
+    cudaStream_t compute;
     cudaEvent_t before, after;
     dx_comm *host; /* the MPI group (not owned) */
-    dx_backend *be; /* for timing marks on the comm stream */
+    dx_backend *be; /* for timing marks on the comm streams */
     cudaEvent_t ring[8]; /* completion events of split-phase collectives, reused in turn */
     int next;
+    window *wins;
+    int nwins;
 } nccl_impl;
 
 static nccl_impl *I(dx_comm *c) { return c->impl; }
@@ -49,59 +77,72 @@ static int ntype(dx_dtype dt, ncclDataType_t *t)
     return dx_fail("NCCL comm: unknown dtype %d", (int)dt);
 }
 
-/* The comm stream waits for the compute stream's work queued so far; then a timing mark. */
-static int begin(dx_comm *c, const char *op)
+/* The lane's stream waits for the compute stream's work queued so far; then a timing mark. */
+static int begin(dx_comm *c, lane *l, const char *op)
 {
     nccl_impl *n = I(c);
     if (ck_cuda(cudaEventRecord(n->before, n->compute), op, c->rank)) return -1;
-    if (ck_cuda(cudaStreamWaitEvent(n->stream, n->before, 0), op, c->rank)) return -1;
-    c->last_mark[0] = n->be->mark ? n->be->mark(n->be, n->stream) : -1;
+    if (ck_cuda(cudaStreamWaitEvent(l->stream, n->before, 0), op, c->rank)) return -1;
+    c->last_mark[0] = n->be->mark ? n->be->mark(n->be, l->stream) : -1;
     return 0;
 }
 /* A timing mark; the compute stream's later work waits for the collective. */
-static int end(dx_comm *c, const char *op)
+static int end(dx_comm *c, lane *l, const char *op)
 {
     nccl_impl *n = I(c);
-    c->last_mark[1] = n->be->mark ? n->be->mark(n->be, n->stream) : -1;
+    c->last_mark[1] = n->be->mark ? n->be->mark(n->be, l->stream) : -1;
     if (c->last_mark[1] < 0) c->last_mark[0] = -1;
-    if (ck_cuda(cudaEventRecord(n->after, n->stream), op, c->rank)) return -1;
+    if (ck_cuda(cudaEventRecord(n->after, l->stream), op, c->rank)) return -1;
     return ck_cuda(cudaStreamWaitEvent(n->compute, n->after, 0), op, c->rank);
+}
+
+/* The lane of an all-gather into recv[bytes]: ag where recv lies in a window. */
+static lane *gather_lane(nccl_impl *n, const void *recv, size_t bytes)
+{
+    const char *r = recv;
+    for (int i = 0; n->ag.comm && i < n->nwins; i++)
+        if (r >= n->wins[i].p && r + bytes <= n->wins[i].p + n->wins[i].bytes) return &n->ag;
+    return &n->main;
 }
 
 static int n_all_reduce(dx_comm *c, void *buf, size_t count, dx_dtype dt)
 {
     ncclDataType_t t;
-    if (ntype(dt, &t) || begin(c, "all-reduce")) return -1;
-    if (ck_nccl(ncclAllReduce(buf, buf, count, t, ncclSum, I(c)->comm, I(c)->stream), "all-reduce", c->rank)) return -1;
-    return end(c, "all-reduce");
+    lane *l = &I(c)->main;
+    if (ntype(dt, &t) || begin(c, l, "all-reduce")) return -1;
+    if (ck_nccl(ncclAllReduce(buf, buf, count, t, ncclSum, l->comm, l->stream), "all-reduce", c->rank)) return -1;
+    return end(c, l, "all-reduce");
 }
 
 static int n_all_gather(dx_comm *c, const void *send, void *recv, size_t count, dx_dtype dt)
 {
     ncclDataType_t t;
-    if (ntype(dt, &t) || begin(c, "all-gather")) return -1;
-    if (ck_nccl(ncclAllGather(send, recv, count, t, I(c)->comm, I(c)->stream), "all-gather", c->rank)) return -1;
-    return end(c, "all-gather");
+    if (ntype(dt, &t)) return -1;
+    lane *l = gather_lane(I(c), recv, count * (size_t)c->size * dx_dtype_size(dt));
+    if (begin(c, l, "all-gather")) return -1;
+    if (ck_nccl(ncclAllGather(send, recv, count, t, l->comm, l->stream), "all-gather", c->rank)) return -1;
+    return end(c, l, "all-gather");
 }
 
 static int n_reduce_scatter(dx_comm *c, const void *send, void *recv, size_t count, dx_dtype dt)
 {
     ncclDataType_t t;
-    if (ntype(dt, &t) || begin(c, "reduce-scatter")) return -1;
-    if (ck_nccl(ncclReduceScatter(send, recv, count, t, ncclSum, I(c)->comm, I(c)->stream), "reduce-scatter", c->rank))
+    lane *l = &I(c)->main;
+    if (ntype(dt, &t) || begin(c, l, "reduce-scatter")) return -1;
+    if (ck_nccl(ncclReduceScatter(send, recv, count, t, ncclSum, l->comm, l->stream), "reduce-scatter", c->rank))
         return -1;
-    return end(c, "reduce-scatter");
+    return end(c, l, "reduce-scatter");
 }
 
 /* Split phase: like begin/collective/end, but the compute stream waits only in n_wait. */
-static int finish_async(dx_comm *c, const char *op, dx_comm_req *req)
+static int finish_async(dx_comm *c, lane *l, const char *op, dx_comm_req *req)
 {
     nccl_impl *n = I(c);
-    c->last_mark[1] = n->be->mark ? n->be->mark(n->be, n->stream) : -1;
+    c->last_mark[1] = n->be->mark ? n->be->mark(n->be, l->stream) : -1;
     if (c->last_mark[1] < 0) c->last_mark[0] = -1;
     cudaEvent_t ev = n->ring[n->next];
     n->next = (n->next + 1) % (int)(sizeof n->ring / sizeof n->ring[0]);
-    if (ck_cuda(cudaEventRecord(ev, n->stream), op, c->rank)) return -1;
+    if (ck_cuda(cudaEventRecord(ev, l->stream), op, c->rank)) return -1;
     req->handle = ev;
     req->active = 1;
     return 0;
@@ -111,20 +152,23 @@ static int n_all_gather_start(dx_comm *c, const void *send, void *recv, size_t c
                               dx_comm_req *req)
 {
     ncclDataType_t t;
-    if (ntype(dt, &t) || begin(c, "all-gather")) return -1;
-    if (ck_nccl(ncclAllGather(send, recv, count, t, I(c)->comm, I(c)->stream), "all-gather", c->rank)) return -1;
-    return finish_async(c, "all-gather", req);
+    if (ntype(dt, &t)) return -1;
+    lane *l = gather_lane(I(c), recv, count * (size_t)c->size * dx_dtype_size(dt));
+    if (begin(c, l, "all-gather")) return -1;
+    if (ck_nccl(ncclAllGather(send, recv, count, t, l->comm, l->stream), "all-gather", c->rank)) return -1;
+    return finish_async(c, l, "all-gather", req);
 }
 
 static int n_reduce_scatter_start(dx_comm *c, const void *send, void *recv, size_t count,
                                   dx_dtype dt, dx_comm_req *req)
 {
     ncclDataType_t t;
-    if (ntype(dt, &t) || begin(c, "reduce-scatter")) return -1;
-    if (ck_nccl(ncclReduceScatter(send, recv, count, t, ncclSum, I(c)->comm, I(c)->stream),
+    lane *l = &I(c)->main;
+    if (ntype(dt, &t) || begin(c, l, "reduce-scatter")) return -1;
+    if (ck_nccl(ncclReduceScatter(send, recv, count, t, ncclSum, l->comm, l->stream),
                 "reduce-scatter", c->rank))
         return -1;
-    return finish_async(c, "reduce-scatter", req);
+    return finish_async(c, l, "reduce-scatter", req);
 }
 
 static int n_wait(dx_comm *c, dx_comm_req *req)
@@ -136,27 +180,77 @@ static int n_wait(dx_comm *c, dx_comm_req *req)
 
 static int n_broadcast(dx_comm *c, void *buf, size_t bytes, int root)
 {
-    if (begin(c, "broadcast")) return -1;
-    if (ck_nccl(ncclBroadcast(buf, buf, bytes, ncclUint8, root, I(c)->comm, I(c)->stream), "broadcast", c->rank))
+    lane *l = &I(c)->main;
+    if (begin(c, l, "broadcast")) return -1;
+    if (ck_nccl(ncclBroadcast(buf, buf, bytes, ncclUint8, root, l->comm, l->stream), "broadcast", c->rank))
         return -1;
-    return end(c, "broadcast");
+    return end(c, l, "broadcast");
 }
 
 static int n_send(dx_comm *c, const void *buf, size_t bytes, int peer, int tag)
 {
     (void)tag; /* NCCL orders point-to-point messages per peer; tags are not needed */
-    if (begin(c, "send")) return -1;
-    if (ck_nccl(ncclSend(buf, bytes, ncclUint8, peer, I(c)->comm, I(c)->stream), "send", c->rank)) return -1;
-    return end(c, "send");
+    lane *l = &I(c)->main;
+    if (begin(c, l, "send")) return -1;
+    if (ck_nccl(ncclSend(buf, bytes, ncclUint8, peer, l->comm, l->stream), "send", c->rank)) return -1;
+    return end(c, l, "send");
 }
 
 static int n_recv(dx_comm *c, void *buf, size_t bytes, int peer, int tag)
 {
     (void)tag;
-    if (begin(c, "recv")) return -1;
-    if (ck_nccl(ncclRecv(buf, bytes, ncclUint8, peer, I(c)->comm, I(c)->stream), "recv", c->rank)) return -1;
-    return end(c, "recv");
+    lane *l = &I(c)->main;
+    if (begin(c, l, "recv")) return -1;
+    if (ck_nccl(ncclRecv(buf, bytes, ncclUint8, peer, l->comm, l->stream), "recv", c->rank)) return -1;
+    return end(c, l, "recv");
 }
+
+#if DX_NCCL_CE
+/* Collective: every rank allocates, the ranks agree, then register (itself collective), so one
+ * rank's failed allocation cannot leave the others waiting in the registration. */
+static void *n_alloc_window(dx_comm *c, size_t bytes, dx_mem_cat cat)
+{
+    nccl_impl *n = I(c);
+    void *p = NULL;
+    window *w = realloc(n->wins, (size_t)(n->nwins + 1) * sizeof *w);
+    if (w) n->wins = w;
+    int bad = !w || ncclMemAlloc(&p, bytes) != ncclSuccess, any = 1;
+    if (n->host->max_int(n->host, bad, &any) || any) {
+        if (p) ncclMemFree(p);
+        dx_fail("rank %d: NCCL window of %zu bytes: %s", c->rank, bytes,
+                bad ? "allocation failed" : "another rank's allocation failed");
+        return NULL;
+    }
+    w = &n->wins[n->nwins];
+    if (ck_nccl(ncclCommWindowRegister(n->ag.comm, p, bytes, &w->win, NCCL_WIN_COLL_SYMMETRIC),
+                "window register", c->rank)) {
+        ncclMemFree(p);
+        return NULL;
+    }
+    w->p = p;
+    w->bytes = bytes;
+    w->cat = cat;
+    n->nwins++;
+    dx_mem_account(&n->be->mem, cat, (long long)bytes);
+    return p;
+}
+
+static void n_free_window(dx_comm *c, void *p)
+{
+    nccl_impl *n = I(c);
+    for (int i = 0; p && i < n->nwins; i++) {
+        window *w = &n->wins[i];
+        if (w->p != p) continue;
+        cudaStreamSynchronize(n->compute); /* kernels reading it */
+        cudaStreamSynchronize(n->ag.stream);
+        ncclCommWindowDeregister(n->ag.comm, w->win);
+        ncclMemFree(p);
+        dx_mem_account(&n->be->mem, w->cat, -(long long)w->bytes);
+        *w = n->wins[--n->nwins];
+        return;
+    }
+}
+#endif
 
 /* host-memory operations: the MPI group */
 static int n_gather(dx_comm *c, const void *send, void *recv, size_t bytes, int root)
@@ -170,21 +264,52 @@ static int n_gatherv(dx_comm *c, const void *send, size_t bytes, void *recv, con
 static int n_barrier(dx_comm *c) { return I(c)->host->barrier(I(c)->host); }
 static int n_max_int(dx_comm *c, int v, int *out) { return I(c)->host->max_int(I(c)->host, v, out); }
 
+static void lane_destroy(lane *l)
+{
+    if (l->stream) cudaStreamSynchronize(l->stream);
+    if (l->comm) ncclCommDestroy(l->comm);
+    if (l->stream) cudaStreamDestroy(l->stream);
+}
+
 static void n_destroy(dx_comm *c)
 {
     if (!c) return;
     nccl_impl *n = c->impl;
     if (n) {
-        if (n->stream) cudaStreamSynchronize(n->stream);
-        if (n->comm) ncclCommDestroy(n->comm);
+#if DX_NCCL_CE
+        while (n->nwins) n_free_window(c, n->wins[0].p); /* windows not freed by their owner */
+#endif
+        free(n->wins);
+        lane_destroy(&n->ag);
+        lane_destroy(&n->main);
         if (n->before) cudaEventDestroy(n->before);
         if (n->after) cudaEventDestroy(n->after);
         for (size_t i = 0; i < sizeof n->ring / sizeof n->ring[0]; i++)
             if (n->ring[i]) cudaEventDestroy(n->ring[i]);
-        if (n->stream) cudaStreamDestroy(n->stream);
         free(n);
     }
     free(c);
+}
+
+/* A communicator over the ranks of `host` (collective: the unique id comes from its rank 0) with
+ * CTA policy `policy` (-1: NCCL's default), and its stream. */
+static int lane_create(lane *l, dx_comm *host, int policy)
+{
+    ncclUniqueId id;
+    int rc = 0;
+    if (host->rank == 0) rc = ck_nccl(ncclGetUniqueId(&id), "get unique id", host->rank);
+    /* every rank joins the broadcast, so a failure on one cannot leave the others waiting */
+    if (host->broadcast(host, &id, sizeof id, 0)) rc = -1;
+    if (!rc) rc = ck_cuda(cudaStreamCreateWithFlags(&l->stream, cudaStreamNonBlocking), "stream", host->rank);
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 27, 0)
+    ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+    if (policy >= 0) cfg.CTAPolicy = policy;
+    if (!rc) rc = ck_nccl(ncclCommInitRankConfig(&l->comm, host->size, id, host->rank, &cfg), "init", host->rank);
+#else
+    (void)policy;
+    if (!rc) rc = ck_nccl(ncclCommInitRank(&l->comm, host->size, id, host->rank), "init", host->rank);
+#endif
+    return rc;
 }
 
 dx_comm *dx_comm_nccl_create(dx_comm *host, dx_backend *be)
@@ -193,11 +318,7 @@ dx_comm *dx_comm_nccl_create(dx_comm *host, dx_backend *be)
     nccl_impl *n = calloc(1, sizeof *n);
     int rc = (!c || !n) ? dx_fail("rank %d: out of memory", host->rank) : 0;
     if (!rc && !dx_cuda_stream(be)) rc = dx_fail("rank %d: NCCL comm needs the CUDA backend", host->rank);
-    ncclUniqueId id;
-    if (!rc && host->rank == 0) rc = ck_nccl(ncclGetUniqueId(&id), "get unique id", host->rank);
-    /* every rank joins the broadcast, so a failure on one cannot leave the others waiting */
-    if (host->broadcast(host, &id, sizeof id, 0)) rc = -1;
-    if (!rc) {
+    if (c && n) {
         c->impl = n;
         c->rank = host->rank;
         c->size = host->size;
@@ -205,21 +326,28 @@ dx_comm *dx_comm_nccl_create(dx_comm *host, dx_backend *be)
         n->be = be;
         c->last_mark[0] = c->last_mark[1] = -1;
         n->compute = (cudaStream_t)dx_cuda_stream(be);
-        rc = ck_cuda(cudaStreamCreateWithFlags(&n->stream, cudaStreamNonBlocking), "stream", host->rank);
     }
     if (!rc) rc = ck_cuda(cudaEventCreateWithFlags(&n->before, cudaEventDisableTiming), "event", host->rank);
     if (!rc) rc = ck_cuda(cudaEventCreateWithFlags(&n->after, cudaEventDisableTiming), "event", host->rank);
     for (size_t i = 0; !rc && i < sizeof n->ring / sizeof n->ring[0]; i++)
         rc = ck_cuda(cudaEventCreateWithFlags(&n->ring[i], cudaEventDisableTiming), "event", host->rank);
-#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 27, 0)
-    /* DX_NCCL_CTA_POLICY: NCCL's CTA policy (0 default, 1 efficiency: fewer CTAs, so more SMs
-     * left to the kernels the collectives overlap; 2 zero-CTA where NCCL can) */
-    ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+    /* DX_NCCL_CTA_POLICY: NCCL's CTA policy of the main communicator (0 default, 1 efficiency:
+     * fewer CTAs, so more SMs left to the kernels the collectives overlap; 2 zero-CTA where
+     * NCCL can). Every rank joins the communicator's creation, even one that failed above, so
+     * none waits for it there; the ranks then agree on the outcome. */
     const char *policy = getenv("DX_NCCL_CTA_POLICY");
-    if (policy && policy[0]) cfg.CTAPolicy = atoi(policy);
-    if (!rc) rc = ck_nccl(ncclCommInitRankConfig(&n->comm, host->size, id, host->rank, &cfg), "init", host->rank);
-#else
-    if (!rc) rc = ck_nccl(ncclCommInitRank(&n->comm, host->size, id, host->rank), "init", host->rank);
+    lane spare = {0};
+    int rc_lane = lane_create(n ? &n->main : &spare, host, policy && policy[0] ? atoi(policy) : -1);
+    lane_destroy(&spare);
+    if (!rc) rc = rc_lane;
+    int any_failed = 1;
+    if (host->max_int(host, rc ? 1 : 0, &any_failed) || any_failed) rc = rc ? rc : -1;
+#if DX_NCCL_CE
+    /* the all-gather communicator, for all-gathers into windows (DX_NCCL_CE_ALLGATHER=0: none,
+     * every all-gather runs as an SM kernel on the main one) */
+    const char *ce = getenv("DX_NCCL_CE_ALLGATHER");
+    if (!rc && host->size > 1 && !(ce && ce[0] == '0'))
+        rc = lane_create(&n->ag, host, NCCL_CTA_POLICY_ZERO);
 #endif
     if (rc) {
         if (c && !c->impl) free(n);
@@ -239,6 +367,12 @@ dx_comm *dx_comm_nccl_create(dx_comm *host, dx_backend *be)
     c->recv = n_recv;
     c->barrier = n_barrier;
     c->max_int = n_max_int;
+#if DX_NCCL_CE
+    if (n->ag.comm) {
+        c->alloc_window = n_alloc_window;
+        c->free_window = n_free_window;
+    }
+#endif
     c->destroy = n_destroy;
     return c;
 }

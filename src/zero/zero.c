@@ -196,6 +196,23 @@ static void *zalloc(dx_zero *z, size_t bytes, dx_mem_cat cat, int *fail)
     return p;
 }
 
+/* Device memory that all-gathers write: a window of the comm where it has them (see
+ * dx_comm.alloc_window: the all-gathers then run on the copy engines), else the backend's.
+ * Collective where windows are used, so it is called even after an earlier failure. */
+static void *zalloc_gathered(dx_zero *z, size_t bytes, dx_mem_cat cat, int *fail)
+{
+    if (!z->dp->alloc_window) return zalloc(z, bytes, cat, fail);
+    void *p = z->dp->alloc_window(z->dp, bytes ? bytes : 1, cat);
+    if (!p) *fail = 1;
+    else z->be->zero(z->be, p, bytes ? bytes : 1);
+    return p;
+}
+static void zfree_gathered(dx_zero *z, void *p)
+{
+    if (z->dp->alloc_window) z->dp->free_window(z->dp, p);
+    else z->be->free(z->be, p);
+}
+
 dx_zero *dx_zero_create(dx_model *m, dx_backend *be, dx_comm *dp, dx_comm *dp_host, int stage,
                         uint64_t seed, int *rc)
 {
@@ -249,7 +266,8 @@ dx_zero *dx_zero_create(dx_model *m, dx_backend *be, dx_comm *dp, dx_comm *dp_ho
             if (g->lo > g->n) g->lo = g->hi = g->n;
         }
         size_t own = stage == 0 ? g->n : g->shard;
-        if (stage < 3) g->work = zalloc(z, g->n_pad * xs, DX_MEM_PARAMS, &fail);
+        if (stage == 1 || stage == 2) g->work = zalloc_gathered(z, g->n_pad * xs, DX_MEM_PARAMS, &fail);
+        else if (stage == 0) g->work = zalloc(z, g->n_pad * xs, DX_MEM_PARAMS, &fail);
         else g->work_shard = zalloc(z, g->shard * xs, DX_MEM_PARAMS, &fail);
         g->grad = zalloc(z, (stage < 2 ? g->n_pad : g->shard) * as, DX_MEM_GRADS, &fail);
         g->grad_zero = 1;
@@ -261,7 +279,7 @@ dx_zero *dx_zero_create(dx_model *m, dx_backend *be, dx_comm *dp, dx_comm *dp_ho
     }
     for (int s = 0; s < 2; s++) {
         if (stage >= 2) z->bucket[s] = zalloc(z, max_pad * as, DX_MEM_GRADS, &fail);
-        if (stage == 3) z->gather[s] = zalloc(z, max_pad * xs, DX_MEM_PARAMS, &fail);
+        if (stage == 3) z->gather[s] = zalloc_gathered(z, max_pad * xs, DX_MEM_PARAMS, &fail);
         z->gather_group[s] = -1;
     }
     z->cur_slot = 1;
@@ -313,7 +331,8 @@ void dx_zero_destroy(dx_zero *z)
     }
     for (int i = 0; i < z->ngroups; i++) {
         zgroup *g = &z->g[i];
-        be->free(be, g->work);
+        if (z->stage == 1 || z->stage == 2) zfree_gathered(z, g->work);
+        else be->free(be, g->work);
         be->free(be, g->work_shard);
         be->free(be, g->grad);
         be->free(be, g->master);
@@ -322,7 +341,7 @@ void dx_zero_destroy(dx_zero *z)
     }
     for (int s = 0; s < 2; s++) {
         be->free(be, z->bucket[s]);
-        be->free(be, z->gather[s]);
+        zfree_gathered(z, z->gather[s]);
     }
     be->free(be, z->scalar);
     if (z->model) dx_model_set_hook(z->model, NULL, NULL);
