@@ -175,13 +175,16 @@ struct dx_backend {
 
     /* ---- timing marks, for traces (NULL on backends whose ops finish before returning) ---- */
     /* Records a timestamp in stream order on `stream` (NULL: the compute stream; otherwise a
-     * cudaStream_t of the same device, e.g. NCCL's); returns its id (0, 1, ... since the last
-     * resolve_marks) or -1 if it could not be recorded. */
+     * cudaStream_t of the same device, e.g. NCCL's); returns its id (ids count up from the
+     * number of marks resolve_marks kept pending) or -1 if it could not be recorded. */
     int (*mark)(dx_backend *be, void *stream);
-    /* Waits until every mark recorded since the last call has completed and returns their times
-     * as CLOCK_MONOTONIC nanoseconds: (*ns)[id] for id < the returned count (the array is owned
-     * by the backend, valid until the next call); then forgets them. -1 + dx_fail on error. */
-    int (*resolve_marks)(dx_backend *be, const int64_t **ns);
+    /* Waits for the compute stream's work queued so far (wait_all: for every mark, too) and
+     * returns, for each mark id < the returned count, (*ns)[id] >= 0: its time in
+     * CLOCK_MONOTONIC nanoseconds, or (*ns)[id] < 0 if it has not completed yet (a mark on
+     * another stream, e.g. after a collective that overlaps the next step): it is kept under
+     * the new id -1 - (*ns)[id], to be resolved by a later call. Resolved ids are reused. The
+     * array is owned by the backend, valid until the next call. -1 + dx_fail on error. */
+    int (*resolve_marks)(dx_backend *be, int wait_all, const int64_t **ns);
 
     /* Releases the backend and everything it holds. */
     void (*destroy)(dx_backend *be);

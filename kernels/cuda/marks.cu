@@ -38,23 +38,35 @@ int mark(dx_backend *be, void *stream)
     return P.n++;
 }
 
-int resolve(dx_backend *be, const int64_t **ns)
+int resolve(dx_backend *be, int wait_all, const int64_t **ns)
 {
     cudaEvent_t ref;
     cudaError_t e = cudaEventCreate(&ref);
-    for (int i = 0; e == cudaSuccess && i < P.n; i++) e = cudaEventSynchronize(P.ev[i]);
+    for (int i = 0; wait_all && e == cudaSuccess && i < P.n; i++) e = cudaEventSynchronize(P.ev[i]);
     if (e == cudaSuccess) e = cudaEventRecord(ref, (cudaStream_t)dx_cuda_stream(be));
     if (e == cudaSuccess) e = cudaEventSynchronize(ref);
     int64_t t_ref = (int64_t)dx_now_ns();
+    /* a mark not yet complete moves to the front (the next ids), swapping its event with a
+     * resolved one; P.ns stays indexed by the ids the caller holds */
+    int kept = 0;
     for (int i = 0; e == cudaSuccess && i < P.n; i++) {
+        cudaError_t q = cudaEventQuery(P.ev[i]);
+        if (q == cudaErrorNotReady) {
+            (void)cudaGetLastError(); /* not an error: do not leave it for later checks */
+            cudaEvent_t t = P.ev[kept];
+            P.ev[kept] = P.ev[i];
+            P.ev[i] = t;
+            P.ns[i] = -1 - (int64_t)kept++;
+            continue;
+        }
         float ms = 0;
-        e = cudaEventElapsedTime(&ms, P.ev[i], ref);
+        e = q == cudaSuccess ? cudaEventElapsedTime(&ms, P.ev[i], ref) : q;
         P.ns[i] = t_ref - (int64_t)((double)ms * 1e6);
     }
     cudaEventDestroy(ref);
     if (e != cudaSuccess) return dx_fail("trace: resolving %d CUDA timing marks: %s", P.n, cudaGetErrorString(e));
     int n = P.n;
-    P.n = 0;
+    P.n = kept;
     *ns = P.ns;
     return n;
 }

@@ -1,6 +1,7 @@
 #include "events.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 #include "common.h"
 
@@ -48,8 +49,9 @@ void dx_tr_record(dx_tracer *t, uint64_t start_ns, uint64_t end_ns, int module, 
     if (dx_event_push(&t->buf, &e)) t->failed = 1;
 }
 
-/* pad[0] of an event: 1 while start_ns / end_ns hold mark ids */
-#define MARKED 1
+/* pad[0] of an event: which of start_ns / end_ns still hold mark ids (see dx_tr_pending) */
+#define START_ID 1
+#define END_ID 2
 
 int64_t dx_tr_begin(dx_tracer *t)
 {
@@ -76,31 +78,66 @@ void dx_tr_record_marks(dx_tracer *t, int m0, int m1, int module, int layer, int
         return;
     }
     dx_tr_record(t, (uint64_t)m0, (uint64_t)m1, module, layer, op, stream, bytes, flops);
-    if (!t->failed) t->buf.ev[t->buf.n - 1].pad[0] = MARKED;
+    if (!t->failed) t->buf.ev[t->buf.n - 1].pad[0] = START_ID | END_ID;
 }
 
-int dx_tr_resolve(dx_tracer *t)
+/* One end of an event: a mark id -> its time, or its new id while it is still pending. */
+static int resolve_end(int64_t *v, uint8_t *flags, uint8_t bit, const int64_t *ns, int n)
 {
-    if (!t->be || !t->be->resolve_marks) return 0;
-    const int64_t *ns = NULL;
-    int n = t->be->resolve_marks(t->be, &ns);
-    if (n < 0) return -1;
-    for (size_t i = t->unresolved; i < t->buf.n; i++) {
-        dx_event *e = &t->buf.ev[i];
-        if (e->pad[0] != MARKED) continue;
-        if (e->start_ns >= n || e->end_ns >= n)
-            return dx_fail("trace: mark %lld or %lld of %d was not recorded", (long long)e->start_ns,
-                           (long long)e->end_ns, n);
-        e->start_ns = ns[e->start_ns];
-        e->end_ns = ns[e->end_ns];
-        e->pad[0] = 0;
+    if (!(*flags & bit)) return 0;
+    if (*v < 0 || *v >= n) return dx_fail("trace: mark %lld of %d was not recorded", (long long)*v, n);
+    if (ns[*v] >= 0) {
+        *v = ns[*v];
+        *flags &= (uint8_t)~bit;
+    } else {
+        *v = -1 - ns[*v];
     }
-    t->unresolved = t->buf.n;
     return 0;
 }
 
-void dx_tr_clear(dx_tracer *t)
+int dx_tr_resolve(dx_tracer *t, int wait_all)
 {
-    t->buf.n = 0;
-    t->unresolved = 0;
+    if (!t->be || !t->be->resolve_marks) return 0;
+    const int64_t *ns = NULL;
+    int n = t->be->resolve_marks(t->be, wait_all, &ns);
+    if (n < 0) return -1;
+    size_t first = t->buf.n;
+    for (size_t i = t->unresolved; i < t->buf.n; i++) {
+        dx_event *e = &t->buf.ev[i];
+        if (resolve_end(&e->start_ns, &e->pad[0], START_ID, ns, n) ||
+            resolve_end(&e->end_ns, &e->pad[0], END_ID, ns, n))
+            return -1;
+        if (e->pad[0] && first == t->buf.n) first = i;
+    }
+    t->unresolved = first;
+    return 0;
+}
+
+size_t dx_tr_partition(dx_tracer *t)
+{
+    size_t n = t->unresolved, k = n; /* events before `unresolved` are all resolved */
+    size_t npend = 0;
+    for (size_t i = n; i < t->buf.n; i++) npend += dx_tr_pending(&t->buf.ev[i]);
+    dx_event *pend = npend ? malloc(npend * sizeof *pend) : NULL;
+    if (npend && !pend) { /* cannot keep them: they are lost, and the trace says so */
+        t->failed = 1;
+        return t->buf.n;
+    }
+    size_t p = 0;
+    for (size_t i = n; i < t->buf.n; i++) {
+        if (dx_tr_pending(&t->buf.ev[i])) pend[p++] = t->buf.ev[i];
+        else t->buf.ev[k++] = t->buf.ev[i];
+    }
+    if (npend) memcpy(t->buf.ev + k, pend, npend * sizeof *pend);
+    free(pend);
+    t->unresolved = k;
+    return k;
+}
+
+void dx_tr_drop(dx_tracer *t, size_t n)
+{
+    if (n > t->buf.n) n = t->buf.n;
+    memmove(t->buf.ev, t->buf.ev + n, (t->buf.n - n) * sizeof *t->buf.ev);
+    t->buf.n -= n;
+    t->unresolved = t->unresolved > n ? t->unresolved - n : 0;
 }

@@ -26,7 +26,7 @@ typedef struct {
     int failed;    /* an append failed (out of memory): recording stops, reported at gather */
     dx_event_buf buf;
     dx_backend *be;   /* when be->mark is set, spans use its timing marks */
-    size_t unresolved; /* events from this index on may hold mark ids (flag in pad[0]) */
+    size_t unresolved; /* events from this index on may hold mark ids (flags in pad[0]) */
 } dx_tracer;
 
 /* Opens a span: a host time, or a mark id on the compute stream when the backend has marks. */
@@ -37,12 +37,22 @@ void dx_tr_end(dx_tracer *t, int64_t begin, int module, int layer, int op, int s
 /* Records a span bracketed by two marks of t->be (ids from be->mark). */
 void dx_tr_record_marks(dx_tracer *t, int m0, int m1, int module, int layer, int op, int stream,
                         int64_t bytes, int64_t flops);
-/* Forgets the recorded events (after the coordinator has taken them). */
-void dx_tr_clear(dx_tracer *t);
+/* Replaces the mark ids of the recorded events by their host-clock times, for the marks that
+ * have completed once the compute stream's queued work has (wait_all: every mark; see
+ * dx_backend.resolve_marks). An event with a mark still pending (a collective left running into
+ * the next step, e.g. ZeRO-1/2's parameter all-gathers) stays pending until a later call: the
+ * step does not wait for it, as it does not without the trace. Returns 0 or -1 + dx_fail.
+ * No-op without marks. */
+int dx_tr_resolve(dx_tracer *t, int wait_all);
 
-/* Replaces the mark ids of the events recorded since the last call by their host-clock times
- * (waits for the backend). Returns 0 or -1 + dx_fail. No-op without marks. */
-int dx_tr_resolve(dx_tracer *t);
+/* True while an event holds a mark id instead of a time (dx_tr_resolve has not resolved it). */
+static inline int dx_tr_pending(const dx_event *e) { return e->pad[0] != 0; }
+
+/* Moves the resolved events to the front of t->buf (both parts keep their order) and returns
+ * how many there are: the events the coordinator can take now. */
+size_t dx_tr_partition(dx_tracer *t);
+/* Forgets the first n events (after the coordinator has taken them); the rest move up. */
+void dx_tr_drop(dx_tracer *t, size_t n);
 
 /* Records one span [start_ns, end_ns) with the tracer's current step, micro-batch and phase. */
 void dx_tr_record(dx_tracer *t, uint64_t start_ns, uint64_t end_ns, int module, int layer, int op,

@@ -56,12 +56,14 @@ static int measure_clock_offsets(dx_comm *c, int64_t *offset)
     return 0;
 }
 
-/* Moves every rank's recorded events to rank 0, onto rank 0's clock relative to t_start, and
- * appends them to the trace. Collective. */
+/* Moves every rank's recorded events whose times are resolved to rank 0, onto rank 0's clock
+ * relative to t_start, and appends them to the trace; events still pending stay with the rank
+ * for a later call. Collective. */
 static int gather_events(dx_comm *c, dx_tracer *tr, dx_trace_writer *tw, const int64_t *offset,
                          int64_t t_start)
 {
-    size_t mine = tr->failed ? 0 : tr->buf.n * sizeof(dx_event), *sizes = NULL;
+    size_t ready = dx_tr_partition(tr);
+    size_t mine = tr->failed ? 0 : ready * sizeof(dx_event), *sizes = NULL;
     dx_event *all = NULL;
     int rc = 0;
     if (c->rank == 0) sizes = calloc((size_t)c->size, sizeof *sizes);
@@ -83,7 +85,7 @@ static int gather_events(dx_comm *c, dx_tracer *tr, dx_trace_writer *tw, const i
         rc = dx_trace_append_events(tw, all, n);
     }
     if (tr->failed) rc = dx_fail("rank %d: trace: out of memory recording events", c->rank);
-    dx_tr_clear(tr);
+    dx_tr_drop(tr, tr->failed ? tr->buf.n : ready);
     free(all);
     free(sizes);
     return rc;
@@ -184,8 +186,10 @@ int dx_run_train(const dx_config *c, dx_comm *world)
         }
         int do_eval = c->eval_interval > 0 && (step % c->eval_interval == 0 || step == c->train_iters);
         val_loss = NAN;
+        /* the last step's events are all resolved first (collectives still running included) */
         if (events && (step % 10 == 0 || step == c->train_iters) &&
-            gather_events(world, dx_worker_tracer(w), tw, offset, t_start)) {
+            ((step == c->train_iters && dx_tr_resolve(dx_worker_tracer(w), 1)) ||
+             gather_events(world, dx_worker_tracer(w), tw, offset, t_start))) {
             fprintf(stderr, "dissect: error: rank %d, step %ld: %s\n", rank, step, dx_last_error());
             dx_comm_mpi_abort(1);
         }

@@ -285,13 +285,16 @@ int dx_worker_train_step(dx_worker *w, long step, dx_step_stats *st)
     st->optimizer_s = (double)(t_end - t_o) * 1e-9 - opt_comm;
     st->step_s = (double)(t_end - t_step) * 1e-9;
     st->mem = be->mem;
-    if (dx_tr_resolve(tr)) return -1; /* GPU marks -> host times (the step has synced) */
+    /* GPU marks -> host times; collectives still running (ZeRO-1/2's parameter all-gathers,
+     * which overlap the next forward) are resolved at a later step, not waited for */
+    if (dx_tr_resolve(tr, 0)) return -1;
     tr->phase = DX_PH_STEP;
     if (dx_tr_on(tr, 1)) {
         /* the span covers the host's view of the step and every op of it: device timestamps
          * mapped to the host clock can sit a few microseconds outside the host's reads */
         uint64_t lo = t_step, hi = t_end;
         for (size_t i = ev0; !tr->failed && i < tr->buf.n; i++) {
+            if (dx_tr_pending(&tr->buf.ev[i])) continue;
             if ((uint64_t)tr->buf.ev[i].start_ns < lo) lo = (uint64_t)tr->buf.ev[i].start_ns;
             if ((uint64_t)tr->buf.ev[i].end_ns > hi) hi = (uint64_t)tr->buf.ev[i].end_ns;
         }
