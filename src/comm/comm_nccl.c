@@ -341,7 +341,8 @@ dx_comm *dx_comm_nccl_create(dx_comm *host, dx_backend *be)
     lane_destroy(&spare);
     if (!rc) rc = rc_lane;
     int any_failed = 1;
-    if (host->max_int(host, rc ? 1 : 0, &any_failed) || any_failed) rc = rc ? rc : -1;
+    if (host->max_int(host, rc ? 1 : 0, &any_failed)) rc = -1;
+    else if (any_failed && !rc) rc = dx_fail("rank %d: NCCL comm: another rank failed to create it", host->rank);
 #if DX_NCCL_CE
     /* the all-gather communicator, for all-gathers into windows (DX_NCCL_CE_ALLGATHER=0: none,
      * every all-gather runs as an SM kernel on the main one) */
@@ -350,7 +351,7 @@ dx_comm *dx_comm_nccl_create(dx_comm *host, dx_backend *be)
         rc = lane_create(&n->ag, host, NCCL_CTA_POLICY_ZERO);
 #endif
     if (rc) {
-        if (c && !c->impl) free(n);
+        if (!c) free(n); /* else c->impl owns it, if any */
         n_destroy(c);
         return NULL;
     }
