@@ -61,11 +61,12 @@ struct dx_comm {
     /* Maximum of an int over the group (used to agree on errors: any rank's -1 -> all see 1). */
     int (*max_int)(dx_comm *c, int value, int *out);
     /* Optional (NULL where the comm has none: MPI, NCCL < 2.28, one rank, or
-     * DX_NCCL_CE_ALLGATHER=0). Device memory of `bytes` that all-gathers may write without
-     * taking SMs from the kernels they overlap: NCCL registers it as a symmetric window of an
-     * all-gather communicator with the zero-CTA policy, and runs all-gathers whose recv lies in
-     * it on the copy engines. Counted in the backend's byte counters under `cat`; contents
-     * undefined. Collective (every rank asks for the same size in the same order); NULL +
+     * DX_NCCL_CE_ALLGATHER=0). Device memory of `bytes` for all-gather destinations: NCCL
+     * allocates it (ncclMemAlloc) and registers it as a symmetric window of a second
+     * communicator with the zero-CTA policy, NCCL 2.28's conditions for running all-gathers on
+     * the copy engines instead of SM kernels; all-gathers whose recv lies in a window run on
+     * that communicator and its own stream. Counted in the backend's byte counters under `cat`;
+     * contents undefined. Collective (every rank asks for the same size in the same order); NULL +
      * dx_fail on every rank if any rank's allocation failed. */
     void *(*alloc_window)(dx_comm *c, size_t bytes, dx_mem_cat cat);
     /* Frees a pointer from alloc_window (NULL is a no-op); collective, after the collectives

@@ -17,8 +17,9 @@
 #include "common/common.h"
 #include "cuda/cuda_backend.h"
 
-/* NCCL 2.28 runs an all-gather on the copy engines (no SMs taken from the kernels it overlaps)
- * when the communicator's CTA policy is zero and the destination is a symmetric window. */
+/* NCCL 2.28 can run an all-gather on the copy engines (no SMs taken from the kernels it
+ * overlaps) when the communicator's CTA policy is zero and the destination is a symmetric
+ * window; NCCL picks the path, and its log does not say which it took. */
 #if NCCL_VERSION_CODE >= NCCL_VERSION(2, 28, 0) && defined(NCCL_CTA_POLICY_ZERO)
 #define DX_NCCL_CE 1
 #else
@@ -43,8 +44,8 @@ typedef struct {
 
 typedef struct {
     lane main; /* every collective, except all-gathers into a window */
-    lane ag;   /* all-gathers into a window: CTA policy zero, so NCCL runs them on the copy
-                * engines (ag.comm NULL when unused) */
+    lane ag;   /* all-gathers into a window: CTA policy zero (with the window, NCCL's conditions
+                * for copy-engine all-gathers); ag.comm NULL when unused */
     cudaStream_t compute;
     cudaEvent_t before, after;
     dx_comm *host; /* the MPI group (not owned) */

@@ -10,7 +10,11 @@
  * buffers; gather, gatherv, max_int and barrier take host memory and go through `host`, which
  * must outlive the returned comm. NULL + dx_fail naming the rank on failure.
  * With NCCL >= 2.27, DX_NCCL_CTA_POLICY=n in the environment sets ncclConfig_t.CTAPolicy
- * (0 default, 1 efficiency, 2 zero-CTA); NCCL's own NCCL_* variables apply as usual. */
+ * (0 default, 1 efficiency, 2 zero-CTA) of the communicator that runs the collectives. With
+ * NCCL >= 2.28 and more than one rank, a second communicator (zero-CTA policy, own stream)
+ * runs the all-gathers into buffers from alloc_window (see comm.h), unless
+ * DX_NCCL_CE_ALLGATHER=0, which leaves alloc_window NULL. NCCL's own NCCL_* variables apply as
+ * usual. */
 dx_comm *dx_comm_nccl_create(dx_comm *host, dx_backend *be);
 
 #endif

@@ -197,7 +197,7 @@ static void *zalloc(dx_zero *z, size_t bytes, dx_mem_cat cat, int *fail)
 }
 
 /* Device memory that all-gathers write: a window of the comm where it has them (see
- * dx_comm.alloc_window: the all-gathers then run on the copy engines), else the backend's.
+ * dx_comm.alloc_window: all-gathers into it run on a zero-CTA communicator), else the backend's.
  * Collective where windows are used, so it is called even after an earlier failure. */
 static void *zalloc_gathered(dx_zero *z, size_t bytes, dx_mem_cat cat, int *fail)
 {
