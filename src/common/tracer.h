@@ -6,7 +6,8 @@
  * and collective). Times are this rank's CLOCK_MONOTONIC in ns; the coordinator converts them.
  * On the CPU backend ops are synchronous, so host clock reads bracket them exactly. On backends
  * with timing marks (CUDA), spans are bracketed by marks recorded in stream order and resolved to
- * host-clock times once per step (dx_tr_resolve).
+ * host-clock times once per step (dx_tr_resolve; a collective still running then resolves at a
+ * later step).
  */
 #ifndef DX_TRACER_H
 #define DX_TRACER_H
