@@ -4,30 +4,13 @@
 #define _POSIX_C_SOURCE 200809L
 #include "common/common.h"
 #include "coordinator/config.h"
+#include "check.h"
 
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-
-static int n_pass, n_fail;
-
-static void check(int ok, const char *fmt, ...) DX_PRINTF(2, 3);
-static void check(int ok, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    printf("%s ", ok ? "ok  " : "FAIL");
-    vprintf(fmt, ap);
-    printf("\n");
-    va_end(ap);
-    if (ok)
-        n_pass++;
-    else
-        n_fail++;
-}
 
 /* Parses `json` (source "bad.json") over defaults, then (if dp > 0 and parsing worked)
  * finalizes for dp ranks; expects -1 and a message containing "bad.json" and each needle. */

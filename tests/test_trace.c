@@ -26,30 +26,13 @@
 #include "common/common.h"
 #include "common/events.h"
 #include "coordinator/trace.h"
+#include "check.h"
 
 #include <math.h>
 #include <mpi.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-static int n_pass, n_fail;
-
-static void check(int ok, const char *fmt, ...) DX_PRINTF(2, 3);
-static void check(int ok, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    printf("%s ", ok ? "ok  " : "FAIL");
-    vprintf(fmt, ap);
-    printf("\n");
-    va_end(ap);
-    if (ok)
-        n_pass++;
-    else
-        n_fail++;
-}
 
 static const int64_t step_ms[3] = {750, 1750, 2750}, base_ms[3] = {100, 1000, 3000};
 

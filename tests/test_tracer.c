@@ -8,27 +8,10 @@
  * Last line: "N passed, M failed"; exit status 1 if any failed. */
 #include "common/common.h"
 #include "common/tracer.h"
+#include "check.h"
 
-#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
-
-static int n_pass, n_fail;
-
-static void check(int ok, const char *fmt, ...) DX_PRINTF(2, 3);
-static void check(int ok, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    printf("%s ", ok ? "ok  " : "FAIL");
-    vprintf(fmt, ap);
-    printf("\n");
-    va_end(ap);
-    if (ok)
-        n_pass++;
-    else
-        n_fail++;
-}
 
 /* fake marks: slot id -> (time, done); times of the next marks come from next_time */
 static struct { int64_t time; int done; } slot[64];
