@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "common/common.h"
-#include "common/h5util.h"
+#include "trace/h5util.h"
 
 int dx_checkpoint_save(const char *path, dx_model *m, dx_zero *z, dx_comm *dp, int64_t step,
                        const char *config_json)

@@ -14,7 +14,7 @@
 #include <stdint.h>
 
 #include "comm/comm.h"
-#include "worker/model.h"
+#include "model/model.h"
 #include "zero/zero.h"
 
 /* Writes the master weights after `step` steps. Returns 0 on every rank, or -1 + dx_fail (naming

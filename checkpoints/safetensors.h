@@ -1,4 +1,4 @@
-/* dissect Hugging Face import: safetensors reader, config.json reader, weight loading.
+/* dissect Hugging Face import: safetensors reader and weight loading (config.json: config.h).
  *
  * safetensors format (https://github.com/huggingface/safetensors, README "Format"):
  *   bytes [0, 8)        N: uint64, little-endian, the header length
@@ -28,8 +28,7 @@
 #include <stdint.h>
 
 #include "comm/comm.h"
-#include "coordinator/config.h"
-#include "worker/model.h"
+#include "model/model.h"
 #include "zero/zero.h"
 
 #define DX_ST_MAX_DIMS 8
@@ -73,23 +72,6 @@ const dx_st_tensor *dx_st_find(const dx_st_file *f, const char *name);
  * dtypes: F32 (copied), BF16 (exact: the top half of an fp32), F16 (exact, IEEE binary16 with
  * subnormals, infinities and NaN). Other dtypes: -1 + dx_fail naming the file, tensor and dtype. */
 int dx_st_read_f32(const dx_st_file *f, const dx_st_tensor *t, float *out);
-
-/* Reads DIR/config.json (a Hugging Face LlamaConfig) into *m (preset "" = custom shape):
- *   vocab_size, hidden_size, intermediate_size, num_hidden_layers, num_attention_heads:
- *     required positive integers;
- *   num_key_value_heads (default num_attention_heads), max_position_embeddings (default 2048):
- *     positive integers; rms_norm_eps (default 1e-6): positive number; initializer_range
- *     (default 0.02): non-negative number;
- *   rope_theta: top-level number (transformers 4.x) or rope_parameters.rope_theta
- *     (transformers 5.x), default 10000.
- * Errors (naming DIR/config.json and the key) when the model is not one dissect computes
- * exactly: model_type missing or not "llama"; hidden_act not "silu"; tie_word_embeddings,
- * attention_bias or mlp_bias true; rope_scaling (4.x) or rope_parameters (5.x) other than null
- * or a plain {"rope_type": "default", "rope_theta": x}; head_dim other than
- * hidden_size / num_attention_heads; partial_rotary_factor other than 1; hidden_size not
- * divisible by num_attention_heads, num_key_value_heads not dividing num_attention_heads, or an
- * odd head dimension. On error *m is unchanged. */
-int dx_hf_load_config(const char *dir, dx_model_config *m);
 
 /* Loads the initial weights of model m from DIR's safetensors (DIR/model.safetensors if present,
  * else DIR/model.safetensors.index.json and the shards of its weight_map) into the fp32 master

@@ -3,7 +3,7 @@
  * One line per check; the last line is "N passed, M failed"; exit status 1 if any failed. */
 #define _POSIX_C_SOURCE 200809L
 #include "common/common.h"
-#include "coordinator/config.h"
+#include "config/config.h"
 #include "check.h"
 
 #include <math.h>

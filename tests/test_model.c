@@ -10,9 +10,9 @@
 #include <string.h>
 
 #include "common/common.h"
-#include "coordinator/config.h"
+#include "config/config.h"
 #include "kernels.h"
-#include "worker/model.h"
+#include "model/model.h"
 #include "worker/worker.h"
 
 static int passed, failed;

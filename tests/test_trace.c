@@ -24,8 +24,8 @@
  * bytes: memcpy 10/ns, all_reduce 2/ns, other ops 4/ns (so gemm runs at 50 GFLOP/s).
  * Events are appended rank by rank (the step span last), step 10 first, then 20 and 30. */
 #include "common/common.h"
-#include "common/events.h"
-#include "coordinator/trace.h"
+#include "trace/events.h"
+#include "trace/trace.h"
 #include "check.h"
 
 #include <math.h>

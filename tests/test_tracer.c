@@ -7,7 +7,7 @@
  * lowest ids, in order).
  * Last line: "N passed, M failed"; exit status 1 if any failed. */
 #include "common/common.h"
-#include "common/tracer.h"
+#include "trace/tracer.h"
 #include "check.h"
 
 #include <stdio.h>

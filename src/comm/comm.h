@@ -10,7 +10,7 @@
 
 #include <stddef.h>
 
-#include "../../kernels/kernels.h"
+#include "kernels.h"
 
 typedef struct dx_comm dx_comm;
 

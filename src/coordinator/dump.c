@@ -8,9 +8,9 @@
 #include <string.h>
 
 #include "common/common.h"
-#include "common/h5util.h"
+#include "trace/h5util.h"
 #include "run.h"
-#include "worker/model.h"
+#include "model/model.h"
 #include "worker/worker.h"
 
 static int write_dataset(hid_t loc, const char *name, hid_t file_type, hid_t mem_type, int rank,

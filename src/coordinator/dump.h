@@ -23,7 +23,7 @@
 #define DX_DUMP_H
 
 #include "comm/comm.h"
-#include "config.h"
+#include "config/config.h"
 
 /* Runs the dump with config c (finalised, identical on every rank) into out_path. Collective;
  * returns 0, or -1 after the error was printed ("dissect: error: ..."). */

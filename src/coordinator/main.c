@@ -14,9 +14,9 @@
 
 #include "comm/comm.h"
 #include "common/common.h"
-#include "config.h"
+#include "config/config.h"
 #include "dump.h"
-#include "report.h"
+#include "report/report.h"
 #include "run.h"
 
 /* Flags that override config keys: flag name -> dotted key path. */

@@ -9,8 +9,8 @@
 
 #include "checkpoints/checkpoint.h"
 #include "common/common.h"
-#include "common/tracer.h"
-#include "trace.h"
+#include "trace/tracer.h"
+#include "trace/trace.h"
 #include "worker/tokenizer.h"
 #include "worker/worker.h"
 

@@ -3,7 +3,7 @@
 #define DX_RUN_H
 
 #include "comm/comm.h"
-#include "config.h"
+#include "config/config.h"
 
 /* Agrees on an error over the group: rc is this rank's 0, -1 (it failed), or -2 (it stopped
  * because another rank failed; see dx_comm_agree). If any rank failed, the lowest rank that

@@ -9,9 +9,9 @@
 
 #include "checkpoints/safetensors.h"
 #include "common/common.h"
-#include "common/tracer.h"
+#include "trace/tracer.h"
 #include "data.h"
-#include "model.h"
+#include "model/model.h"
 #include "zero/zero.h"
 #ifdef DX_HAVE_CUDA
 #include <cuda_runtime.h>

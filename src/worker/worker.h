@@ -13,8 +13,8 @@
 #include <stdint.h>
 
 #include "comm/comm.h"
-#include "common/tracer.h"
-#include "coordinator/config.h"
+#include "trace/tracer.h"
+#include "config/config.h"
 #include "kernels.h"
 
 typedef struct dx_worker dx_worker;

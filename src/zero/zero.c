@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "common/common.h"
-#include "common/tracer.h"
+#include "trace/tracer.h"
 
 typedef struct {
     size_t n, n_pad, shard; /* elements, padded elements, elements per rank */

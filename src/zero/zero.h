@@ -22,9 +22,9 @@
 #define DX_ZERO_H
 
 #include "comm/comm.h"
-#include "common/tracer.h"
+#include "trace/tracer.h"
 #include "kernels.h"
-#include "worker/model.h"
+#include "model/model.h"
 
 typedef struct dx_zero dx_zero;
 

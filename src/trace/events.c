@@ -3,7 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common.h"
+#include "common/common.h"
 
 const char *const dx_phase_names[DX_PH_COUNT] = {"forward", "backward", "optimizer", "step", "eval"};
 const char *const dx_module_names[DX_MOD_COUNT] = {"embedding", "attention", "mlp", "rmsnorm", "lm_head",

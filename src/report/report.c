@@ -7,8 +7,8 @@
 #include "report.h"
 
 #include "common/common.h"
-#include "common/h5util.h"
-#include "common/events.h"
+#include "trace/h5util.h"
+#include "trace/events.h"
 
 #include <errno.h>
 #include <getopt.h>

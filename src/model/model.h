@@ -23,8 +23,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "coordinator/config.h"
-#include "common/tracer.h"
+#include "config/config.h"
+#include "trace/tracer.h"
 #include "kernels.h"
 
 typedef struct {

@@ -29,7 +29,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "common/events.h"
+#include "trace/events.h"
 
 typedef struct dx_trace_writer dx_trace_writer;
 

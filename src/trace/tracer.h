@@ -14,7 +14,7 @@
 
 #include <stdint.h>
 
-#include "common.h"
+#include "common/common.h"
 #include "events.h"
 #include "kernels.h"
 

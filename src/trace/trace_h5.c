@@ -15,7 +15,7 @@
 #include "trace.h"
 
 #include "common/common.h"
-#include "common/h5util.h"
+#include "trace/h5util.h"
 
 #include <errno.h>
 #include <hdf5.h>

@@ -6,7 +6,6 @@
  */
 #include "config.h"
 
-#include "checkpoints/safetensors.h"
 #include "common/common.h"
 
 #include <cjson/cJSON.h>

@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "common/common.h"
-#include "common/tracer.h"
+#include "trace/tracer.h"
 
 typedef struct {
     void *xn1, *rstd1, *q, *k, *v, *att, *lse, *h, *xn2, *rstd2, *g, *u, *a;

@@ -123,4 +123,21 @@ int64_t dx_model_num_params(const dx_model_config *m);
 /* Non-embedding parameters (everything but the token embedding table). */
 int64_t dx_model_num_params_nonembed(const dx_model_config *m);
 
+/* Reads DIR/config.json (a Hugging Face LlamaConfig) into *m (preset "" = custom shape):
+ *   vocab_size, hidden_size, intermediate_size, num_hidden_layers, num_attention_heads:
+ *     required positive integers;
+ *   num_key_value_heads (default num_attention_heads), max_position_embeddings (default 2048):
+ *     positive integers; rms_norm_eps (default 1e-6): positive number; initializer_range
+ *     (default 0.02): non-negative number;
+ *   rope_theta: top-level number (transformers 4.x) or rope_parameters.rope_theta
+ *     (transformers 5.x), default 10000.
+ * Errors (naming DIR/config.json and the key) when the model is not one dissect computes
+ * exactly: model_type missing or not "llama"; hidden_act not "silu"; tie_word_embeddings,
+ * attention_bias or mlp_bias true; rope_scaling (4.x) or rope_parameters (5.x) other than null
+ * or a plain {"rope_type": "default", "rope_theta": x}; head_dim other than
+ * hidden_size / num_attention_heads; partial_rotary_factor other than 1; hidden_size not
+ * divisible by num_attention_heads, num_key_value_heads not dividing num_attention_heads, or an
+ * odd head dimension. On error *m is unchanged. */
+int dx_hf_load_config(const char *dir, dx_model_config *m);
+
 #endif
