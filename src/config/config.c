@@ -116,6 +116,9 @@ void dx_config_defaults(dx_config *c)
     c->lr_decay_iters = 0;
     c->seed = 1234;
     c->zero_stage = 0;
+    c->tp = 1;
+    c->pp = 1;
+    c->pp_schedule = DX_PP_1F1B;
     c->eval_interval = 100;
     c->eval_iters = 10;
     c->log_interval = 1;
@@ -140,6 +143,7 @@ typedef enum {
     K_BETAS,   /* [beta1, beta2] */
     K_TBS,     /* train_batch_size: int + "given" flag */
     K_COMMENT, /* string, ignored */
+    K_BOOL,    /* int field, 0 or 1, from true / false */
 } key_kind;
 
 /* Range flags */
@@ -199,6 +203,19 @@ static int set_device(dx_config *c, const char *value, const char *source, const
         return dx_fail("%s: key '%s': must be \"auto\", \"cpu\" or \"cuda\", got '%s'", source, path, value);
     snprintf(c->device, sizeof c->device, "%s", value);
     return 0;
+}
+
+const char *const dx_pp_schedule_names[3] = {"1f1b", "gpipe", "interleaved-1f1b"};
+
+static int set_pp_schedule(dx_config *c, const char *value, const char *source, const char *path)
+{
+    for (int i = 0; i < 3; i++)
+        if (strcmp(value, dx_pp_schedule_names[i]) == 0) {
+            c->pp_schedule = (dx_pp_schedule)i;
+            return 0;
+        }
+    return dx_fail("%s: key '%s': must be \"1f1b\", \"gpipe\" or \"interleaved-1f1b\", got '%s'",
+                   source, path, value);
 }
 
 #define OFF(f) offsetof(dx_config, f)
@@ -284,6 +301,13 @@ static const key_spec top_keys[] = {
     POS_INT("log_interval", K_LONG, OFF(log_interval)),
     {"optimizer", K_OBJECT, 0, 0, 0, 0, 0, optimizer_keys, NULL},
     {"zero_optimization", K_OBJECT, 0, 0, 0, 0, 0, zero_keys, NULL},
+    POS_INT("tensor_model_parallel_size", K_INT, OFF(tp)),
+    POS_INT("pipeline_model_parallel_size", K_INT, OFF(pp)),
+    {"sequence_parallel", K_BOOL, OFF(sequence_parallel), 0, 0, 0, 0, NULL, NULL},
+    {"pipeline_schedule", K_ENUM, 0, 0, 0, 0, 0, NULL, set_pp_schedule},
+    NONNEG("num_layers_per_virtual_pipeline_stage", K_INT, OFF(layers_per_virtual_stage)),
+    NONNEG("decoder_first_pipeline_num_layers", K_INT, OFF(first_stage_layers)),
+    NONNEG("decoder_last_pipeline_num_layers", K_INT, OFF(last_stage_layers)),
     {"trace", K_OBJECT, 0, 0, 0, 0, 0, trace_keys, NULL},
     {"device", K_ENUM, 0, 0, 0, 0, 0, NULL, set_device},
     {"sample", K_OBJECT, 0, 0, 0, 0, 0, sample_keys, NULL},
@@ -319,6 +343,7 @@ static const char *kind_name(key_kind k)
     case K_ENUM:
     case K_COMMENT: return "string";
     case K_BETAS: return "array of 2 numbers";
+    case K_BOOL: return "boolean";
     }
     return "?";
 }
@@ -422,6 +447,13 @@ static int apply_value(dx_config *c, const key_spec *s, const cJSON *v, const ch
         memcpy(base + s->offset, v->valuestring, n + 1);
         return 0;
     }
+
+    case K_BOOL:
+        if (!cJSON_IsBool(v))
+            return dx_fail("%s: key '%s': expected true or false, got %s", source, path,
+                           json_type_name(v));
+        *(int *)(base + s->offset) = cJSON_IsTrue(v) ? 1 : 0;
+        return 0;
 
     case K_BETAS: {
         if (!cJSON_IsArray(v) || cJSON_GetArraySize(v) != 2)
@@ -624,6 +656,11 @@ int dx_config_set(dx_config *c, const char *key_path, const char *value, const c
     case K_COMMENT:
         v = cJSON_CreateString(value);
         break;
+    case K_BOOL:
+        if (!strcmp(value, "true") || !strcmp(value, "1")) v = cJSON_CreateTrue();
+        else if (!strcmp(value, "false") || !strcmp(value, "0")) v = cJSON_CreateFalse();
+        else return dx_fail("%s: key '%s': expected true or false, got '%s'", source, key_path, value);
+        break;
     case K_BETAS: {
         const char *q = value;
         while (isspace((unsigned char)*q)) q++;
@@ -655,11 +692,109 @@ int dx_config_set(dx_config *c, const char *key_path, const char *value, const c
 /* ------------------------------------------------------------------------------------------ */
 /* Cross-key checks                                                                            */
 
-int dx_config_finalize(dx_config *c, int dp)
+int dx_config_check_grid(const dx_config *c)
 {
     const char *src = c->source[0] ? c->source : "config";
     const dx_model_config *m = &c->model;
-    if (dp < 1) return dx_fail("%s: data-parallel size must be >= 1, got %d", src, dp);
+    const int tp = c->tp, pp = c->pp, L = m->num_hidden_layers;
+    if (tp > 1) {
+        if (m->num_attention_heads % tp)
+            return dx_fail("%s: key 'tensor_model_parallel_size' = %d: must divide "
+                           "model.num_attention_heads (%d)", src, tp, m->num_attention_heads);
+        /* KV heads are split when tp divides them; with fewer KV heads than TP ranks, each rank
+         * uses the one KV head of its query heads and k_proj / v_proj are replicated on every
+         * TP rank (gradients summed over TP), which needs tp to be a multiple of them */
+        if (m->num_key_value_heads % tp && tp % m->num_key_value_heads)
+            return dx_fail("%s: key 'tensor_model_parallel_size' = %d: must divide "
+                           "model.num_key_value_heads (%d) or be a multiple of it", src, tp,
+                           m->num_key_value_heads);
+        if (m->intermediate_size % tp)
+            return dx_fail("%s: key 'tensor_model_parallel_size' = %d: must divide "
+                           "model.intermediate_size (%d)", src, tp, m->intermediate_size);
+        if (m->vocab_size % tp)
+            return dx_fail("%s: key 'tensor_model_parallel_size' = %d: must divide "
+                           "model.vocab_size (%d) (vocab-parallel embedding and LM head)", src,
+                           tp, m->vocab_size);
+        if (c->sequence_parallel && ((long)c->micro_batch * c->seq_length) % tp)
+            return dx_fail("%s: key 'sequence_parallel': train_micro_batch_size_per_gpu x "
+                           "seq_length = %d x %d must be divisible by "
+                           "tensor_model_parallel_size (%d)", src, c->micro_batch,
+                           c->seq_length, tp);
+    }
+    if (pp > L)
+        return dx_fail("%s: key 'pipeline_model_parallel_size' = %d: more stages than "
+                       "model.num_hidden_layers (%d)", src, pp, L);
+    if (pp == 1 && (c->first_stage_layers || c->last_stage_layers))
+        return dx_fail("%s: key '%s': needs pipeline_model_parallel_size > 1", src,
+                       c->first_stage_layers ? "decoder_first_pipeline_num_layers"
+                                             : "decoder_last_pipeline_num_layers");
+    if (pp > 1) {
+        int a = c->first_stage_layers, b = c->last_stage_layers;
+        int mid = pp - (a ? 1 : 0) - (b ? 1 : 0), rest = L - a - b;
+        if (rest < 0 || (mid == 0 && rest != 0) || (mid > 0 && (rest % mid || rest / mid == 0)))
+            return dx_fail("%s: key 'pipeline_model_parallel_size' = %d: model.num_hidden_layers "
+                           "(%d) less decoder_first_pipeline_num_layers (%d) and "
+                           "decoder_last_pipeline_num_layers (%d) must split evenly over the "
+                           "other %d stage(s), at least one layer each", src, pp, L, a, b, mid);
+        if (c->zero_stage == 3)
+            return dx_fail("%s: key 'zero_optimization.stage' = 3 with "
+                           "pipeline_model_parallel_size = %d: ZeRO-3 does not compose with "
+                           "pipeline parallelism in dissect (use stage 0-2, as DeepSpeed does)",
+                           src, pp);
+    }
+    if (c->pp_schedule == DX_PP_INTERLEAVED) {
+        int v = c->layers_per_virtual_stage;
+        if (pp < 2)
+            return dx_fail("%s: key 'pipeline_schedule': \"interleaved-1f1b\" needs "
+                           "pipeline_model_parallel_size > 1", src);
+        if (v < 1)
+            return dx_fail("%s: key 'num_layers_per_virtual_pipeline_stage': must be set (>= 1) "
+                           "for pipeline_schedule \"interleaved-1f1b\"", src);
+        if (c->first_stage_layers || c->last_stage_layers)
+            return dx_fail("%s: key 'decoder_first_pipeline_num_layers': uneven stages do not "
+                           "combine with pipeline_schedule \"interleaved-1f1b\"", src);
+        if (L % (pp * v) || L / (pp * v) < 2)
+            return dx_fail("%s: key 'num_layers_per_virtual_pipeline_stage' = %d: "
+                           "model.num_hidden_layers (%d) must be a multiple of "
+                           "pipeline_model_parallel_size x it (%d) with at least 2 model chunks "
+                           "per stage", src, v, L, pp * v);
+        if (c->grad_accum % pp)
+            return dx_fail("%s: key 'gradient_accumulation_steps' = %d: the interleaved schedule "
+                           "needs a multiple of pipeline_model_parallel_size (%d) micro-batches",
+                           src, c->grad_accum, pp);
+    } else if (c->layers_per_virtual_stage) {
+        return dx_fail("%s: key 'num_layers_per_virtual_pipeline_stage': only with "
+                       "pipeline_schedule \"interleaved-1f1b\"", src);
+    }
+    return 0;
+}
+
+int dx_stage_layers(const dx_config *c, int stage, int *first)
+{
+    const int L = c->model.num_hidden_layers, P = c->pp;
+    int a = c->first_stage_layers, b = c->last_stage_layers;
+    if (P == 1) { *first = 0; return L; }
+    int mid = P - (a ? 1 : 0) - (b ? 1 : 0), rest = L - a - b;
+    int each = mid > 0 ? rest / mid : 0;
+    int n0 = a ? a : each, nl = b ? b : each;
+    if (stage == 0) { *first = 0; return n0; }
+    if (stage == P - 1) { *first = L - nl; return nl; }
+    *first = n0 + (stage - 1) * each;
+    return each;
+}
+
+int dx_config_finalize(dx_config *c, int world)
+{
+    const char *src = c->source[0] ? c->source : "config";
+    const dx_model_config *m = &c->model;
+    if (world < 1) return dx_fail("%s: world size must be >= 1, got %d", src, world);
+    /* the process grid: world = PP x DP x TP */
+    if (world % (c->tp * c->pp) != 0)
+        return dx_fail("%s: key 'tensor_model_parallel_size' (%d) x 'pipeline_model_parallel_size' "
+                       "(%d) = %d does not divide the world size %d",
+                       src, c->tp, c->pp, c->tp * c->pp, world);
+    int dp = world / (c->tp * c->pp);
+    c->dp = dp;
     /* a Hugging Face model directory gives the shape (its errors name DIR/config.json) */
     if (c->hf_model[0] && dx_hf_load_config(c->hf_model, &c->model)) return -1;
 
@@ -681,6 +816,7 @@ int dx_config_finalize(dx_config *c, int dp)
     if (c->seq_length > m->max_position_embeddings)
         return dx_fail("%s: key 'seq_length' = %d: exceeds model.max_position_embeddings (%d)",
                        src, c->seq_length, m->max_position_embeddings);
+    if (dx_config_check_grid(c) < 0) return -1;
 
     /* a warm-up longer than the run (short tests) just never reaches the peak lr */
     long decay = c->lr_decay_iters ? c->lr_decay_iters : c->train_iters;
@@ -695,7 +831,7 @@ int dx_config_finalize(dx_config *c, int dp)
                        src, c->micro_batch, c->grad_accum, dp);
     if (c->train_batch_size_set && c->global_batch != 0) {
         if (c->global_batch % dp != 0)
-            return dx_fail("%s: key 'train_batch_size': world size %d does not divide "
+            return dx_fail("%s: key 'train_batch_size': data-parallel size %d does not divide "
                            "train_batch_size %d",
                            src, dp, c->global_batch);
         if (c->global_batch != prod)
@@ -802,6 +938,13 @@ char *dx_config_to_json(const dx_config *c)
     cJSON *zero = cJSON_AddObjectToObject(root, "zero_optimization");
     CHK(zero);
     if (ok) CHK(add_int(zero, "stage", (long long)c->zero_stage));
+    CHK(add_int(root, "tensor_model_parallel_size", (long long)c->tp));
+    CHK(add_int(root, "pipeline_model_parallel_size", (long long)c->pp));
+    CHK(cJSON_AddBoolToObject(root, "sequence_parallel", c->sequence_parallel));
+    CHK(cJSON_AddStringToObject(root, "pipeline_schedule", dx_pp_schedule_names[c->pp_schedule]));
+    CHK(add_int(root, "num_layers_per_virtual_pipeline_stage", (long long)c->layers_per_virtual_stage));
+    CHK(add_int(root, "decoder_first_pipeline_num_layers", (long long)c->first_stage_layers));
+    CHK(add_int(root, "decoder_last_pipeline_num_layers", (long long)c->last_stage_layers));
     cJSON *trace = cJSON_AddObjectToObject(root, "trace");
     CHK(trace);
     if (ok) {

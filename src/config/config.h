@@ -40,6 +40,12 @@ typedef struct {
 
 typedef enum { DX_TRACE_STEP = 0, DX_TRACE_MODULE = 1, DX_TRACE_OP = 2 } dx_trace_level;
 
+/* Pipeline schedules (key pipeline_schedule): 1F1B (PipeDream-Flush, Narayanan et al. 2021,
+ * Megatron-LM's default), GPipe (all forwards, then all backwards; Huang et al. 2019), and
+ * interleaved 1F1B over virtual stages (Narayanan et al. 2021, sec. 2.2). */
+typedef enum { DX_PP_1F1B = 0, DX_PP_GPIPE = 1, DX_PP_INTERLEAVED = 2 } dx_pp_schedule;
+extern const char *const dx_pp_schedule_names[3];
+
 typedef struct {
     dx_model_config model;
 
@@ -65,8 +71,16 @@ typedef struct {
     long lr_warmup_iters, lr_decay_iters; /* decay 0 in the file = train_iters */
     uint64_t seed;
 
-    /* parallelism */
+    /* parallelism: the process grid world = PP x DP x TP (TP innermost), Megatron-LM's keys */
     int zero_stage;
+    int tp;                /* tensor_model_parallel_size */
+    int pp;                /* pipeline_model_parallel_size */
+    int dp;                /* data-parallel size: derived by dx_config_finalize (not a key) */
+    int sequence_parallel; /* sequence_parallel: reduce-scatter / all-gather around the norms */
+    dx_pp_schedule pp_schedule;   /* pipeline_schedule: "1f1b", "gpipe", "interleaved-1f1b" */
+    int layers_per_virtual_stage; /* num_layers_per_virtual_pipeline_stage (interleaved) */
+    int first_stage_layers;       /* decoder_first_pipeline_num_layers (0 = even split) */
+    int last_stage_layers;        /* decoder_last_pipeline_num_layers (0 = even split) */
 
     /* evaluation, logging, sampling */
     long eval_interval, eval_iters, log_interval;
@@ -107,11 +121,23 @@ int dx_config_set(dx_config *c, const char *key_path, const char *value, const c
 /* Reads and parses a file (dx_config_parse on its contents). */
 int dx_config_load(dx_config *c, const char *path);
 
-/* Checks cross-key consistency for a world of `dp` data-parallel ranks and derives
- * global_batch (micro x accum x dp) and lr_decay_iters. Errors name the key. With hf_model set,
- * first replaces c->model by HF_MODEL/config.json (dx_hf_load_config; its errors name that file
- * and key). */
-int dx_config_finalize(dx_config *c, int dp);
+/* Checks cross-key consistency for a job of `world` ranks and derives the data-parallel size
+ * dp = world / (tp x pp), global_batch (micro x accum x dp) and lr_decay_iters. Errors name the
+ * key: a world size the grid does not divide, a model shape TP or PP cannot split (heads, KV
+ * heads, FFN size, vocab, layers), impossible schedule settings, ZeRO-3 with PP > 1. With hf_model
+ * set, first replaces c->model by HF_MODEL/config.json (dx_hf_load_config; its errors name that
+ * file and key). */
+int dx_config_finalize(dx_config *c, int world);
+
+/* The grid checks of dx_config_finalize alone (model shape against tp and pp, schedule keys).
+ * Returns 0 or -1 + dx_fail naming the key. */
+int dx_config_check_grid(const dx_config *c);
+
+/* Decoder layers of pipeline stage `stage` (0 .. pp-1): returns the count and sets *first to the
+ * first layer's index. Contiguous; decoder_first/last_pipeline_num_layers give the first and
+ * last stage's counts when set, the other stages split the rest evenly (Megatron-LM's rule). For
+ * the interleaved schedule, a stage holds several chunks instead (see src/pp). */
+int dx_stage_layers(const dx_config *c, int stage, int *first);
 
 /* Serialises the resolved config as JSON (malloc'd string; NULL on OOM). The output parses back
  * with dx_config_parse to the same struct (except `source`; and train_batch_size is written as

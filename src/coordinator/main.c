@@ -19,35 +19,46 @@
 #include "report/report.h"
 #include "run.h"
 
-/* Flags that override config keys: flag name -> dotted key path. */
+/* Flags that override config keys: flag name -> dotted key path (noarg: a switch that sets the
+ * boolean key to true). */
 static const struct {
     const char *flag, *key, *help;
+    int noarg;
 } overrides[] = {
-    {"model", "model.preset", "model preset (tiny, brown-small, tinyllama-1.1b, llama2-7b, ...)"},
-    {"train-iters", "train_iters", "optimizer steps"},
-    {"micro-batch", "train_micro_batch_size_per_gpu", "sequences per micro-batch per rank"},
-    {"grad-accum", "gradient_accumulation_steps", "micro-batches per step"},
-    {"global-batch", "train_batch_size", "sequences per step over all ranks (checked)"},
-    {"seq-length", "seq_length", "tokens per sequence"},
-    {"lr", "optimizer.params.lr", "peak learning rate"},
-    {"min-lr", "min_lr", "final learning rate of the cosine decay"},
-    {"warmup-iters", "lr_warmup_iters", "linear warm-up steps"},
-    {"weight-decay", "optimizer.params.weight_decay", "AdamW decoupled weight decay"},
-    {"clip-grad", "gradient_clipping", "global gradient-norm clip (0 = off)"},
-    {"seed", "seed", "random seed (init, data order, sampling)"},
-    {"zero-stage", "zero_optimization.stage", "ZeRO stage 0..3"},
-    {"trace", "trace.path", "HDF5 trace file to write"},
-    {"trace-level", "trace.level", "step | module | op"},
-    {"device", "device", "auto | cpu | cuda (auto: cuda when a GPU is present)"},
-    {"eval-interval", "eval_interval", "steps between validation runs (0 = never)"},
-    {"eval-iters", "eval_iters", "validation batches per run"},
-    {"log-interval", "log_interval", "steps between progress lines"},
-    {"train-data", "data.train", "training token shard"},
-    {"valid-data", "data.valid", "validation token shard"},
-    {"tokenizer", "data.tokenizer", "SentencePiece model for decoding samples"},
-    {"sample-tokens", "sample.tokens", "tokens to sample at the end (0 = none)"},
-    {"save", "save", "HDF5 checkpoint of the final weights"},
-    {"hf-model", "hf_model", "Hugging Face Llama directory: shape (config.json) and initial weights (safetensors)"},
+    {"model", "model.preset", "model preset (tiny, brown-small, tinyllama-1.1b, llama2-7b, ...)", 0},
+    {"train-iters", "train_iters", "optimizer steps", 0},
+    {"micro-batch", "train_micro_batch_size_per_gpu", "sequences per micro-batch per rank", 0},
+    {"grad-accum", "gradient_accumulation_steps", "micro-batches per step", 0},
+    {"global-batch", "train_batch_size", "sequences per step over all ranks (checked)", 0},
+    {"seq-length", "seq_length", "tokens per sequence", 0},
+    {"lr", "optimizer.params.lr", "peak learning rate", 0},
+    {"min-lr", "min_lr", "final learning rate of the cosine decay", 0},
+    {"warmup-iters", "lr_warmup_iters", "linear warm-up steps", 0},
+    {"weight-decay", "optimizer.params.weight_decay", "AdamW decoupled weight decay", 0},
+    {"clip-grad", "gradient_clipping", "global gradient-norm clip (0 = off)", 0},
+    {"seed", "seed", "random seed (init, data order, sampling)", 0},
+    {"zero-stage", "zero_optimization.stage", "ZeRO stage 0..3", 0},
+    {"trace", "trace.path", "HDF5 trace file to write", 0},
+    {"trace-level", "trace.level", "step | module | op", 0},
+    {"device", "device", "auto | cpu | cuda (auto: cuda when a GPU is present)", 0},
+    {"eval-interval", "eval_interval", "steps between validation runs (0 = never)", 0},
+    {"eval-iters", "eval_iters", "validation batches per run", 0},
+    {"log-interval", "log_interval", "steps between progress lines", 0},
+    {"train-data", "data.train", "training token shard", 0},
+    {"valid-data", "data.valid", "validation token shard", 0},
+    {"tokenizer", "data.tokenizer", "SentencePiece model for decoding samples", 0},
+    {"sample-tokens", "sample.tokens", "tokens to sample at the end (0 = none)", 0},
+    {"save", "save", "HDF5 checkpoint of the final weights", 0},
+    {"hf-model", "hf_model", "Hugging Face Llama directory: shape (config.json) and initial weights (safetensors)", 0},
+    {"num-layers", "model.num_hidden_layers", "decoder layers (after --model)", 0},
+    {"tp", "tensor_model_parallel_size", "tensor-parallel size (TP ranks, innermost in the grid)", 0},
+    {"pp", "pipeline_model_parallel_size", "pipeline-parallel size (stages)", 0},
+    {"sequence-parallel", "sequence_parallel", "sequence parallelism with TP (no value)", 1},
+    {"pipeline-schedule", "pipeline_schedule", "1f1b | gpipe | interleaved-1f1b", 0},
+    {"num-layers-per-virtual-pipeline-stage", "num_layers_per_virtual_pipeline_stage",
+     "layers per model chunk (interleaved 1F1B)", 0},
+    {"decoder-first-pipeline-num-layers", "decoder_first_pipeline_num_layers", "layers of the first stage (uneven split)", 0},
+    {"decoder-last-pipeline-num-layers", "decoder_last_pipeline_num_layers", "layers of the last stage (uneven split)", 0},
 };
 #define N_OVERRIDES (int)(sizeof overrides / sizeof overrides[0])
 
@@ -72,7 +83,8 @@ static int build_config(dx_config *c, int argc, char **argv, int dp, char *out, 
     struct option opts[N_OVERRIDES + 4];
     int k = 0;
     for (int i = 0; i < N_OVERRIDES; i++)
-        opts[k++] = (struct option){overrides[i].flag, required_argument, NULL, 1000 + i};
+        opts[k++] = (struct option){overrides[i].flag, overrides[i].noarg ? no_argument : required_argument,
+                                    NULL, 1000 + i};
     opts[k++] = (struct option){"config", required_argument, NULL, 'c'};
     opts[k++] = (struct option){"help", no_argument, NULL, 'h'};
     if (out) opts[k++] = (struct option){"out", required_argument, NULL, 'o'};
@@ -105,7 +117,8 @@ static int build_config(dx_config *c, int argc, char **argv, int dp, char *out, 
         if (o >= 1000) {
             char src[64];
             snprintf(src, sizeof src, "--%s", overrides[o - 1000].flag);
-            if (dx_config_set(c, overrides[o - 1000].key, optarg, src)) return -1;
+            if (dx_config_set(c, overrides[o - 1000].key, overrides[o - 1000].noarg ? "true" : optarg, src))
+                return -1;
         }
     }
     if (out && !*out) return dx_fail("dump: --out OUT.h5 is required");
