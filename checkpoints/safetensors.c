@@ -359,7 +359,7 @@ static int ckpt_check(const hf_ckpt *ck, const dx_model *m, size_t *max_numel)
     for (int i = 0; i < ck->nfiles; i++)
         for (int j = 0; j < ck->files[i].n; j++) {
             const dx_st_tensor *t = &ck->files[i].t[j];
-            if (dx_model_find_param(m, t->name) < 0 && !ends_with(t->name, "rotary_emb.inv_freq"))
+            if (!dx_model_is_param_name(m, t->name) && !ends_with(t->name, "rotary_emb.inv_freq"))
                 return dx_fail("%s: unexpected tensor '%s' (not a parameter of dissect's Llama model)",
                                ck->files[i].path, t->name);
             for (int k = 0; k < i; k++)
@@ -372,7 +372,7 @@ static int ckpt_check(const hf_ckpt *ck, const dx_model *m, size_t *max_numel)
         const dx_st_file *f = NULL;
         const dx_st_tensor *t = ckpt_find(ck, p->name, &f);
         if (!t) return dx_fail("%s: missing tensor '%s'", ck->where, p->name);
-        int64_t want[2] = {p->rows, p->cols};
+        int64_t want[2] = {p->full_rows, p->full_cols}; /* the logical tensor; this rank keeps its slice */
         int wnd = p->cols ? 2 : 1;
         int same = t->ndim == wnd;
         for (int d = 0; same && d < wnd; d++) same = t->shape[d] == want[d];
@@ -385,7 +385,8 @@ static int ckpt_check(const hf_ckpt *ck, const dx_model *m, size_t *max_numel)
         if (strcmp(t->dtype, "F32") && strcmp(t->dtype, "BF16") && strcmp(t->dtype, "F16"))
             return dx_fail("%s: tensor '%s': dtype %s is not supported (F32, BF16 or F16)", f->path,
                            p->name, t->dtype);
-        if (p->numel > *max_numel) *max_numel = p->numel;
+        size_t full = (size_t)p->full_rows * (size_t)(p->full_cols ? p->full_cols : 1);
+        if (full > *max_numel) *max_numel = full;
     }
     return 0;
 }
@@ -423,6 +424,11 @@ int dx_hf_load_weights(const char *dir, dx_model *m, dx_zero *z, dx_comm *dp)
         const dx_st_file *f = NULL;
         const dx_st_tensor *t = ckpt_find(&ck, p->name, &f);
         rc = dx_st_read_f32(f, t, buf);
+        /* this rank's slice [row0, row0 + rows) x [col0, col0 + cols) of the logical tensor,
+         * moved to the front of buf (row by row, never overtaking the rows still to move) */
+        const size_t cols = p->cols ? (size_t)p->cols : 1, fcols = p->cols ? (size_t)p->full_cols : 1;
+        for (size_t r = 0; !rc && (p->rows != p->full_rows || cols != fcols) && r < (size_t)p->rows; r++)
+            memmove(buf + r * cols, buf + ((size_t)p->row0 + r) * fcols + (size_t)p->col0, cols * sizeof *buf);
         if (!rc) rc = dx_zero_set_master(z, p->group, p->offset, p->numel, buf);
         if (rc) dx_fail_prefix("%s: tensor '%s'", f->path, p->name);
     }

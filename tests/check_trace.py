@@ -17,7 +17,7 @@ passed = failed = 0
 
 PHASES = ["forward", "backward", "optimizer", "step", "eval"]
 MODULES = ["embedding", "attention", "mlp", "rmsnorm", "lm_head", "loss", "optimizer", "layer",
-           "data", "step"]
+           "data", "step", "pipeline"]
 OPS = ["gemm", "attention", "rmsnorm", "rope", "swiglu", "cross_entropy", "adamw", "all_reduce",
        "reduce_scatter", "all_gather", "broadcast", "send", "recv", "memcpy", "embedding", "add",
        "memset", "grad_norm", "module", "step"]
@@ -188,13 +188,14 @@ def main(path):
         check("events" in f, "/events exists")
         ev = f["events"]
         fields = ("start_ns", "end_ns", "bytes", "flops", "rank", "step", "micro", "layer",
-                  "phase", "module", "op", "stream")
+                  "phase", "module", "op", "stream", "pp", "dp", "tp")
         check(ev.dtype.names == fields, "/events fields in order: %r" % (ev.dtype.names,))
         types = {"start_ns": "<i8", "end_ns": "<i8", "bytes": "<i8", "flops": "<i8",
-                 "rank": "<i4", "step": "<i4", "micro": "<i2", "layer": "<i2"}
+                 "rank": "<i4", "step": "<i4", "micro": "<i2", "layer": "<i2", "pp": "<i2",
+                 "dp": "<i2", "tp": "<i2"}
         for k, t in types.items():
             check(ev.dtype[k] == np.dtype(t), "/events %s is %s: %r" % (k, t, ev.dtype[k]))
-        check(ev.dtype.itemsize == 48, "/events rows are packed (48 bytes): %d" % ev.dtype.itemsize)
+        check(ev.dtype.itemsize == 54, "/events rows are packed (54 bytes): %d" % ev.dtype.itemsize)
         check(ev.maxshape == (None,), "/events extendible: %r" % (ev.maxshape,))
         check(ev.chunks == (16384,), "/events chunked 16384 rows: %r" % (ev.chunks,))
         check(ev.compression == "gzip", "/events deflate-compressed: %r" % (ev.compression,))

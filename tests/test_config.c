@@ -314,7 +314,59 @@ int main(void)
                  "gradient_accumulation_steps (1) x data-parallel size (2) = 8");
     expect_error("world size not dividing",
                  "{\"train_micro_batch_size_per_gpu\": 1, \"train_batch_size\": 8}", 3,
-                 "key 'train_batch_size'", "world size 3 does not divide train_batch_size 8");
+                 "key 'train_batch_size'", "data-parallel size 3 does not divide train_batch_size 8");
+    /* ---- the process grid (world = PP x DP x TP) ---- */
+#define TINY "\"model\": {\"preset\": \"tiny\"}, \"seq_length\": 32, \"train_micro_batch_size_per_gpu\": 2, "
+    expect_error("grid not dividing the world", "{" TINY "\"tensor_model_parallel_size\": 2, \"pipeline_model_parallel_size\": 2}",
+                 6, "key 'tensor_model_parallel_size' (2) x 'pipeline_model_parallel_size' (2) = 4",
+                 "does not divide the world size 6");
+    expect_error("TP not dividing heads", "{" TINY "\"tensor_model_parallel_size\": 3}", 3,
+                 "key 'tensor_model_parallel_size' = 3", "must divide model.num_attention_heads (4)");
+    expect_error("TP vs KV heads", "{\"model\": {\"preset\": \"tiny\", \"hidden_size\": 48, "
+                 "\"num_attention_heads\": 6, \"num_key_value_heads\": 3}, \"seq_length\": 32, "
+                 "\"tensor_model_parallel_size\": 2}", 2, "key 'tensor_model_parallel_size' = 2",
+                 "must divide model.num_key_value_heads (3) or be a multiple of it");
+    expect_error("TP not dividing FFN", "{\"model\": {\"preset\": \"tiny\", \"intermediate_size\": 90}, "
+                 "\"seq_length\": 32, \"tensor_model_parallel_size\": 4}", 4,
+                 "key 'tensor_model_parallel_size' = 4", "model.intermediate_size (90)");
+    expect_error("TP not dividing vocab", "{\"model\": {\"preset\": \"tiny\", \"vocab_size\": 66}, "
+                 "\"seq_length\": 32, \"tensor_model_parallel_size\": 4}", 4,
+                 "key 'tensor_model_parallel_size' = 4", "model.vocab_size (66)");
+    expect_error("PP more stages than layers", "{" TINY "\"pipeline_model_parallel_size\": 4}", 4,
+                 "key 'pipeline_model_parallel_size' = 4", "more stages than model.num_hidden_layers (2)");
+    expect_error("ZeRO-3 with PP", "{" TINY "\"pipeline_model_parallel_size\": 2, \"zero_optimization\": {\"stage\": 3}}",
+                 2, "key 'zero_optimization.stage' = 3", "pipeline");
+    expect_error("interleaved without chunks", "{" TINY "\"pipeline_model_parallel_size\": 2, "
+                 "\"pipeline_schedule\": \"interleaved-1f1b\"}", 2,
+                 "key 'num_layers_per_virtual_pipeline_stage'", "must be set");
+    expect_error("uneven split that does not fit", "{\"model\": {\"preset\": \"tiny\", \"num_hidden_layers\": 8}, "
+                 "\"seq_length\": 32, \"pipeline_model_parallel_size\": 3, \"decoder_first_pipeline_num_layers\": 3}",
+                 3, "key 'pipeline_model_parallel_size' = 3", "must split evenly");
+    expect_error("unknown schedule", "{" TINY "\"pipeline_schedule\": \"zigzag\"}", 1,
+                 "key 'pipeline_schedule'", "zigzag");
+    expect_error("sequence_parallel not boolean", "{" TINY "\"sequence_parallel\": 1}", 1,
+                 "key 'sequence_parallel'", "expected true or false");
+    {
+        dx_config g;
+        dx_config_defaults(&g);
+        rc = dx_config_parse(&g, "{\"model\": {\"preset\": \"tiny\", \"num_hidden_layers\": 8}, \"seq_length\": 32, "
+                             "\"tensor_model_parallel_size\": 2, \"pipeline_model_parallel_size\": 3, "
+                             "\"decoder_first_pipeline_num_layers\": 2, \"sequence_parallel\": true}", "grid.json");
+        if (rc == 0) rc = dx_config_finalize(&g, 12);
+        int f0, f1, f2, n0 = dx_stage_layers(&g, 0, &f0), n1 = dx_stage_layers(&g, 1, &f1), n2 = dx_stage_layers(&g, 2, &f2);
+        check(rc == 0 && g.dp == 2 && g.sequence_parallel == 1 && n0 == 2 && f0 == 0 && n1 == 3 && f1 == 2 &&
+                  n2 == 3 && f2 == 5,
+              "grid TP 2 x PP 3 of 12 ranks: DP %d; stages %d@%d %d@%d %d@%d", g.dp, n0, f0, n1, f1, n2, f2);
+        char *json = dx_config_to_json(&g);
+        dx_config back;
+        dx_config_defaults(&back);
+        int prc = json ? dx_config_parse(&back, json, "back.json") : -1;
+        check(prc == 0 && back.tp == 2 && back.pp == 3 && back.sequence_parallel == 1 &&
+                  back.first_stage_layers == 2 && back.pp_schedule == g.pp_schedule,
+              "grid keys serialise and parse back");
+        free(json);
+    }
+#undef TINY
     {
         /* a failed parse leaves the config unchanged */
         dx_config a, b;

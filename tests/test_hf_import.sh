@@ -3,7 +3,8 @@
 #  (a) tiny HF directories written by tests/make_hf_dir.py (F32, BF16 with a transformers-5.x
 #      config, F16, sharded) load exactly: after one step at lr 1e-30 the checkpoint's /params equal
 #      the written values (F32 within 1e-6 relative, BF16 / F16 exactly the rounded values), under
-#      DP 1 and DP 2 with ZeRO 0-3, and the model shape comes from config.json;
+#      DP 1 and DP 2 with ZeRO 0-3 and under TP 2 and TP 2 x PP 2, and the model shape comes from
+#      config.json;
 #  (b) bad directories fail with one "dissect: error:" line naming the file and tensor or key;
 #  (c) `dissect dump` writes inputs, targets, logits, loss and every gradient; tests/check_dump.py
 #      recomputes the loss from the logits, and checks the logits against a NumPy reference of HF's
@@ -76,6 +77,9 @@ load "import F16" 1 f16
 load "import sharded index" 1 sharded
 for st in 0 1 2 3; do load "import F32, DP 2, ZeRO $st" 2 f32 --zero-stage "$st"; done
 load "import sharded, DP 2, ZeRO 1, --model tiny overridden by config.json" 2 sharded --model tiny --zero-stage 1
+# tensor and pipeline parallelism: each rank keeps its slice of each logical tensor
+load "import F32, TP 2 (slices of each tensor)" 2 f32 --tp 2
+load "import BF16, TP 2 x PP 2, sequence parallel, ZeRO 2" 4 bf16 --tp 2 --pp 2 --sequence-parallel --zero-stage 2
 
 # --- (b) bad input -----------------------------------------------------------------------------
 # expect NAME NP EXPECTED-SUBSTRING -- dissect args...

@@ -623,6 +623,108 @@ void DX_OP(cross_entropy)(dx_backend *be, void *loss_sum_, void *dlogits_, const
     loss_sum[0] += (real)tot;
 }
 
+/* ---- tensor parallelism: vocab-parallel embedding and cross-entropy ---- */
+
+void DX_OP(embedding_vp_fwd)(dx_backend *be, void *out_, const int32_t *ids, const void *table_,
+                             int N, int D, int v0, int Vl)
+{
+    real *out = out_;
+    const real *table = table_;
+#pragma omp parallel for num_threads(NT(be)) schedule(static) if ((size_t)N * D >= DX_PAR_MIN)
+    for (int i = 0; i < N; i++) {
+        int r = ids[i] - v0;
+        if (r >= 0 && r < Vl) memcpy(out + (size_t)i * D, table + (size_t)r * D, (size_t)D * sizeof(real));
+        else memset(out + (size_t)i * D, 0, (size_t)D * sizeof(real));
+    }
+}
+
+void DX_OP(embedding_vp_bwd)(dx_backend *be, void *dtable_, const void *dout_, const int32_t *ids,
+                             int N, int D, int v0, int Vl)
+{
+    real *dtable = dtable_;
+    const real *dout = dout_;
+    int nblk = (D + DX_DW_BLOCK - 1) / DX_DW_BLOCK;
+#pragma omp parallel for num_threads(NT(be)) schedule(static) \
+    if (nblk > 1 && (size_t)N * D >= DX_PAR_MIN)
+    for (int bk = 0; bk < nblk; bk++) {
+        int j0 = bk * DX_DW_BLOCK, nj = D - j0 < DX_DW_BLOCK ? D - j0 : DX_DW_BLOCK;
+        for (int i = 0; i < N; i++) {
+            int r = ids[i] - v0;
+            if (r < 0 || r >= Vl) continue;
+            real *t = dtable + (size_t)r * D + j0;
+            const real *s = dout + (size_t)i * D + j0;
+#pragma omp simd
+            for (int j = 0; j < nj; j++) t[j] += s[j];
+        }
+    }
+}
+
+void DX_OP(ce_vp_stats)(dx_backend *be, void *stats_, const void *logits_, const int32_t *targets,
+                        int N, int Vl, int v0)
+{
+    real *stats = stats_;
+    const real *logits = logits_;
+#pragma omp parallel for num_threads(NT(be)) schedule(static) if ((size_t)N * Vl >= DX_PAR_MIN)
+    for (int i = 0; i < N; i++) {
+        const real *z = logits + (size_t)i * Vl;
+        real mx = -INFINITY;
+        for (int j = 0; j < Vl; j++) mx = z[j] > mx ? z[j] : mx;
+        double se = 0;
+        for (int j = 0; j < Vl; j++) se += r_exp(z[j] - mx);
+        int t = targets[i] - v0;
+        stats[2 * (size_t)i] = (real)((double)mx + log(se));
+        stats[2 * (size_t)i + 1] = targets[i] >= 0 && t >= 0 && t < Vl ? z[t] : 0;
+    }
+}
+
+void DX_OP(ce_vp_finish)(dx_backend *be, void *loss_sum_, void *dlogits_, const void *logits_,
+                         const void *gathered_, int tp, const int32_t *targets, int N, int Vl,
+                         int v0, float dscale)
+{
+    real *loss_sum = loss_sum_, *dl = dlogits_;
+    const real *logits = logits_, *g = gathered_;
+    double part[DX_MAX_CHUNKS];
+    int nch = N < DX_MAX_CHUNKS ? N : DX_MAX_CHUNKS;
+    if (nch <= 0) return;
+    int per = (N + nch - 1) / nch;
+    nch = (N + per - 1) / per;
+#pragma omp parallel for num_threads(NT(be)) schedule(dynamic, 1) \
+    if (nch > 1 && (size_t)N * Vl >= DX_PAR_MIN)
+    for (int c = 0; c < nch; c++) {
+        int i1 = (c + 1) * per < N ? (c + 1) * per : N;
+        double lsum = 0;
+        for (int i = c * per; i < i1; i++) {
+            /* the row's log-sum-exp over every slice, and its target logit (one slice has it) */
+            double mx = -INFINITY, se = 0, tl = 0;
+            for (int r = 0; r < tp; r++) {
+                double l = (double)g[((size_t)r * N + i) * 2];
+                mx = l > mx ? l : mx;
+            }
+            for (int r = 0; r < tp; r++) {
+                se += exp((double)g[((size_t)r * N + i) * 2] - mx);
+                tl += (double)g[((size_t)r * N + i) * 2 + 1];
+            }
+            const double lse = mx + log(se);
+            const int t = targets[i];
+            real *dz = dl ? dl + (size_t)i * Vl : NULL;
+            if (t < 0) {
+                if (dz) memset(dz, 0, (size_t)Vl * sizeof(real));
+                continue;
+            }
+            lsum += lse - tl;
+            if (dz) {
+                const real *z = logits + (size_t)i * Vl;
+                for (int j = 0; j < Vl; j++) dz[j] = (real)((double)dscale * exp((double)z[j] - lse));
+                if (t - v0 >= 0 && t - v0 < Vl) dz[t - v0] -= (real)dscale;
+            }
+        }
+        part[c] = lsum;
+    }
+    double tot = 0;
+    for (int c = 0; c < nch; c++) tot += part[c];
+    if (loss_sum) loss_sum[0] += (real)tot;
+}
+
 /* ------------------------------------------------------------------------------------------ */
 
 void DX_OP(add)(dx_backend *be, void *y_, const void *a_, const void *b_, size_t n)

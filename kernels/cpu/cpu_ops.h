@@ -36,6 +36,15 @@
                           int N, int D);                                                       \
     void P##cross_entropy(dx_backend *be, void *loss_sum, void *dlogits, const void *logits,  \
                           const int32_t *targets, int N, int V, float dscale);                 \
+    void P##embedding_vp_fwd(dx_backend *be, void *out, const int32_t *ids, const void *table, \
+                             int N, int D, int v0, int Vl);                                    \
+    void P##embedding_vp_bwd(dx_backend *be, void *dtable, const void *dout,                  \
+                             const int32_t *ids, int N, int D, int v0, int Vl);                \
+    void P##ce_vp_stats(dx_backend *be, void *stats, const void *logits,                      \
+                        const int32_t *targets, int N, int Vl, int v0);                        \
+    void P##ce_vp_finish(dx_backend *be, void *loss_sum, void *dlogits, const void *logits,   \
+                         const void *gathered, int tp, const int32_t *targets, int N, int Vl,  \
+                         int v0, float dscale);                                                \
     void P##add(dx_backend *be, void *y, const void *a, const void *b, size_t n);             \
     void P##adamw(dx_backend *be, void *master, void *work, const void *grad, void *m,        \
                   void *v, size_t n, const dx_adamw_hparams *hp);                              \
@@ -61,6 +70,10 @@ DX_CPU_OPS_DECLARE(dx_cpu_f64_)
         (be)->embedding_fwd = P##embedding_fwd;                                                \
         (be)->embedding_bwd = P##embedding_bwd;                                                \
         (be)->cross_entropy = P##cross_entropy;                                                \
+        (be)->embedding_vp_fwd = P##embedding_vp_fwd;                                          \
+        (be)->embedding_vp_bwd = P##embedding_vp_bwd;                                          \
+        (be)->ce_vp_stats = P##ce_vp_stats;                                                    \
+        (be)->ce_vp_finish = P##ce_vp_finish;                                                  \
         (be)->add = P##add;                                                                    \
         (be)->adamw = P##adamw;                                                                \
         (be)->sumsq = P##sumsq;                                                                \

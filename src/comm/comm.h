@@ -54,9 +54,15 @@ struct dx_comm {
      * recv_bytes[size] (root only) gives each rank's byte count (< 2 GiB in all). */
     int (*gatherv)(dx_comm *c, const void *send, size_t bytes, void *recv,
                    const size_t *recv_bytes, int root);
-    /* Point to point, blocking: buf[bytes] to / from rank `peer` of this group with `tag`. */
+    /* Point to point, blocking: buf[bytes] to / from rank `peer` of this group with `tag`.
+     * recv: later work (NCCL: the compute stream) sees the data. */
     int (*send)(dx_comm *c, const void *buf, size_t bytes, int peer, int tag);
     int (*recv)(dx_comm *c, void *buf, size_t bytes, int peer, int tag);
+    /* Non-blocking send: starts sending buf[bytes] (as queued so far by the compute stream) to
+     * `peer` with `tag` and returns; buf must stay unchanged until `wait` on req (MPI_Isend; NCCL:
+     * ncclSend on the comm's stream, so a send to a peer that has not yet posted its receive
+     * holds up no compute). Messages between two ranks with one tag arrive in order. */
+    int (*send_start)(dx_comm *c, const void *buf, size_t bytes, int peer, int tag, dx_comm_req *req);
     int (*barrier)(dx_comm *c);
     /* Maximum of an int over the group (used to agree on errors: any rank's -1 -> all see 1). */
     int (*max_int)(dx_comm *c, int value, int *out);

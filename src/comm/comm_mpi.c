@@ -85,8 +85,27 @@ static int m_reduce_scatter_start(dx_comm *c, const void *send, void *recv, size
 
 static int m_wait(dx_comm *c, dx_comm_req *req)
 {
-    (void)c;
+    int rc = 0;
+    if (req->active && req->handle) { /* a send_start's MPI_Request */
+        rc = check(MPI_Wait((MPI_Request *)req->handle, MPI_STATUS_IGNORE), "send wait", c->rank);
+        free(req->handle);
+        req->handle = NULL;
+    }
     req->active = 0;
+    return rc;
+}
+
+static int m_send_start(dx_comm *c, const void *buf, size_t bytes, int peer, int tag, dx_comm_req *req)
+{
+    if (bytes > CHUNK) return dx_fail("rank %d: send of %zu bytes exceeds MPI's int count", c->rank, bytes);
+    MPI_Request *r = malloc(sizeof *r);
+    if (!r) return dx_fail("rank %d: out of memory for a send request", c->rank);
+    if (check(MPI_Isend(buf, (int)bytes, MPI_BYTE, peer, tag, C(c), r), "send", c->rank)) {
+        free(r);
+        return -1;
+    }
+    req->handle = r;
+    req->active = 1;
     return 0;
 }
 
@@ -189,6 +208,7 @@ static dx_comm *wrap(MPI_Comm comm, int owns)
     c->gatherv = m_gatherv;
     c->send = m_send;
     c->recv = m_recv;
+    c->send_start = m_send_start;
     c->barrier = m_barrier;
     c->max_int = m_max_int;
     c->destroy = m_destroy;

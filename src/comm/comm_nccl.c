@@ -197,6 +197,15 @@ static int n_send(dx_comm *c, const void *buf, size_t bytes, int peer, int tag)
     return end(c, l, "send");
 }
 
+static int n_send_start(dx_comm *c, const void *buf, size_t bytes, int peer, int tag, dx_comm_req *req)
+{
+    (void)tag;
+    lane *l = &I(c)->main;
+    if (begin(c, l, "send")) return -1;
+    if (ck_nccl(ncclSend(buf, bytes, ncclUint8, peer, l->comm, l->stream), "send", c->rank)) return -1;
+    return finish_async(c, l, "send", req);
+}
+
 static int n_recv(dx_comm *c, void *buf, size_t bytes, int peer, int tag)
 {
     (void)tag;
@@ -367,6 +376,7 @@ dx_comm *dx_comm_nccl_create(dx_comm *host, dx_backend *be)
     c->gatherv = n_gatherv;
     c->send = n_send;
     c->recv = n_recv;
+    c->send_start = n_send_start;
     c->barrier = n_barrier;
     c->max_int = n_max_int;
 #if DX_NCCL_CE

@@ -8,6 +8,8 @@
 #include <unistd.h>
 
 #include "checkpoints/checkpoint.h"
+#include "comm/grid.h"
+#include "pp/schedule.h"
 #include "common/common.h"
 #include "trace/tracer.h"
 #include "trace/trace.h"
@@ -120,10 +122,26 @@ int dx_run_train(const dx_config *c, dx_comm *world)
         const char **hp = calloc((size_t)P, sizeof *hp);
         for (int r = 0; hp && r < P; r++) hp[r] = hosts + (size_t)r * sizeof host;
         const char *levels[] = {"step", "module", "op"};
+        const int v = c->pp_schedule == DX_PP_INTERLEAVED
+                          ? c->model.num_hidden_layers / (c->pp * c->layers_per_virtual_stage) : 1;
+        int32_t *coords = calloc((size_t)P * 3, sizeof *coords);
+        for (int r = 0; coords && r < P; r++) {
+            int t, d, p;
+            dx_grid_coords(r, c->tp, c->dp, &t, &d, &p);
+            coords[3 * r] = p;
+            coords[3 * r + 1] = d;
+            coords[3 * r + 2] = t;
+        }
         dx_trace_meta meta = {.config_json = cfg_json ? cfg_json : "{}", .world_size = P,
                               .hosts = hp, .device = c->device,
-                              .trace_level = levels[c->trace_level]};
-        tw = hp ? dx_trace_create(c->trace_path, &meta) : NULL;
+                              .trace_level = levels[c->trace_level], .tp = c->tp, .pp = c->pp,
+                              .dp = c->dp, .sequence_parallel = c->sequence_parallel && c->tp > 1,
+                              .num_model_chunks = v, .num_micro_batches = c->grad_accum,
+                              .pipeline_schedule = c->pp > 1 ? dx_pp_schedule_names[c->pp_schedule] : "none",
+                              .pipeline_bubble_theory = c->pp > 1 ? dx_pp_bubble_fraction(c->pp_schedule, c->pp, c->grad_accum, v) : 0.0,
+                              .grid = coords};
+        tw = hp && coords ? dx_trace_create(c->trace_path, &meta) : NULL;
+        free(coords);
         if (!tw) { dx_fail_prefix("key 'trace.path'"); rc = -1; }
         free(hp);
     }
@@ -152,8 +170,10 @@ int dx_run_train(const dx_config *c, dx_comm *world)
                DX_VERSION, c->device, P, P > 1 ? "s" : "", m->preset[0] ? m->preset : "custom",
                (double)dx_model_num_params(m) / 1e6, m->num_hidden_layers, m->hidden_size,
                m->num_attention_heads, m->num_key_value_heads, m->vocab_size);
-        printf("global batch %d sequences x %d tokens (micro-batch %d, accumulation %d, DP %d), ZeRO stage %d, %ld steps, %d thread%s per rank\n",
-               c->global_batch, c->seq_length, c->micro_batch, c->grad_accum, P, c->zero_stage,
+        printf("grid PP %d x DP %d x TP %d%s%s%s | global batch %d sequences x %d tokens (micro-batch %d, accumulation %d), ZeRO stage %d, %ld steps, %d thread%s per rank\n",
+               c->pp, c->dp, c->tp, c->tp > 1 && c->sequence_parallel ? " (sequence parallel)" : "",
+               c->pp > 1 ? ", schedule " : "", c->pp > 1 ? dx_pp_schedule_names[c->pp_schedule] : "",
+               c->global_batch, c->seq_length, c->micro_batch, c->grad_accum, c->zero_stage,
                c->train_iters, dx_worker_backend(w)->nthreads,
                dx_worker_backend(w)->nthreads > 1 ? "s" : "");
         fflush(stdout);
@@ -242,8 +262,9 @@ int dx_run_train(const dx_config *c, dx_comm *world)
 
     if (c->save_path[0]) {
         char *json = rank == 0 ? dx_config_to_json(c) : NULL;
+        const dx_grid *g = dx_worker_grid(w);
         int src = dx_checkpoint_save(c->save_path, dx_worker_model(w), dx_worker_zero(w), world,
-                                     c->train_iters, json);
+                                     g->dp_host, g->tp_rank, c->train_iters, json);
         free(json);
         if (dx_agree_and_report(world, src)) rc = -1;
         else if (rank == 0) printf("checkpoint written to %s\n", c->save_path);

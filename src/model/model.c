@@ -1,4 +1,5 @@
-/* Llama-2 forward and backward over flat parameter groups; see model.h. */
+/* Llama-2 forward and backward over flat parameter groups, tensor- and pipeline-parallel;
+ * see model.h. */
 #include "model.h"
 
 #include <stdio.h>
@@ -12,42 +13,65 @@ typedef struct {
     void *xn1, *rstd1, *q, *k, *v, *att, *lse, *h, *xn2, *rstd2, *g, *u, *a;
 } layer_acts;
 
+/* One micro-batch's activations of a chunk. */
+typedef struct {
+    void **x;          /* nl + 1 residual buffers X[Nr, D]: x[l] is local layer l's input */
+    layer_acts *acts;  /* [nl] */
+    int32_t *ids;      /* embedding chunk: the micro-batch's ids, for the embedding's backward */
+    void *xnf, *rstdf, *logits, *dlogits; /* head chunk */
+    int B, T, grad_ready;
+} slot_acts;
+
+typedef struct {
+    int first_layer, nl; /* global index of the first layer; layer count */
+    int g0;              /* group of its first layer */
+    int has_emb, has_head;
+    slot_acts *slot;     /* [slots] */
+} chunk;
+
 struct dx_model {
     dx_model_config cfg;
     dx_backend *be;
     int L, D, H, Hkv, Dh, I, V, maxB, maxT;
-    size_t xs, as; /* element sizes of act and acc */
+    /* tensor parallelism: local sizes */
+    int tp, tpr, sp;  /* size, rank, sequence parallel */
+    dx_comm *tpc;
+    int Hl, KVl;      /* query heads and KV heads computed here */
+    int kv_repl;      /* k/v_proj replicated over TP; kv_head: the one KV head used here */
+    int kv_head;
+    int Il, Vl, v0;   /* FFN rows, vocab rows, first vocab id */
+    size_t xs, as;    /* element sizes of act and acc */
 
     int ngroups;
     dx_group *groups;
     int nparams;
     dx_param *params;
+    int gemb, ghead;  /* group indices of the embedding and head, -1 if not held */
 
     /* element offsets inside a decoder layer's group, and inside the head group */
     size_t o_ln1, o_q, o_k, o_v, o_o, o_ln2, o_gate, o_up, o_down, layer_numel;
     size_t o_normf, o_head;
 
+    int nchunks, slots;
+    chunk ch[DX_MODEL_MAX_CHUNKS];
+
     dx_group_hook hook;
     void *hook_ctx;
     dx_tracer *tr;
 
-    /* activations */
-    void **x; /* L+1 residual-stream buffers X[N,D]: x[l] is layer l's input */
-    layer_acts *acts;
-    void *xnf, *rstdf, *logits, *dlogits;
-    /* backward scratch */
+    /* scratch shared by all slots (one forward or backward runs at a time) */
     void *dres, *dxn, *dq, *dk, *dv, *datt, *dg, *du, *da;
+    void *full;   /* X[N, D]: sequence parallelism's gathered residual gradient / pre-scatter sums */
+    void *shard;  /* X[Nr, D]: sequence parallelism's norm output before its all-gather */
+    void *stats, *gstats; /* A[N, 2], A[tp, N, 2]: vocab-parallel cross-entropy */
     size_t act_bytes;
-
-    /* the last forward's inputs, for backward */
-    const int32_t *ids;
-    int B, T, grad_ready;
 };
 
 static void *at(const void *p, size_t elems, size_t es) { return (char *)p + elems * es; }
 
 static int add_param(dx_model *m, int cap, const char *name, int group, size_t *off, int rows,
-                     int cols, int is_norm)
+                     int cols, int is_norm, int gindex, int full_rows, int full_cols, int row0,
+                     int col0)
 {
     if (m->nparams >= cap) return dx_fail("model: parameter table overflow");
     dx_param *p = &m->params[m->nparams++];
@@ -59,6 +83,13 @@ static int add_param(dx_model *m, int cap, const char *name, int group, size_t *
     p->numel = (size_t)rows * (size_t)(cols ? cols : 1);
     p->is_norm = is_norm;
     p->decay = !is_norm;
+    p->global_index = gindex;
+    p->full_rows = full_rows;
+    p->full_cols = full_cols;
+    p->row0 = row0;
+    p->col0 = col0;
+    p->tp_replicated = m->tp > 1 && rows == full_rows && cols == full_cols;
+    p->tp_reduce = p->tp_replicated && (is_norm ? m->sp : 1);
     *off += p->numel;
     return 0;
 }
@@ -72,7 +103,47 @@ static void *act_alloc(dx_model *m, size_t elems, size_t es, int *fail)
     return p;
 }
 
+int dx_model_residual_rows(const dx_model *m, int N) { return m->sp ? N / m->tp : N; }
+size_t dx_model_residual_bytes(const dx_model *m, int N)
+{
+    return (size_t)dx_model_residual_rows(m, N) * (size_t)m->D * m->xs;
+}
+dx_backend *dx_model_backend(const dx_model *m) { return m->be; }
+
 dx_model *dx_model_create(const dx_model_config *cfg, dx_backend *be, int max_B, int max_T)
+{
+    dx_model_part part = {.tp = 1, .nchunks = 1, .num_layers = {cfg->num_hidden_layers},
+                          .slots = 1};
+    return dx_model_create_part(cfg, be, max_B, max_T, &part);
+}
+
+static int check_part(const dx_model_config *cfg, const dx_model_part *p, int N)
+{
+    const int tp = p->tp;
+    if (tp < 1 || p->tp_rank < 0 || p->tp_rank >= tp || (tp > 1 && !p->tp_comm))
+        return dx_fail("model: bad tensor-parallel rank %d of %d", p->tp_rank, tp);
+    if (cfg->num_attention_heads % tp || cfg->intermediate_size % tp || cfg->vocab_size % tp ||
+        (cfg->num_key_value_heads % tp && tp % cfg->num_key_value_heads))
+        return dx_fail("model: tensor-parallel size %d does not split heads %d, KV heads %d, "
+                       "FFN %d or vocab %d", tp, cfg->num_attention_heads,
+                       cfg->num_key_value_heads, cfg->intermediate_size, cfg->vocab_size);
+    if (p->sequence_parallel && tp > 1 && N % tp)
+        return dx_fail("model: sequence parallelism needs micro-batch x seq (%d) divisible by "
+                       "tensor-parallel size %d", N, tp);
+    if (p->nchunks < 1 || p->nchunks > DX_MODEL_MAX_CHUNKS || p->slots < 1)
+        return dx_fail("model: %d chunks (1..%d), %d slots", p->nchunks, DX_MODEL_MAX_CHUNKS, p->slots);
+    for (int c = 0; c < p->nchunks; c++) {
+        int f = p->first_layer[c], n = p->num_layers[c];
+        if (f < 0 || n < 1 || f + n > cfg->num_hidden_layers ||
+            (c > 0 && f < p->first_layer[c - 1] + p->num_layers[c - 1]))
+            return dx_fail("model: chunk %d's layers [%d, %d) outside the model's %d or out of "
+                           "order", c, f, f + n, cfg->num_hidden_layers);
+    }
+    return 0;
+}
+
+dx_model *dx_model_create_part(const dx_model_config *cfg, dx_backend *be, int max_B, int max_T,
+                               const dx_model_part *part)
 {
     if (cfg->hidden_size <= 0 || cfg->num_attention_heads <= 0 || cfg->num_key_value_heads <= 0 ||
         cfg->hidden_size % cfg->num_attention_heads ||
@@ -84,6 +155,7 @@ dx_model *dx_model_create(const dx_model_config *cfg, dx_backend *be, int max_B,
                 cfg->num_hidden_layers);
         return NULL;
     }
+    if (check_part(cfg, part, max_B * max_T)) return NULL;
     dx_model *m = calloc(1, sizeof *m);
     if (!m) { dx_fail("model: out of memory"); return NULL; }
     m->cfg = *cfg;
@@ -99,85 +171,149 @@ dx_model *dx_model_create(const dx_model_config *cfg, dx_backend *be, int max_B,
     m->maxT = max_T;
     m->xs = dx_dtype_size(be->act);
     m->as = dx_dtype_size(be->acc);
+    m->tp = part->tp;
+    m->tpr = part->tp_rank;
+    m->sp = part->tp > 1 && part->sequence_parallel;
+    m->tpc = part->tp > 1 ? part->tp_comm : NULL;
+    m->Hl = m->H / m->tp;
+    m->kv_repl = m->Hkv % m->tp != 0;
+    m->KVl = m->kv_repl ? 1 : m->Hkv / m->tp;
+    m->kv_head = m->kv_repl ? (m->tpr * m->Hl) / (m->H / m->Hkv) : 0;
+    m->Il = m->I / m->tp;
+    m->Vl = m->V / m->tp;
+    m->v0 = m->tpr * m->Vl;
+    m->nchunks = part->nchunks;
+    m->slots = part->slots;
+    m->gemb = m->ghead = -1;
 
-    const int L = m->L, D = m->D, I = m->I, V = m->V;
-    const int HD = m->H * m->Dh, KD = m->Hkv * m->Dh;
-    m->ngroups = L + 2;
-    int cap = 2 + 9 * L + 2;
+    const int L = m->L, D = m->D, Dh = m->Dh, I = m->I, V = m->V, tr = m->tpr;
+    const int HD = m->H * Dh, KD = m->Hkv * Dh, HDl = m->Hl * Dh, Il = m->Il, Vl = m->Vl;
+    /* held k/v rows: this rank's KV heads, or all of them when replicated */
+    const int KDh = m->kv_repl ? KD : m->KVl * Dh, kv_row0 = m->kv_repl ? 0 : tr * m->KVl * Dh;
+    int held_layers = 0;
+    for (int c = 0; c < m->nchunks; c++) held_layers += part->num_layers[c];
+    const int has_emb = part->first_layer[0] == 0;
+    const int has_head = part->first_layer[m->nchunks - 1] + part->num_layers[m->nchunks - 1] == L;
+    m->ngroups = held_layers + has_emb + has_head;
+    int cap = 9 * held_layers + 4;
     m->groups = calloc((size_t)m->ngroups, sizeof *m->groups);
     m->params = calloc((size_t)cap, sizeof *m->params);
     if (!m->groups || !m->params) { dx_model_destroy(m); dx_fail("model: out of memory"); return NULL; }
 
     char name[96];
     size_t off = 0;
-    if (add_param(m, cap, "model.embed_tokens.weight", 0, &off, V, D, 0)) goto fail;
-    m->groups[0].numel = off;
-    for (int l = 0; l < L; l++) {
-        off = 0;
-        int g = l + 1;
-#define P(suffix, rows, cols, norm, field)                                                   \
-    snprintf(name, sizeof name, "model.layers.%d.%s", l, suffix);                            \
-    if (l == 0) m->field = off;                                                               \
-    if (add_param(m, cap, name, g, &off, rows, cols, norm)) goto fail;
-        P("input_layernorm.weight", D, 0, 1, o_ln1)
-        P("self_attn.q_proj.weight", HD, D, 0, o_q)
-        P("self_attn.k_proj.weight", KD, D, 0, o_k)
-        P("self_attn.v_proj.weight", KD, D, 0, o_v)
-        P("self_attn.o_proj.weight", D, HD, 0, o_o)
-        P("post_attention_layernorm.weight", D, 0, 1, o_ln2)
-        P("mlp.gate_proj.weight", I, D, 0, o_gate)
-        P("mlp.up_proj.weight", I, D, 0, o_up)
-        P("mlp.down_proj.weight", D, I, 0, o_down)
-#undef P
+    int g = 0;
+    if (has_emb) {
+        m->gemb = g;
+        if (add_param(m, cap, "model.embed_tokens.weight", g, &off, Vl, D, 0, 0, V, D, m->v0, 0)) goto fail;
         m->groups[g].numel = off;
-        m->layer_numel = off;
+        m->groups[g].module = DX_MOD_EMBEDDING;
+        m->groups[g].layer = -1;
+        g++;
     }
-    off = 0;
-    m->o_normf = off;
-    if (add_param(m, cap, "model.norm.weight", L + 1, &off, D, 0, 1)) goto fail;
-    m->o_head = off;
-    if (add_param(m, cap, "lm_head.weight", L + 1, &off, V, D, 0)) goto fail;
-    m->groups[L + 1].numel = off;
-    for (int g = 1; g < m->ngroups; g++) m->groups[g].backward_reads_work = 1;
+    for (int c = 0; c < m->nchunks; c++) {
+        chunk *C = &m->ch[c];
+        C->first_layer = part->first_layer[c];
+        C->nl = part->num_layers[c];
+        C->g0 = g;
+        C->has_emb = c == 0 && has_emb;
+        C->has_head = c == m->nchunks - 1 && has_head;
+        for (int li = 0; li < C->nl; li++, g++) {
+            const int l = C->first_layer + li;
+            int k = 0;
+            off = 0;
+#define P(suffix, rows, cols, norm, field, frows, fcols, r0, c0)                                \
+    snprintf(name, sizeof name, "model.layers.%d.%s", l, suffix);                              \
+    m->field = off;                                                                            \
+    if (add_param(m, cap, name, g, &off, rows, cols, norm, 1 + 9 * l + k++, frows, fcols, r0, c0)) \
+        goto fail;
+            P("input_layernorm.weight", D, 0, 1, o_ln1, D, 0, 0, 0)
+            P("self_attn.q_proj.weight", HDl, D, 0, o_q, HD, D, tr * HDl, 0)
+            P("self_attn.k_proj.weight", KDh, D, 0, o_k, KD, D, kv_row0, 0)
+            P("self_attn.v_proj.weight", KDh, D, 0, o_v, KD, D, kv_row0, 0)
+            P("self_attn.o_proj.weight", D, HDl, 0, o_o, D, HD, 0, tr * HDl)
+            P("post_attention_layernorm.weight", D, 0, 1, o_ln2, D, 0, 0, 0)
+            P("mlp.gate_proj.weight", Il, D, 0, o_gate, I, D, tr * Il, 0)
+            P("mlp.up_proj.weight", Il, D, 0, o_up, I, D, tr * Il, 0)
+            P("mlp.down_proj.weight", D, Il, 0, o_down, D, I, 0, tr * Il)
+#undef P
+            m->groups[g].numel = off;
+            m->groups[g].module = DX_MOD_LAYER;
+            m->groups[g].layer = l;
+            m->layer_numel = off;
+        }
+    }
+    if (has_head) {
+        m->ghead = g;
+        off = 0;
+        m->o_normf = off;
+        if (add_param(m, cap, "model.norm.weight", g, &off, D, 0, 1, 1 + 9 * L, D, 0, 0, 0)) goto fail;
+        m->o_head = off;
+        if (add_param(m, cap, "lm_head.weight", g, &off, Vl, D, 0, 2 + 9 * L, V, D, m->v0, 0)) goto fail;
+        m->groups[g].numel = off;
+        m->groups[g].module = DX_MOD_LM_HEAD;
+        m->groups[g].layer = -1;
+    }
+    for (int i = 0; i < m->ngroups; i++) m->groups[i].backward_reads_work = i != m->gemb;
 
     /* activations */
-    size_t N = (size_t)max_B * (size_t)max_T;
+    const size_t N = (size_t)max_B * (size_t)max_T, Nr = (size_t)dx_model_residual_rows(m, (int)N);
+    const size_t KDl = (size_t)m->KVl * Dh;
     int f = 0;
-    size_t xs = m->xs, as = m->as;
-    m->x = calloc((size_t)L + 1, sizeof *m->x);
-    m->acts = calloc((size_t)L, sizeof *m->acts);
-    if (!m->x || !m->acts) { dx_fail("model: out of memory"); goto fail; }
-    for (int l = 0; l <= L; l++) m->x[l] = act_alloc(m, N * D, xs, &f);
-    for (int l = 0; l < L; l++) {
-        layer_acts *a = &m->acts[l];
-        a->xn1 = act_alloc(m, N * D, xs, &f);
-        a->rstd1 = act_alloc(m, N, as, &f);
-        a->q = act_alloc(m, N * HD, xs, &f);
-        a->k = act_alloc(m, N * KD, xs, &f);
-        a->v = act_alloc(m, N * KD, xs, &f);
-        a->att = act_alloc(m, N * HD, xs, &f);
-        a->lse = act_alloc(m, N * m->H, as, &f);
-        a->h = act_alloc(m, N * D, xs, &f);
-        a->xn2 = act_alloc(m, N * D, xs, &f);
-        a->rstd2 = act_alloc(m, N, as, &f);
-        a->g = act_alloc(m, N * I, xs, &f);
-        a->u = act_alloc(m, N * I, xs, &f);
-        a->a = act_alloc(m, N * I, xs, &f);
+    const size_t xs = m->xs, as = m->as;
+    for (int c = 0; c < m->nchunks && !f; c++) {
+        chunk *C = &m->ch[c];
+        C->slot = calloc((size_t)m->slots, sizeof *C->slot);
+        if (!C->slot) { dx_fail("model: out of memory"); goto fail; }
+        for (int s = 0; s < m->slots && !f; s++) {
+            slot_acts *S = &C->slot[s];
+            S->x = calloc((size_t)C->nl + 1, sizeof *S->x);
+            S->acts = calloc((size_t)C->nl, sizeof *S->acts);
+            if (!S->x || !S->acts) { dx_fail("model: out of memory"); goto fail; }
+            for (int l = 0; l <= C->nl; l++) S->x[l] = act_alloc(m, Nr * D, xs, &f);
+            for (int l = 0; l < C->nl; l++) {
+                layer_acts *a = &S->acts[l];
+                a->xn1 = act_alloc(m, N * D, xs, &f);
+                a->rstd1 = act_alloc(m, Nr, as, &f);
+                a->q = act_alloc(m, N * HDl, xs, &f);
+                a->k = act_alloc(m, N * KDl, xs, &f);
+                a->v = act_alloc(m, N * KDl, xs, &f);
+                a->att = act_alloc(m, N * HDl, xs, &f);
+                a->lse = act_alloc(m, N * m->Hl, as, &f);
+                a->h = act_alloc(m, Nr * D, xs, &f);
+                a->xn2 = act_alloc(m, N * D, xs, &f);
+                a->rstd2 = act_alloc(m, Nr, as, &f);
+                a->g = act_alloc(m, N * Il, xs, &f);
+                a->u = act_alloc(m, N * Il, xs, &f);
+                a->a = act_alloc(m, N * Il, xs, &f);
+            }
+            if (C->has_emb) S->ids = act_alloc(m, N, sizeof(int32_t), &f);
+            if (C->has_head) {
+                S->xnf = act_alloc(m, N * D, xs, &f);
+                S->rstdf = act_alloc(m, Nr, as, &f);
+                S->logits = act_alloc(m, N * Vl, as, &f);
+                S->dlogits = be->act == be->acc ? S->logits : act_alloc(m, N * Vl, xs, &f);
+            }
+        }
     }
-    m->xnf = act_alloc(m, N * D, xs, &f);
-    m->rstdf = act_alloc(m, N, as, &f);
-    m->logits = act_alloc(m, N * V, as, &f);
-    m->dlogits = be->act == be->acc ? m->logits : act_alloc(m, N * V, xs, &f);
-    m->dres = act_alloc(m, N * D, xs, &f);
+    m->dres = act_alloc(m, Nr * D, xs, &f);
     m->dxn = act_alloc(m, N * D, xs, &f);
-    m->dq = act_alloc(m, N * HD, xs, &f);
-    m->dk = act_alloc(m, N * KD, xs, &f);
-    m->dv = act_alloc(m, N * KD, xs, &f);
-    m->datt = act_alloc(m, N * HD, xs, &f);
-    m->dg = act_alloc(m, N * I, xs, &f);
-    m->du = act_alloc(m, N * I, xs, &f);
-    m->da = act_alloc(m, N * I, xs, &f);
-    if (f) { dx_fail_prefix("model: activations for micro-batch %d x seq %d", max_B, max_T); goto fail; }
+    m->dq = act_alloc(m, N * HDl, xs, &f);
+    m->dk = act_alloc(m, N * KDl, xs, &f);
+    m->dv = act_alloc(m, N * KDl, xs, &f);
+    m->datt = act_alloc(m, N * HDl, xs, &f);
+    m->dg = act_alloc(m, N * Il, xs, &f);
+    m->du = act_alloc(m, N * Il, xs, &f);
+    m->da = act_alloc(m, N * Il, xs, &f);
+    if (m->sp) {
+        m->full = act_alloc(m, N * D, xs, &f);
+        m->shard = act_alloc(m, Nr * D, xs, &f);
+    }
+    if (m->tp > 1 && has_head) {
+        m->stats = act_alloc(m, N * 2, as, &f);
+        m->gstats = act_alloc(m, (size_t)m->tp * N * 2, as, &f);
+    }
+    if (f) { dx_fail_prefix("model: activations for %d slot(s) of micro-batch %d x seq %d", m->slots, max_B, max_T); goto fail; }
     return m;
 fail:
     dx_model_destroy(m);
@@ -188,21 +324,30 @@ void dx_model_destroy(dx_model *m)
 {
     if (!m) return;
     dx_backend *be = m->be;
-    if (m->x)
-        for (int l = 0; l <= m->L; l++) be->free(be, m->x[l]);
-    if (m->acts)
-        for (int l = 0; l < m->L; l++) {
-            layer_acts *a = &m->acts[l];
-            void *ps[] = {a->xn1, a->rstd1, a->q, a->k, a->v, a->att, a->lse,
-                          a->h, a->xn2, a->rstd2, a->g, a->u, a->a};
+    for (int c = 0; c < m->nchunks; c++) {
+        chunk *C = &m->ch[c];
+        for (int s = 0; C->slot && s < m->slots; s++) {
+            slot_acts *S = &C->slot[s];
+            if (S->x)
+                for (int l = 0; l <= C->nl; l++) be->free(be, S->x[l]);
+            if (S->acts)
+                for (int l = 0; l < C->nl; l++) {
+                    layer_acts *a = &S->acts[l];
+                    void *ps[] = {a->xn1, a->rstd1, a->q, a->k, a->v, a->att, a->lse,
+                                  a->h, a->xn2, a->rstd2, a->g, a->u, a->a};
+                    for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++) be->free(be, ps[i]);
+                }
+            if (S->dlogits != S->logits) be->free(be, S->dlogits);
+            void *ps[] = {S->ids, S->xnf, S->rstdf, S->logits};
             for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++) be->free(be, ps[i]);
+            free(S->x);
+            free(S->acts);
         }
-    if (m->dlogits != m->logits) be->free(be, m->dlogits);
-    void *ps[] = {m->xnf, m->rstdf, m->logits, m->dres, m->dxn, m->dq, m->dk,
-                  m->dv, m->datt, m->dg, m->du, m->da};
+        free(C->slot);
+    }
+    void *ps[] = {m->dres, m->dxn, m->dq, m->dk, m->dv, m->datt, m->dg, m->du, m->da,
+                  m->full, m->shard, m->stats, m->gstats};
     for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++) be->free(be, ps[i]);
-    free(m->x);
-    free(m->acts);
     free(m->groups);
     free(m->params);
     free(m);
@@ -212,14 +357,49 @@ int dx_model_num_groups(const dx_model *m) { return m->ngroups; }
 dx_group *dx_model_group(dx_model *m, int g) { return &m->groups[g]; }
 int dx_model_num_params_table(const dx_model *m) { return m->nparams; }
 const dx_param *dx_model_param(const dx_model *m, int i) { return &m->params[i]; }
-const void *dx_model_logits(const dx_model *m) { return m->logits; }
 size_t dx_model_activation_bytes(const dx_model *m) { return m->act_bytes; }
+int dx_model_num_chunks(const dx_model *m) { return m->nchunks; }
+int dx_model_chunk_has_embedding(const dx_model *m, int c) { return m->ch[c].has_emb; }
+int dx_model_chunk_has_head(const dx_model *m, int c) { return m->ch[c].has_head; }
+void *dx_model_chunk_input(dx_model *m, int c, int s) { return m->ch[c].slot[s].x[0]; }
+void *dx_model_chunk_output(dx_model *m, int c, int s) { return m->ch[c].slot[s].x[m->ch[c].nl]; }
+void *dx_model_grad_buffer(dx_model *m) { return m->dres; }
+
+int dx_model_vocab_slice(const dx_model *m, int *v0)
+{
+    *v0 = m->v0;
+    return m->Vl;
+}
+
+const void *dx_model_logits(const dx_model *m)
+{
+    return m->ghead >= 0 ? m->ch[m->nchunks - 1].slot[0].logits : NULL;
+}
 
 int dx_model_find_param(const dx_model *m, const char *name)
 {
     for (int i = 0; i < m->nparams; i++)
         if (!strcmp(m->params[i].name, name)) return i;
     return -1;
+}
+
+int dx_model_is_param_name(const dx_model *m, const char *name)
+{
+    static const char *const layer_suffix[] = {
+        "input_layernorm.weight", "self_attn.q_proj.weight", "self_attn.k_proj.weight",
+        "self_attn.v_proj.weight", "self_attn.o_proj.weight", "post_attention_layernorm.weight",
+        "mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight"};
+    if (!strcmp(name, "model.embed_tokens.weight") || !strcmp(name, "model.norm.weight") ||
+        !strcmp(name, "lm_head.weight"))
+        return 1;
+    int l, n = 0;
+    if (sscanf(name, "model.layers.%d.%n", &l, &n) != 1 || n == 0 || l < 0 || l >= m->L) return 0;
+    char canon[96];
+    snprintf(canon, sizeof canon, "model.layers.%d.", l);
+    if (strncmp(name, canon, (size_t)n)) return 0; /* no leading zeros or signs */
+    for (size_t i = 0; i < sizeof layer_suffix / sizeof layer_suffix[0]; i++)
+        if (!strcmp(name + n, layer_suffix[i])) return 1;
+    return 0;
 }
 
 void dx_model_set_hook(dx_model *m, dx_group_hook hook, void *ctx)
@@ -237,10 +417,14 @@ void dx_model_init_values(const dx_model *m, int g, size_t start, size_t count, 
         if (p->group != g) continue;
         size_t lo = p->offset > start ? p->offset : start;
         size_t hi = p->offset + p->numel < end ? p->offset + p->numel : end;
+        const size_t cols = p->cols ? (size_t)p->cols : 1, fcols = p->cols ? (size_t)p->full_cols : 1;
         for (size_t e = lo; e < hi; e++) {
+            /* the element's index in the logical tensor */
+            size_t le = e - p->offset, r = le / cols, c = le % cols;
+            size_t ge = ((size_t)p->row0 + r) * fcols + (size_t)p->col0 + c;
             out[e - start] = p->is_norm ? 1.0f
                                         : (float)(m->cfg.initializer_range *
-                                                  dx_normal(seed, (uint64_t)i, e - p->offset));
+                                                  dx_normal(seed, (uint64_t)p->global_index, ge));
         }
     }
 }
@@ -260,6 +444,43 @@ static int hook(dx_model *m, int g, dx_hook_kind k)
             dx_tr_end((m)->tr, mod_t0_, (module), (layer), DX_OP_MODULE, DX_STREAM_COMPUTE, 0, 0); \
     } while (0)
 #define OP(module, layer, op, flops, bytes, call) DX_TRACE_OP(m->tr, module, layer, op, flops, bytes, call)
+
+/* ---- TP collectives (over m->tpc, in place or into a separate buffer), traced as the op of
+ * module / layer (device marks when the comm leaves some, else the host times). ---- */
+static int tp_comm_done(dx_model *m, int module, int layer, int op, int64_t bytes, uint64_t t0, int rc)
+{
+    uint64_t t1 = dx_now_ns();
+    if (!rc && dx_tr_on(m->tr, 1)) {
+        if (m->tpc->last_mark[0] >= 0)
+            dx_tr_record_marks(m->tr, m->tpc->last_mark[0], m->tpc->last_mark[1], module, layer, op,
+                               DX_STREAM_COMM, bytes, 0);
+        else
+            dx_tr_record(m->tr, t0, t1, module, layer, op, DX_STREAM_COMM, bytes, 0);
+    }
+    return rc ? -1 : 0;
+}
+/* buf X[n] summed over TP */
+static int tp_all_reduce(dx_model *m, int module, int layer, void *buf, size_t n)
+{
+    uint64_t t0 = dx_now_ns();
+    return tp_comm_done(m, module, layer, DX_OP_ALL_REDUCE, (int64_t)(n * m->xs), t0,
+                        m->tpc->all_reduce_sum(m->tpc, buf, n, m->be->act));
+}
+/* recv X[tp * n] = every TP rank's send X[n] */
+static int tp_all_gather(dx_model *m, int module, int layer, const void *send, void *recv, size_t n,
+                         dx_dtype dt)
+{
+    uint64_t t0 = dx_now_ns();
+    return tp_comm_done(m, module, layer, DX_OP_ALL_GATHER, (int64_t)(n * m->tp * dx_dtype_size(dt)), t0,
+                        m->tpc->all_gather(m->tpc, send, recv, n, dt));
+}
+/* recv X[n] = sum over TP ranks of send X[tp * n] rows [tr n, (tr + 1) n) */
+static int tp_reduce_scatter(dx_model *m, int module, int layer, const void *send, void *recv, size_t n)
+{
+    uint64_t t0 = dx_now_ns();
+    return tp_comm_done(m, module, layer, DX_OP_REDUCE_SCATTER, (int64_t)(n * m->tp * m->xs), t0,
+                        m->tpc->reduce_scatter_sum(m->tpc, send, recv, n, m->be->act));
+}
 
 /* FLOPs and bytes of C[M,N] = A[M,K] B[K,N] (+ beta C). */
 static int64_t gemm_flops(int M, int N, int K) { return 2 * (int64_t)M * N * K; }
@@ -289,183 +510,310 @@ static void linear_bwd(dx_model *m, int module, int layer, void *dx, void *dW, c
        be->gemm(be, 1, 0, out, in, N, 1.0f, dy, out, x, in, 1.0f, dW, in, 1));
 }
 
-int dx_model_forward(dx_model *m, const int32_t *ids, const int32_t *targets, int B, int T,
-                     void *loss_sum, int want_grad, float dscale)
+/* RMSNorm of the residual rows x[Nr, D] into xn: the full xn[N, D] the column-parallel GEMMs
+ * read (sequence parallelism: this rank's rows, then all-gathered over TP). */
+static int norm_fwd(dx_model *m, int module, int layer, void *xn, void *rstd, const void *x,
+                    const void *w, int N)
 {
     dx_backend *be = m->be;
-    const int L = m->L, D = m->D, H = m->H, Hkv = m->Hkv, Dh = m->Dh, I = m->I, V = m->V;
-    const int HD = H * Dh, KD = Hkv * Dh, N = B * T;
+    const int D = m->D, Nr = dx_model_residual_rows(m, N);
+    const int64_t ND = (int64_t)Nr * D, xsz = (int64_t)m->xs;
+    const float eps = (float)m->cfg.rms_norm_eps;
+    void *y = m->sp ? m->shard : xn;
+    OP(module, layer, DX_OP_RMSNORM, 4 * ND, 2 * ND * xsz, be->rmsnorm_fwd(be, y, rstd, x, w, Nr, D, eps));
+    if (m->sp) return tp_all_gather(m, module, layer, m->shard, xn, (size_t)Nr * D, be->act);
+    return 0;
+}
+
+/* The row-parallel GEMM's output plus the residual: out[Nr, D] = res + sum over TP of
+ * in[N, K] W[D, K]^T (all-reduce; with sequence parallelism a reduce-scatter to this rank's rows). */
+static int row_parallel_fwd(dx_model *m, int module, int layer, void *out, const void *res,
+                            const void *in, const void *W, int N, int K)
+{
+    dx_backend *be = m->be;
+    const int D = m->D, Nr = dx_model_residual_rows(m, N);
     const size_t xs = m->xs;
-    const float eps = (float)m->cfg.rms_norm_eps, theta = (float)m->cfg.rope_theta;
+    const int64_t ND = (int64_t)Nr * D;
+    if (m->sp) { /* full = in W^T, this rank's rows += res, reduce-scatter */
+        void *mine = at(m->full, (size_t)m->tpr * Nr * D, xs);
+        linear_fwd(m, module, layer, m->full, in, W, N, K, D, 0.0f);
+        OP(module, layer, DX_OP_ADD, ND, 3 * ND * (int64_t)xs, be->add(be, mine, mine, res, (size_t)ND));
+        return tp_reduce_scatter(m, module, layer, m->full, out, (size_t)Nr * D);
+    }
+    if (m->tpr == 0) /* the residual is added once, by TP rank 0 */
+        OP(module, layer, DX_OP_MEMCPY, 0, 2 * ND * (int64_t)xs, be->copy(be, out, res, (size_t)ND * xs));
+    linear_fwd(m, module, layer, out, in, W, N, K, D, m->tpr == 0 ? 1.0f : 0.0f);
+    return m->tp > 1 ? tp_all_reduce(m, module, layer, out, (size_t)ND) : 0;
+}
+
+/* The gradient of the row-parallel GEMM's output: dres[Nr, D], or its all-gather over TP
+ * (sequence parallelism). */
+static const void *row_parallel_dy(dx_model *m, int module, int layer, int N, int *rc)
+{
+    if (!m->sp) return m->dres;
+    const int Nr = dx_model_residual_rows(m, N);
+    *rc = tp_all_gather(m, module, layer, m->dres, m->full, (size_t)Nr * m->D, m->be->act);
+    return m->full;
+}
+
+/* Input gradient of the column-parallel GEMMs (m->dxn [N, D], partial on each TP rank) reduced
+ * over TP and passed through the RMSNorm's backward into the residual gradient dres (+=). */
+static int norm_bwd(dx_model *m, int module, int layer, void *dw, const void *x, const void *w,
+                    const void *rstd, int N)
+{
+    dx_backend *be = m->be;
+    const int D = m->D, Nr = dx_model_residual_rows(m, N);
+    const int64_t ND = (int64_t)Nr * D, xsz = (int64_t)m->xs;
+    const void *dy = m->dxn;
+    if (m->sp) {
+        if (tp_reduce_scatter(m, module, layer, m->dxn, m->shard, (size_t)Nr * D)) return -1;
+        dy = m->shard;
+    } else if (m->tp > 1 && tp_all_reduce(m, module, layer, m->dxn, (size_t)N * D)) {
+        return -1;
+    }
+    OP(module, layer, DX_OP_RMSNORM, 8 * ND, 4 * ND * xsz,
+       be->rmsnorm_bwd(be, m->dres, dw, dy, x, w, rstd, Nr, D));
+    return 0;
+}
+
+static chunk *chunk_at(dx_model *m, int c, int s, const char *what)
+{
+    if (c < 0 || c >= m->nchunks || s < 0 || s >= m->slots) {
+        dx_fail("model: %s of chunk %d slot %d (have %d chunks, %d slots)", what, c, s, m->nchunks, m->slots);
+        return NULL;
+    }
+    return &m->ch[c];
+}
+
+int dx_model_forward_chunk(dx_model *m, int c, int s, const int32_t *ids, const int32_t *targets,
+                           int B, int T, void *loss_sum, int want_grad, float dscale)
+{
+    dx_backend *be = m->be;
+    chunk *C = chunk_at(m, c, s, "forward");
+    if (!C) return -1;
+    slot_acts *S = &C->slot[s];
+    const int D = m->D, Hl = m->Hl, KVl = m->KVl, Dh = m->Dh, Il = m->Il, Vl = m->Vl;
+    const int HDl = Hl * Dh, KDl = KVl * Dh, N = B * T;
+    const size_t xs = m->xs;
+    const float theta = (float)m->cfg.rope_theta;
     if (B > m->maxB || T > m->maxT || B <= 0 || T <= 0)
         return dx_fail("model: batch %d x %d exceeds the allocated %d x %d", B, T, m->maxB, m->maxT);
-    if (!targets) want_grad = 0;
-    m->ids = ids;
-    m->B = B;
-    m->T = T;
-    m->grad_ready = want_grad;
+    if (m->sp && N % m->tp)
+        return dx_fail("model: %d tokens do not split over %d sequence-parallel ranks", N, m->tp);
+    if (C->has_head && !targets) want_grad = 0;
+    S->B = B;
+    S->T = T;
+    S->grad_ready = want_grad;
 
-    /* ---- forward ---- */
-    const int64_t xsz = (int64_t)xs, asz = (int64_t)m->as, ND = (int64_t)N * D, NI = (int64_t)N * I;
-    const int64_t att_flops = 4 * (int64_t)B * H * Dh * ((int64_t)T * (T + 1) / 2);
-    const int64_t att_bytes = ((int64_t)N * (2 * HD + 2 * KD)) * xsz + (int64_t)N * H * asz;
-    if (hook(m, 0, DX_HOOK_PRE_FORWARD)) return -1;
-    {
+    const int64_t xsz = (int64_t)xs, asz = (int64_t)m->as, NI = (int64_t)N * Il;
+    const int64_t att_flops = 4 * (int64_t)B * Hl * Dh * ((int64_t)T * (T + 1) / 2);
+    const int64_t att_bytes = ((int64_t)N * (2 * HDl + 2 * KDl)) * xsz + (int64_t)N * Hl * asz;
+    if (C->has_emb) {
+        if (hook(m, m->gemb, DX_HOOK_PRE_FORWARD)) return -1;
+        const void *E = m->groups[m->gemb].work;
         MOD_BEGIN(m);
-        OP(DX_MOD_EMBEDDING, -1, DX_OP_EMBEDDING, 0, 2 * ND * xsz + (int64_t)N * 4,
-           be->embedding_fwd(be, m->x[0], ids, m->groups[0].work, N, D));
+        OP(DX_MOD_EMBEDDING, -1, DX_OP_MEMCPY, 0, 2 * (int64_t)N * 4,
+               be->copy(be, S->ids, ids, (size_t)N * sizeof(int32_t)));
+        if (m->tp == 1) {
+            OP(DX_MOD_EMBEDDING, -1, DX_OP_EMBEDDING, 0, 2 * (int64_t)N * D * xsz + (int64_t)N * 4,
+               be->embedding_fwd(be, S->x[0], ids, E, N, D));
+        } else {
+            void *out = m->sp ? m->full : S->x[0];
+            OP(DX_MOD_EMBEDDING, -1, DX_OP_EMBEDDING, 0, 2 * (int64_t)N * D * xsz + (int64_t)N * 4,
+               be->embedding_vp_fwd(be, out, ids, E, N, D, m->v0, Vl));
+            int rc = m->sp ? tp_reduce_scatter(m, DX_MOD_EMBEDDING, -1, m->full, S->x[0],
+                                               (size_t)dx_model_residual_rows(m, N) * D)
+                           : tp_all_reduce(m, DX_MOD_EMBEDDING, -1, S->x[0], (size_t)N * D);
+            if (rc) return -1;
+        }
         MOD_END(m, DX_MOD_EMBEDDING, -1);
+        if (hook(m, m->gemb, DX_HOOK_POST_FORWARD)) return -1;
     }
-    if (hook(m, 0, DX_HOOK_POST_FORWARD)) return -1;
 
-    for (int l = 0; l < L; l++) {
-        if (hook(m, l + 1, DX_HOOK_PRE_FORWARD)) return -1;
-        const void *W = m->groups[l + 1].work;
-        layer_acts *a = &m->acts[l];
+    for (int li = 0; li < C->nl; li++) {
+        const int l = C->first_layer + li, gi = C->g0 + li;
+        if (hook(m, gi, DX_HOOK_PRE_FORWARD)) return -1;
+        const void *W = m->groups[gi].work;
+        layer_acts *a = &S->acts[li];
+        const void *Wk = at(W, m->o_k + (size_t)m->kv_head * Dh * D, xs);
+        const void *Wv = at(W, m->o_v + (size_t)m->kv_head * Dh * D, xs);
         {
             MOD_BEGIN(m);
-            OP(DX_MOD_ATTENTION, l, DX_OP_RMSNORM, 4 * ND, 2 * ND * xsz,
-               be->rmsnorm_fwd(be, a->xn1, a->rstd1, m->x[l], at(W, m->o_ln1, xs), N, D, eps));
-            linear_fwd(m, DX_MOD_ATTENTION, l, a->q, a->xn1, at(W, m->o_q, xs), N, D, HD, 0.0f);
-            linear_fwd(m, DX_MOD_ATTENTION, l, a->k, a->xn1, at(W, m->o_k, xs), N, D, KD, 0.0f);
-            linear_fwd(m, DX_MOD_ATTENTION, l, a->v, a->xn1, at(W, m->o_v, xs), N, D, KD, 0.0f);
-            OP(DX_MOD_ATTENTION, l, DX_OP_ROPE, 6 * (int64_t)N * (HD + KD), 2 * (int64_t)N * (HD + KD) * xsz,
-               be->rope_fwd(be, a->q, B, T, H, Dh, theta); be->rope_fwd(be, a->k, B, T, Hkv, Dh, theta));
+            if (norm_fwd(m, DX_MOD_ATTENTION, l, a->xn1, a->rstd1, S->x[li], at(W, m->o_ln1, xs), N)) return -1;
+            linear_fwd(m, DX_MOD_ATTENTION, l, a->q, a->xn1, at(W, m->o_q, xs), N, D, HDl, 0.0f);
+            linear_fwd(m, DX_MOD_ATTENTION, l, a->k, a->xn1, Wk, N, D, KDl, 0.0f);
+            linear_fwd(m, DX_MOD_ATTENTION, l, a->v, a->xn1, Wv, N, D, KDl, 0.0f);
+            OP(DX_MOD_ATTENTION, l, DX_OP_ROPE, 6 * (int64_t)N * (HDl + KDl), 2 * (int64_t)N * (HDl + KDl) * xsz,
+               be->rope_fwd(be, a->q, B, T, Hl, Dh, theta); be->rope_fwd(be, a->k, B, T, KVl, Dh, theta));
             OP(DX_MOD_ATTENTION, l, DX_OP_ATTENTION, att_flops, att_bytes,
-               be->attention_fwd(be, a->att, a->lse, a->q, a->k, a->v, B, T, H, Hkv, Dh));
-            OP(DX_MOD_ATTENTION, l, DX_OP_MEMCPY, 0, 2 * ND * xsz,
-               be->copy(be, a->h, m->x[l], (size_t)N * D * xs));
-            linear_fwd(m, DX_MOD_ATTENTION, l, a->h, a->att, at(W, m->o_o, xs), N, HD, D, 1.0f);
+               be->attention_fwd(be, a->att, a->lse, a->q, a->k, a->v, B, T, Hl, KVl, Dh));
+            if (row_parallel_fwd(m, DX_MOD_ATTENTION, l, a->h, S->x[li], a->att, at(W, m->o_o, xs), N, HDl))
+                return -1;
             MOD_END(m, DX_MOD_ATTENTION, l);
         }
         {
             MOD_BEGIN(m);
-            OP(DX_MOD_MLP, l, DX_OP_RMSNORM, 4 * ND, 2 * ND * xsz,
-               be->rmsnorm_fwd(be, a->xn2, a->rstd2, a->h, at(W, m->o_ln2, xs), N, D, eps));
-            linear_fwd(m, DX_MOD_MLP, l, a->g, a->xn2, at(W, m->o_gate, xs), N, D, I, 0.0f);
-            linear_fwd(m, DX_MOD_MLP, l, a->u, a->xn2, at(W, m->o_up, xs), N, D, I, 0.0f);
+            if (norm_fwd(m, DX_MOD_MLP, l, a->xn2, a->rstd2, a->h, at(W, m->o_ln2, xs), N)) return -1;
+            linear_fwd(m, DX_MOD_MLP, l, a->g, a->xn2, at(W, m->o_gate, xs), N, D, Il, 0.0f);
+            linear_fwd(m, DX_MOD_MLP, l, a->u, a->xn2, at(W, m->o_up, xs), N, D, Il, 0.0f);
             OP(DX_MOD_MLP, l, DX_OP_SWIGLU, 6 * NI, 3 * NI * xsz,
-               be->swiglu_fwd(be, a->a, a->g, a->u, (size_t)N * I));
-            OP(DX_MOD_MLP, l, DX_OP_MEMCPY, 0, 2 * ND * xsz,
-               be->copy(be, m->x[l + 1], a->h, (size_t)N * D * xs));
-            linear_fwd(m, DX_MOD_MLP, l, m->x[l + 1], a->a, at(W, m->o_down, xs), N, I, D, 1.0f);
+               be->swiglu_fwd(be, a->a, a->g, a->u, (size_t)N * Il));
+            if (row_parallel_fwd(m, DX_MOD_MLP, l, S->x[li + 1], a->h, a->a, at(W, m->o_down, xs), N, Il))
+                return -1;
             MOD_END(m, DX_MOD_MLP, l);
         }
-        if (hook(m, l + 1, DX_HOOK_POST_FORWARD)) return -1;
+        if (hook(m, gi, DX_HOOK_POST_FORWARD)) return -1;
     }
+    if (!C->has_head) return 0;
 
-    const int gh = L + 1;
+    const int gh = m->ghead;
     if (hook(m, gh, DX_HOOK_PRE_FORWARD)) return -1;
     const void *Wh = m->groups[gh].work;
     {
         MOD_BEGIN(m);
-        OP(DX_MOD_RMSNORM, -1, DX_OP_RMSNORM, 4 * ND, 2 * ND * xsz,
-           be->rmsnorm_fwd(be, m->xnf, m->rstdf, m->x[L], at(Wh, m->o_normf, xs), N, D, eps));
+        if (norm_fwd(m, DX_MOD_RMSNORM, -1, S->xnf, S->rstdf, S->x[C->nl], at(Wh, m->o_normf, xs), N))
+            return -1;
         MOD_END(m, DX_MOD_RMSNORM, -1);
     }
     {
         MOD_BEGIN(m);
-        OP(DX_MOD_LM_HEAD, -1, DX_OP_GEMM, gemm_flops(N, V, D), gemm_bytes(m, N, V, D, 1, 0),
-           be->gemm(be, 0, 1, N, V, D, 1.0f, m->xnf, D, at(Wh, m->o_head, xs), D, 0.0f, m->logits, V, 1));
+        OP(DX_MOD_LM_HEAD, -1, DX_OP_GEMM, gemm_flops(N, Vl, D), gemm_bytes(m, N, Vl, D, 1, 0),
+           be->gemm(be, 0, 1, N, Vl, D, 1.0f, S->xnf, D, at(Wh, m->o_head, xs), D, 0.0f, S->logits, Vl, 1));
         MOD_END(m, DX_MOD_LM_HEAD, -1);
     }
     if (targets) {
         MOD_BEGIN(m);
-        OP(DX_MOD_LOSS, -1, DX_OP_CROSS_ENTROPY, 5 * (int64_t)N * V,
-           (int64_t)N * V * (asz + (want_grad ? xsz : 0)),
-           be->cross_entropy(be, loss_sum, want_grad ? m->dlogits : NULL, m->logits, targets, N, V, dscale));
+        void *dl = want_grad ? S->dlogits : NULL;
+        const int64_t ce_bytes = (int64_t)N * Vl * (asz + (want_grad ? xsz : 0));
+        if (m->tp == 1) {
+            OP(DX_MOD_LOSS, -1, DX_OP_CROSS_ENTROPY, 5 * (int64_t)N * Vl, ce_bytes,
+               be->cross_entropy(be, loss_sum, dl, S->logits, targets, N, Vl, dscale));
+        } else { /* vocab-parallel: each rank's row statistics, all-gathered, then the rest */
+            OP(DX_MOD_LOSS, -1, DX_OP_CROSS_ENTROPY, 3 * (int64_t)N * Vl, (int64_t)N * Vl * asz,
+               be->ce_vp_stats(be, m->stats, S->logits, targets, N, Vl, m->v0));
+            if (tp_all_gather(m, DX_MOD_LOSS, -1, m->stats, m->gstats, (size_t)N * 2, be->acc)) return -1;
+            OP(DX_MOD_LOSS, -1, DX_OP_CROSS_ENTROPY, 2 * (int64_t)N * Vl, ce_bytes,
+               be->ce_vp_finish(be, loss_sum, dl, S->logits, m->gstats, m->tp, targets, N, Vl, m->v0, dscale));
+        }
         MOD_END(m, DX_MOD_LOSS, -1);
     }
     return hook(m, gh, DX_HOOK_POST_FORWARD);
 }
 
-int dx_model_backward(dx_model *m)
+int dx_model_backward_chunk(dx_model *m, int c, int s)
 {
     dx_backend *be = m->be;
-    const int L = m->L, D = m->D, H = m->H, Hkv = m->Hkv, Dh = m->Dh, I = m->I, V = m->V;
-    const int B = m->B, T = m->T, HD = H * Dh, KD = Hkv * Dh, N = B * T;
-    const size_t xs = m->xs;
+    chunk *C = chunk_at(m, c, s, "backward");
+    if (!C) return -1;
+    slot_acts *S = &C->slot[s];
+    const int D = m->D, Hl = m->Hl, KVl = m->KVl, Dh = m->Dh, Il = m->Il, Vl = m->Vl;
+    const int B = S->B, T = S->T, HDl = Hl * Dh, KDl = KVl * Dh, N = B * T;
+    const int Nr = dx_model_residual_rows(m, N);
+    const size_t xs = m->xs, as = m->as;
     const float theta = (float)m->cfg.rope_theta;
-    const int32_t *ids = m->ids;
-    const int gh = L + 1;
-    (void)V;
-    if (!m->grad_ready) return dx_fail("model: backward without a forward that kept dL/dlogits");
-    m->grad_ready = 0;
+    if (!S->grad_ready) return dx_fail("model: backward of chunk %d slot %d without a forward that kept its gradient path", c, s);
+    S->grad_ready = 0;
+    int rc = 0;
 
-    const size_t as = m->as;
-    const int64_t xsz = (int64_t)xs, asz = (int64_t)as, ND = (int64_t)N * D, NI = (int64_t)N * I;
-    const int64_t att_flops = 10 * (int64_t)B * H * Dh * ((int64_t)T * (T + 1) / 2);
-    const int64_t att_bytes = ((int64_t)N * (4 * HD + 4 * KD)) * xsz + (int64_t)N * H * asz;
+    const int64_t xsz = (int64_t)xs, asz = (int64_t)as, NI = (int64_t)N * Il;
+    const int64_t att_flops = 10 * (int64_t)B * Hl * Dh * ((int64_t)T * (T + 1) / 2);
+    const int64_t att_bytes = ((int64_t)N * (4 * HDl + 4 * KDl)) * xsz + (int64_t)N * Hl * asz;
 
-    if (hook(m, gh, DX_HOOK_PRE_BACKWARD)) return -1;
-    const void *Wh = m->groups[gh].work;
-    void *Gh = m->groups[gh].grad;
-    {
-        MOD_BEGIN(m);
-        linear_bwd(m, DX_MOD_LM_HEAD, -1, m->dxn, at(Gh, m->o_head, as), m->dlogits, m->xnf,
-                   at(Wh, m->o_head, xs), N, D, V, 0.0f);
-        MOD_END(m, DX_MOD_LM_HEAD, -1);
+    if (C->has_head) {
+        const int gh = m->ghead;
+        if (hook(m, gh, DX_HOOK_PRE_BACKWARD)) return -1;
+        const void *Wh = m->groups[gh].work;
+        void *Gh = m->groups[gh].grad;
+        {
+            MOD_BEGIN(m);
+            linear_bwd(m, DX_MOD_LM_HEAD, -1, m->dxn, at(Gh, m->o_head, as), S->dlogits, S->xnf,
+                       at(Wh, m->o_head, xs), N, D, Vl, 0.0f);
+            MOD_END(m, DX_MOD_LM_HEAD, -1);
+        }
+        {
+            MOD_BEGIN(m);
+            OP(DX_MOD_RMSNORM, -1, DX_OP_MEMSET, 0, (int64_t)Nr * D * xsz, be->zero(be, m->dres, (size_t)Nr * D * xs));
+            if (norm_bwd(m, DX_MOD_RMSNORM, -1, at(Gh, m->o_normf, as), S->x[C->nl], at(Wh, m->o_normf, xs),
+                         S->rstdf, N))
+                return -1;
+            MOD_END(m, DX_MOD_RMSNORM, -1);
+        }
+        if (hook(m, gh, DX_HOOK_POST_BACKWARD)) return -1;
     }
-    {
-        MOD_BEGIN(m);
-        OP(DX_MOD_RMSNORM, -1, DX_OP_MEMSET, 0, ND * xsz, be->zero(be, m->dres, (size_t)N * D * xs));
-        OP(DX_MOD_RMSNORM, -1, DX_OP_RMSNORM, 8 * ND, 4 * ND * xsz,
-           be->rmsnorm_bwd(be, m->dres, at(Gh, m->o_normf, as), m->dxn, m->x[L], at(Wh, m->o_normf, xs),
-                           m->rstdf, N, D));
-        MOD_END(m, DX_MOD_RMSNORM, -1);
-    }
-    if (hook(m, gh, DX_HOOK_POST_BACKWARD)) return -1;
 
-    for (int l = L - 1; l >= 0; l--) {
-        if (hook(m, l + 1, DX_HOOK_PRE_BACKWARD)) return -1;
-        const void *W = m->groups[l + 1].work;
-        void *G = m->groups[l + 1].grad;
-        layer_acts *a = &m->acts[l];
+    for (int li = C->nl - 1; li >= 0; li--) {
+        const int l = C->first_layer + li, gi = C->g0 + li;
+        if (hook(m, gi, DX_HOOK_PRE_BACKWARD)) return -1;
+        const void *W = m->groups[gi].work;
+        void *G = m->groups[gi].grad;
+        layer_acts *a = &S->acts[li];
+        const size_t kvo = (size_t)m->kv_head * Dh * D;
         { /* MLP: dres = dL/dx[l+1] */
             MOD_BEGIN(m);
-            linear_bwd(m, DX_MOD_MLP, l, m->da, at(G, m->o_down, as), m->dres, a->a,
-                       at(W, m->o_down, xs), N, I, D, 0.0f);
+            const void *dy = row_parallel_dy(m, DX_MOD_MLP, l, N, &rc);
+            if (rc) return -1;
+            linear_bwd(m, DX_MOD_MLP, l, m->da, at(G, m->o_down, as), dy, a->a,
+                       at(W, m->o_down, xs), N, Il, D, 0.0f);
             OP(DX_MOD_MLP, l, DX_OP_SWIGLU, 12 * NI, 5 * NI * xsz,
-               be->swiglu_bwd(be, m->dg, m->du, m->da, a->g, a->u, (size_t)N * I));
+               be->swiglu_bwd(be, m->dg, m->du, m->da, a->g, a->u, (size_t)N * Il));
             linear_bwd(m, DX_MOD_MLP, l, m->dxn, at(G, m->o_gate, as), m->dg, a->xn2,
-                       at(W, m->o_gate, xs), N, D, I, 0.0f);
+                       at(W, m->o_gate, xs), N, D, Il, 0.0f);
             linear_bwd(m, DX_MOD_MLP, l, m->dxn, at(G, m->o_up, as), m->du, a->xn2,
-                       at(W, m->o_up, xs), N, D, I, 1.0f);
-            OP(DX_MOD_MLP, l, DX_OP_RMSNORM, 8 * ND, 4 * ND * xsz,
-               be->rmsnorm_bwd(be, m->dres, at(G, m->o_ln2, as), m->dxn, a->h, at(W, m->o_ln2, xs),
-                               a->rstd2, N, D));
+                       at(W, m->o_up, xs), N, D, Il, 1.0f);
+            if (norm_bwd(m, DX_MOD_MLP, l, at(G, m->o_ln2, as), a->h, at(W, m->o_ln2, xs), a->rstd2, N))
+                return -1;
             MOD_END(m, DX_MOD_MLP, l);
         }
         { /* attention: dres = dL/dh */
             MOD_BEGIN(m);
-            linear_bwd(m, DX_MOD_ATTENTION, l, m->datt, at(G, m->o_o, as), m->dres, a->att,
-                       at(W, m->o_o, xs), N, HD, D, 0.0f);
+            const void *dy = row_parallel_dy(m, DX_MOD_ATTENTION, l, N, &rc);
+            if (rc) return -1;
+            linear_bwd(m, DX_MOD_ATTENTION, l, m->datt, at(G, m->o_o, as), dy, a->att,
+                       at(W, m->o_o, xs), N, HDl, D, 0.0f);
             OP(DX_MOD_ATTENTION, l, DX_OP_ATTENTION, att_flops, att_bytes,
                be->attention_bwd(be, m->dq, m->dk, m->dv, m->datt, a->q, a->k, a->v, a->att, a->lse,
-                                 B, T, H, Hkv, Dh));
-            OP(DX_MOD_ATTENTION, l, DX_OP_ROPE, 6 * (int64_t)N * (HD + KD), 2 * (int64_t)N * (HD + KD) * xsz,
-               be->rope_bwd(be, m->dq, B, T, H, Dh, theta); be->rope_bwd(be, m->dk, B, T, Hkv, Dh, theta));
+                                 B, T, Hl, KVl, Dh));
+            OP(DX_MOD_ATTENTION, l, DX_OP_ROPE, 6 * (int64_t)N * (HDl + KDl), 2 * (int64_t)N * (HDl + KDl) * xsz,
+               be->rope_bwd(be, m->dq, B, T, Hl, Dh, theta); be->rope_bwd(be, m->dk, B, T, KVl, Dh, theta));
             linear_bwd(m, DX_MOD_ATTENTION, l, m->dxn, at(G, m->o_q, as), m->dq, a->xn1,
-                       at(W, m->o_q, xs), N, D, HD, 0.0f);
-            linear_bwd(m, DX_MOD_ATTENTION, l, m->dxn, at(G, m->o_k, as), m->dk, a->xn1,
-                       at(W, m->o_k, xs), N, D, KD, 1.0f);
-            linear_bwd(m, DX_MOD_ATTENTION, l, m->dxn, at(G, m->o_v, as), m->dv, a->xn1,
-                       at(W, m->o_v, xs), N, D, KD, 1.0f);
-            OP(DX_MOD_ATTENTION, l, DX_OP_RMSNORM, 8 * ND, 4 * ND * xsz,
-               be->rmsnorm_bwd(be, m->dres, at(G, m->o_ln1, as), m->dxn, m->x[l], at(W, m->o_ln1, xs),
-                               a->rstd1, N, D));
+                       at(W, m->o_q, xs), N, D, HDl, 0.0f);
+            linear_bwd(m, DX_MOD_ATTENTION, l, m->dxn, at(G, m->o_k + kvo, as), m->dk, a->xn1,
+                       at(W, m->o_k + kvo, xs), N, D, KDl, 1.0f);
+            linear_bwd(m, DX_MOD_ATTENTION, l, m->dxn, at(G, m->o_v + kvo, as), m->dv, a->xn1,
+                       at(W, m->o_v + kvo, xs), N, D, KDl, 1.0f);
+            if (norm_bwd(m, DX_MOD_ATTENTION, l, at(G, m->o_ln1, as), S->x[li], at(W, m->o_ln1, xs), a->rstd1, N))
+                return -1;
             MOD_END(m, DX_MOD_ATTENTION, l);
         }
-        if (hook(m, l + 1, DX_HOOK_POST_BACKWARD)) return -1;
+        if (hook(m, gi, DX_HOOK_POST_BACKWARD)) return -1;
     }
 
-    if (hook(m, 0, DX_HOOK_PRE_BACKWARD)) return -1;
-    {
+    if (C->has_emb) {
+        const int ge = m->gemb;
+        if (hook(m, ge, DX_HOOK_PRE_BACKWARD)) return -1;
+        const int64_t ND = (int64_t)N * D;
         MOD_BEGIN(m);
-        OP(DX_MOD_EMBEDDING, -1, DX_OP_EMBEDDING, ND, ND * (xsz + 2 * asz) + (int64_t)N * 4,
-           be->embedding_bwd(be, m->groups[0].grad, m->dres, ids, N, D));
+        if (m->tp == 1) {
+            OP(DX_MOD_EMBEDDING, -1, DX_OP_EMBEDDING, ND, ND * (xsz + 2 * asz) + (int64_t)N * 4,
+               be->embedding_bwd(be, m->groups[ge].grad, m->dres, S->ids, N, D));
+        } else {
+            const void *dy = row_parallel_dy(m, DX_MOD_EMBEDDING, -1, N, &rc);
+            if (rc) return -1;
+            OP(DX_MOD_EMBEDDING, -1, DX_OP_EMBEDDING, ND, ND * (xsz + 2 * asz) + (int64_t)N * 4,
+               be->embedding_vp_bwd(be, m->groups[ge].grad, dy, S->ids, N, D, m->v0, Vl));
+        }
         MOD_END(m, DX_MOD_EMBEDDING, -1);
+        if (hook(m, ge, DX_HOOK_POST_BACKWARD)) return -1;
     }
-    if (hook(m, 0, DX_HOOK_POST_BACKWARD)) return -1;
     return 0;
 }
+
+int dx_model_forward(dx_model *m, const int32_t *ids, const int32_t *targets, int B, int T,
+                     void *loss_sum, int want_grad, float dscale)
+{
+    if (m->nchunks != 1 || !m->ch[0].has_emb || !m->ch[0].has_head)
+        return dx_fail("model: dx_model_forward needs the whole model on one rank (use the pipeline)");
+    return dx_model_forward_chunk(m, 0, 0, ids, targets, B, T, loss_sum, want_grad, dscale);
+}
+
+int dx_model_backward(dx_model *m) { return dx_model_backward_chunk(m, 0, 0); }

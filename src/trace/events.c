@@ -7,7 +7,8 @@
 
 const char *const dx_phase_names[DX_PH_COUNT] = {"forward", "backward", "optimizer", "step", "eval"};
 const char *const dx_module_names[DX_MOD_COUNT] = {"embedding", "attention", "mlp", "rmsnorm", "lm_head",
-                                                   "loss", "optimizer", "layer", "data", "step"};
+                                                   "loss", "optimizer", "layer", "data", "step",
+                                                   "pipeline"};
 const char *const dx_op_names[DX_OP_COUNT] = {
     "gemm", "attention", "rmsnorm", "rope", "swiglu", "cross_entropy", "adamw",
     "all_reduce", "reduce_scatter", "all_gather", "broadcast", "send", "recv", "memcpy",
@@ -45,7 +46,8 @@ void dx_tr_record(dx_tracer *t, uint64_t start_ns, uint64_t end_ns, int module, 
     dx_event e = {.start_ns = (int64_t)start_ns, .end_ns = (int64_t)end_ns, .bytes = bytes,
                   .flops = flops, .rank = t->rank, .step = t->step, .micro = t->micro,
                   .layer = (int16_t)layer, .phase = t->phase, .module = (uint8_t)module,
-                  .op = (uint8_t)op, .stream = (uint8_t)stream};
+                  .op = (uint8_t)op, .stream = (uint8_t)stream, .pp = t->pp, .dp = t->dp,
+                  .tp = t->tp};
     if (dx_event_push(&t->buf, &e)) t->failed = 1;
 }
 

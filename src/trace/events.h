@@ -33,6 +33,7 @@ typedef enum {
     DX_MOD_LAYER,     /* a whole decoder layer's parameter group (ZeRO collectives) */
     DX_MOD_DATA,      /* batch loading and copies to the device */
     DX_MOD_STEP,      /* the step span */
+    DX_MOD_PIPELINE,  /* point-to-point transfers between pipeline stages */
     DX_MOD_COUNT
 } dx_module;
 
@@ -80,7 +81,8 @@ typedef struct {
     int16_t micro;    /* micro-batch index within the step (-1: not in a micro-batch) */
     int16_t layer;    /* decoder layer index (-1: not a layer) */
     uint8_t phase, module, op, stream;
-    uint8_t pad[12];
+    int16_t pp, dp, tp; /* the rank's coordinates in the PP x DP x TP grid */
+    uint8_t pad[6];     /* pad[0]: the tracer's pending-mark flag (never set in files) */
 } dx_event;
 
 typedef struct {

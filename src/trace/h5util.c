@@ -76,6 +76,9 @@ hid_t dx_h5_event_type(int file)
     ok = ok && H5Tinsert(t, "module", offsetof(dx_event, module), mod) >= 0;
     ok = ok && H5Tinsert(t, "op", offsetof(dx_event, op), op) >= 0;
     ok = ok && H5Tinsert(t, "stream", offsetof(dx_event, stream), st) >= 0;
+    ok = ok && H5Tinsert(t, "pp", offsetof(dx_event, pp), i16) >= 0;
+    ok = ok && H5Tinsert(t, "dp", offsetof(dx_event, dp), i16) >= 0;
+    ok = ok && H5Tinsert(t, "tp", offsetof(dx_event, tp), i16) >= 0;
     if (ok && file) ok = H5Tpack(t) >= 0; /* drop the padding bytes on disk */
     if (ph >= 0) H5Tclose(ph);
     if (mod >= 0) H5Tclose(mod);

@@ -5,6 +5,12 @@
  *                           dissect_version, world_size, created_unix_ns
  *   /metadata               attributes: config_json (the resolved config), mpi_version,
  *                           hdf5_version, blas, device, trace_level
+ *   /metadata               grid attributes: tensor_model_parallel_size,
+ *                           pipeline_model_parallel_size, data_parallel_size (int32),
+ *                           sequence_parallel (int32 0/1), pipeline_schedule (string),
+ *                           num_model_chunks (per pipeline rank), num_micro_batches (per step),
+ *                           pipeline_bubble_theory (f64: the schedule's (p-1)/(v m + p-1))
+ *   /metadata/grid          int32 dataset [world_size, 3]: (pp, dp, tp) of each rank
  *   /metadata/hosts         string dataset [world_size]: host name of each rank
  *   /metadata/clock_offset_ns  int64 dataset [world_size] (dx_trace_set_clock_offsets): the
  *                           offset added to each rank's clock to get rank 0's
@@ -21,7 +27,8 @@
  *                           dx_event (common/events.h) in the order appended:
  *       start_ns, end_ns, bytes, flops (int64), rank, step (int32), micro, layer (int16),
  *       phase, module, op, stream (HDF5 enums over uint8 named by dx_phase_names,
- *       dx_module_names, dx_op_names, dx_stream_names; the values are the C enum values)
+ *       dx_module_names, dx_op_names, dx_stream_names; the values are the C enum values),
+ *       pp, dp, tp (int16: the recording rank's grid coordinates)
  */
 #ifndef DX_TRACE_H
 #define DX_TRACE_H
@@ -51,6 +58,11 @@ typedef struct {
     const char *const *hosts; /* world_size host names */
     const char *device;
     const char *trace_level;
+    /* the process grid */
+    int tp, pp, dp, sequence_parallel, num_model_chunks, num_micro_batches;
+    const char *pipeline_schedule;
+    double pipeline_bubble_theory;
+    const int32_t *grid; /* [world_size][3]: (pp, dp, tp) of each rank */
 } dx_trace_meta;
 
 /* Creates (truncates) the trace file at `path` and writes the metadata; rows are flushed by

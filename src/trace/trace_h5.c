@@ -263,6 +263,36 @@ dx_trace_writer *dx_trace_create(const char *path, const dx_trace_meta *meta)
             what = "/metadata/hosts";
             ok = write_hosts(g, w->world, meta->hosts) == 0;
         }
+        if (ok) {
+            what = "/metadata grid";
+            int32_t sizes[6] = {meta->tp ? meta->tp : 1, meta->pp ? meta->pp : 1,
+                                meta->dp ? meta->dp : w->world, meta->sequence_parallel,
+                                meta->num_model_chunks ? meta->num_model_chunks : 1,
+                                meta->num_micro_batches};
+            const char *names[6] = {"tensor_model_parallel_size", "pipeline_model_parallel_size",
+                                    "data_parallel_size", "sequence_parallel", "num_model_chunks",
+                                    "num_micro_batches"};
+            for (int i = 0; ok && i < 6; i++)
+                ok = dx_h5_write_scalar_attr(g, names[i], H5T_STD_I32LE, H5T_NATIVE_INT32, &sizes[i]) == 0;
+            ok = ok && dx_h5_write_str_attr(g, "pipeline_schedule",
+                                            meta->pipeline_schedule ? meta->pipeline_schedule : "none") == 0;
+            ok = ok && dx_h5_write_scalar_attr(g, "pipeline_bubble_theory", H5T_IEEE_F64LE,
+                                               H5T_NATIVE_DOUBLE, &meta->pipeline_bubble_theory) == 0;
+            if (ok) {
+                hsize_t dims[2] = {(hsize_t)w->world, 3};
+                int32_t *gv = calloc((size_t)w->world * 3, sizeof *gv);
+                for (int r = 0; gv && r < w->world; r++) {
+                    if (meta->grid) memcpy(gv + 3 * r, meta->grid + 3 * r, 3 * sizeof *gv);
+                    else gv[3 * r + 1] = r; /* a DP-only job */
+                }
+                hid_t sp = H5Screate_simple(2, dims, NULL);
+                hid_t d = gv && sp >= 0 ? H5Dcreate2(g, "grid", H5T_STD_I32LE, sp, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT) : -1;
+                ok = d >= 0 && H5Dwrite(d, H5T_NATIVE_INT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, gv) >= 0;
+                if (d >= 0) H5Dclose(d);
+                if (sp >= 0) H5Sclose(sp);
+                free(gv);
+            }
+        }
         if (g >= 0) H5Gclose(g);
     }
     if (ok) {

@@ -21,6 +21,7 @@
 typedef struct {
     int level;     /* 0 step, 1 module, 2 op */
     int rank;
+    int16_t pp, dp, tp; /* the rank's grid coordinates, stamped on every event */
     int32_t step;  /* current step (1-based), 0 outside steps */
     int16_t micro; /* current micro-batch, -1 outside */
     uint8_t phase; /* dx_phase */

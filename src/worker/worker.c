@@ -8,10 +8,12 @@
 #include <unistd.h>
 
 #include "checkpoints/safetensors.h"
+#include "comm/grid.h"
 #include "common/common.h"
 #include "trace/tracer.h"
 #include "data.h"
 #include "model/model.h"
+#include "pp/pipeline.h"
 #include "zero/zero.h"
 #ifdef DX_HAVE_CUDA
 #include <cuda_runtime.h>
@@ -25,11 +27,15 @@
 
 struct dx_worker {
     dx_config cfg;
+    dx_grid grid;    /* PP x DP x TP: one group per axis, over host memory and backend buffers */
+    int have_grid;
+    dx_comm *world;
     dx_comm *dp;     /* the DP group over host memory (MPI) */
-    dx_comm *dp_dev; /* the DP group over backend buffers (NCCL on CUDA; == dp on the CPU) */
     dx_backend *be;
     dx_model *model;
     dx_zero *zero;
+    dx_pipeline *pipe;
+    int first_stage, last_stage; /* this rank holds the embedding / the LM head */
     dx_shard train, valid;
     int have_train, have_valid;
     dx_batcher tb, vb;
@@ -87,13 +93,15 @@ double dx_lr_at(const dx_config *c, long step)
 }
 
 dx_backend *dx_worker_backend(dx_worker *w) { return w->be; }
+const dx_grid *dx_worker_grid(const dx_worker *w) { return &w->grid; }
 
 void dx_worker_destroy(dx_worker *w)
 {
     if (!w) return;
+    dx_pipeline_destroy(w->pipe);
     dx_zero_destroy(w->zero);
     dx_model_destroy(w->model);
-    if (w->dp_dev && w->dp_dev != w->dp) w->dp_dev->destroy(w->dp_dev);
+    if (w->have_grid) dx_grid_destroy(&w->grid);
     if (w->be) {
         w->be->free(w->be, w->d_in);
         w->be->free(w->be, w->d_tg);
@@ -147,8 +155,30 @@ static int open_data_and_model(dx_worker *w, const dx_config *c)
         /* a fixed validation order, independent of the training seed */
         if (dx_batcher_init(&w->vb, &w->valid, T, 0)) return -1;
     }
-    w->model = dx_model_create(&c->model, w->be, B, T);
+    /* this rank's part: its pipeline stage's layers (one chunk, or the interleaved schedule's
+     * chunks: virtual stage c * pp + stage holds layers [that x per-chunk, ...)), its TP slice */
+    const dx_grid *g = &w->grid;
+    int v = c->pp_schedule == DX_PP_INTERLEAVED ? c->model.num_hidden_layers / (c->pp * c->layers_per_virtual_stage) : 1;
+    dx_model_part part = {.tp = g->tp, .tp_rank = g->tp_rank, .sequence_parallel = c->sequence_parallel,
+                          .tp_comm = g->tp > 1 ? g->tp_dev : NULL, .nchunks = v, .slots = 1};
+    if (v > 1) {
+        for (int k = 0; k < v; k++) {
+            part.num_layers[k] = c->layers_per_virtual_stage;
+            part.first_layer[k] = (k * c->pp + g->pp_rank) * c->layers_per_virtual_stage;
+        }
+    } else {
+        part.num_layers[0] = dx_stage_layers(c, g->pp_rank, &part.first_layer[0]);
+    }
+    if (g->pp > 1) {
+        w->pipe = dx_pipeline_create(g->pp_dev, c->pp_schedule, c->grad_accum, v);
+        if (!w->pipe) return -1;
+        part.slots = dx_pipeline_slots(w->pipe);
+    }
+    w->model = dx_model_create_part(&c->model, w->be, B, T, &part);
     if (!w->model) return -1;
+    w->first_stage = dx_model_chunk_has_embedding(w->model, 0);
+    w->last_stage = dx_model_chunk_has_head(w->model, v - 1);
+    if (w->pipe) dx_pipeline_set_model(w->pipe, w->model, &w->tr);
     size_t n = (size_t)B * T;
     w->h_in = malloc(n * sizeof(int32_t));
     w->h_tg = malloc(n * sizeof(int32_t));
@@ -161,13 +191,17 @@ static int open_data_and_model(dx_worker *w, const dx_config *c)
     return 0;
 }
 
+#if defined(DX_HAVE_NCCL)
+static dx_comm *make_nccl(dx_comm *host, void *be) { return dx_comm_nccl_create(host, be); }
+#endif
+
 dx_worker *dx_worker_create(const dx_config *c, dx_comm *world, int *rc)
 {
     dx_worker *w = calloc(1, sizeof *w);
     *rc = w ? 0 : dx_fail("out of memory");
     if (w) {
         w->cfg = *c;
-        w->dp = w->dp_dev = world;
+        w->world = world;
         /* events are recorded only when a trace file is written */
         w->tr.level = c->trace_path[0] ? (int)c->trace_level : 0;
         w->tr.rank = world->rank;
@@ -176,17 +210,25 @@ dx_worker *dx_worker_create(const dx_config *c, dx_comm *world, int *rc)
     }
     /* every collective step below is preceded by an agreement, so one rank's failure stops all */
     if ((*rc = dx_comm_agree(world, *rc))) goto fail;
+    if ((*rc = dx_comm_agree(world, dx_grid_create(&w->grid, world, c->tp, c->pp)))) goto fail;
+    w->have_grid = 1;
+    w->dp = w->grid.dp_host;
+    w->tr.pp = (int16_t)w->grid.pp_rank;
+    w->tr.dp = (int16_t)w->grid.dp_rank;
+    w->tr.tp = (int16_t)w->grid.tp_rank;
 #if defined(DX_HAVE_NCCL)
-    if (dx_cuda_stream(w->be)) { /* device buffers: NCCL over the same ranks */
-        w->dp_dev = dx_comm_nccl_create(world, w->be);
-        if (!w->dp_dev) w->dp_dev = world;
-        if ((*rc = dx_comm_agree(world, w->dp_dev == world ? -1 : 0))) goto fail;
+    if (dx_cuda_stream(w->be) && dx_grid_set_device(&w->grid, make_nccl, w->be)) { /* device buffers: NCCL */
+        *rc = -1;
+        goto fail;
     }
 #endif
     *rc = open_data_and_model(w, c);
     if ((*rc = dx_comm_agree(world, *rc))) goto fail;
-    w->zero = dx_zero_create(w->model, w->be, w->dp_dev, w->dp, c->zero_stage, c->seed, rc);
+    w->zero = dx_zero_create(w->model, w->be, w->grid.dp_dev, w->dp, c->zero_stage, c->seed, rc);
     if (*rc) goto fail;
+    dx_zero_grid zg = {.tp_dev = w->grid.tp > 1 ? w->grid.tp_dev : NULL, .tp_rank = w->grid.tp_rank,
+                       .norm_host = world};
+    dx_zero_set_grid(w->zero, &zg);
     /* Hugging Face import: the initial weights from the safetensors of c->hf_model (every rank
      * reads them and keeps its shard; collective, with its own agreement) */
     if (c->hf_model[0] && dx_hf_load_weights(c->hf_model, w->model, w->zero, w->dp)) {
@@ -215,6 +257,37 @@ static int upload_batch(dx_worker *w, dx_batcher *b, uint64_t g0, int n)
     return rc;
 }
 
+/* The micro-batch loader of the pipeline: micro-batch k of this DP rank's share of the step. */
+typedef struct {
+    dx_worker *w;
+    dx_batcher *b;
+    uint64_t g0; /* global index of the first sequence of micro-batch 0 */
+} load_ctx;
+
+static int load_micro(void *ctx, int k, const int32_t **ids, const int32_t **targets)
+{
+    load_ctx *l = ctx;
+    const int B = l->w->cfg.micro_batch;
+    if (upload_batch(l->w, l->b, l->g0 + (uint64_t)k * B, B)) return -1;
+    *ids = l->w->d_in;
+    *targets = l->w->d_tg;
+    return 0;
+}
+
+/* Sums a loss over the grid: each micro-batch's loss is counted once, on TP rank 0 of the last
+ * stage of its DP replica (every TP rank of it computed the whole loss). */
+static int reduce_loss(dx_worker *w, double *loss_sum, double *comm_s)
+{
+    if (!(w->last_stage && w->grid.tp_rank == 0)) *loss_sum = 0;
+    uint64_t t0 = dx_now_ns();
+    if (w->world->size > 1 && w->world->all_reduce_sum(w->world, loss_sum, 1, DX_F64)) return -1;
+    uint64_t t1 = dx_now_ns();
+    if (comm_s) *comm_s = (double)(t1 - t0) * 1e-9;
+    if (w->world->size > 1 && dx_tr_on(&w->tr, 1))
+        dx_tr_record(&w->tr, t0, t1, DX_MOD_LOSS, -1, DX_OP_ALL_REDUCE, DX_STREAM_COMM, 8, 0);
+    return 0;
+}
+
 int dx_worker_train_step(dx_worker *w, long step, dx_step_stats *st)
 {
     const dx_config *c = &w->cfg;
@@ -222,7 +295,7 @@ int dx_worker_train_step(dx_worker *w, long step, dx_step_stats *st)
     const int B = c->micro_batch, T = c->seq_length, A = c->grad_accum;
     const uint64_t G = (uint64_t)B * (uint64_t)A * (uint64_t)w->dp->size;
     const double global_tokens = (double)G * T;
-    if (!w->have_train) return dx_fail("rank %d: no training data (key 'data.train')", w->dp->rank);
+    if (!w->have_train) return dx_fail("rank %d: no training data (key 'data.train')", w->world->rank);
 
     memset(st, 0, sizeof *st);
     dx_tracer *tr = &w->tr;
@@ -235,36 +308,37 @@ int dx_worker_train_step(dx_worker *w, long step, dx_step_stats *st)
     DX_TRACE_OP(tr, DX_MOD_OPTIMIZER, -1, DX_OP_MEMSET, 0, 0, dx_zero_zero_grad(w->zero));
     be->zero(be, w->d_loss, dx_dtype_size(be->acc));
 
-    for (int j = 0; j < A; j++) {
-        tr->micro = (int16_t)j;
-        tr->phase = DX_PH_FORWARD;
-        uint64_t g0 = (uint64_t)(step - 1) * G + (uint64_t)w->dp->rank * B * A + (uint64_t)j * B;
-        if (upload_batch(w, &w->tb, g0, B)) return -1;
-        uint64_t t0 = dx_now_ns();
-        if (dx_model_forward(w->model, w->d_in, w->d_tg, B, T, w->d_loss, 1,
-                             (float)(1.0 / global_tokens)))
+    load_ctx lc = {w, &w->tb, (uint64_t)(step - 1) * G + (uint64_t)w->dp->rank * B * A};
+    if (w->pipe) { /* the pipeline schedule over the step's micro-batches */
+        if (dx_pipeline_train(w->pipe, B, T, w->d_loss, (float)(1.0 / global_tokens), load_micro, &lc,
+                              &st->forward_s, &st->backward_s))
             return -1;
-        be->sync(be);
-        uint64_t t1 = dx_now_ns();
-        tr->phase = DX_PH_BACKWARD;
-        if (dx_model_backward(w->model)) return -1;
-        be->sync(be);
-        uint64_t t2 = dx_now_ns();
-        st->forward_s += (double)(t1 - t0) * 1e-9;
-        st->backward_s += (double)(t2 - t1) * 1e-9;
+    } else {
+        for (int j = 0; j < A; j++) {
+            tr->micro = (int16_t)j;
+            tr->phase = DX_PH_FORWARD;
+            const int32_t *ids, *tg;
+            if (load_micro(&lc, j, &ids, &tg)) return -1;
+            uint64_t t0 = dx_now_ns();
+            if (dx_model_forward(w->model, ids, tg, B, T, w->d_loss, 1, (float)(1.0 / global_tokens)))
+                return -1;
+            be->sync(be);
+            uint64_t t1 = dx_now_ns();
+            tr->phase = DX_PH_BACKWARD;
+            if (dx_model_backward(w->model)) return -1;
+            be->sync(be);
+            uint64_t t2 = dx_now_ns();
+            st->forward_s += (double)(t1 - t0) * 1e-9;
+            st->backward_s += (double)(t2 - t1) * 1e-9;
+        }
     }
     double hook_comm = dx_zero_take_comm_seconds(w->zero); /* ZeRO-2/3 collectives in fwd/bwd */
     tr->micro = -1;
 
     if (dx_zero_reduce_grads(w->zero)) return -1;
-    double loss_sum;
-    if (dx_read_acc_scalar(be, w->d_loss, &loss_sum)) return -1;
-    uint64_t t_c = dx_now_ns();
-    if (w->dp->size > 1 && w->dp->all_reduce_sum(w->dp, &loss_sum, 1, DX_F64)) return -1;
-    uint64_t t_c1 = dx_now_ns();
-    double loss_comm = (double)(t_c1 - t_c) * 1e-9;
-    if (w->dp->size > 1 && dx_tr_on(tr, 1))
-        dx_tr_record(tr, t_c, t_c1, DX_MOD_LOSS, -1, DX_OP_ALL_REDUCE, DX_STREAM_COMM, 8, 0);
+    double loss_sum = 0, loss_comm = 0;
+    if (w->last_stage && dx_read_acc_scalar(be, w->d_loss, &loss_sum)) return -1;
+    if (reduce_loss(w, &loss_sum, &loss_comm)) return -1;
     tr->phase = DX_PH_OPTIMIZER;
     double reduce_comm = dx_zero_take_comm_seconds(w->zero);
 
@@ -312,6 +386,9 @@ int dx_worker_forward_backward(dx_worker *w, double *loss, int32_t *inputs, int3
     const int B = c->micro_batch, T = c->seq_length;
     const size_t N = (size_t)B * T;
     if (!w->have_train) return dx_fail("rank %d: no training data (key 'data.train')", w->dp->rank);
+    if (w->grid.tp * w->grid.pp > 1)
+        return dx_fail("dump: one forward + backward of the whole model needs "
+                       "tensor_model_parallel_size = pipeline_model_parallel_size = 1");
     if (dx_zero_zero_grad(w->zero)) return -1;
     if (upload_batch(w, &w->tb, (uint64_t)w->dp->rank * B, B)) return -1;
     if (inputs) memcpy(inputs, w->h_in, N * sizeof *inputs);
@@ -332,6 +409,15 @@ int dx_worker_forward_backward(dx_worker *w, double *loss, int32_t *inputs, int3
     return 0;
 }
 
+/* Forward of one micro-batch through this rank's part (the pipeline when there is one). */
+static int forward_only(dx_worker *w, load_ctx *lc, int B, int T, void *loss_sum)
+{
+    if (w->pipe) return dx_pipeline_forward(w->pipe, 1, B, T, loss_sum, load_micro, lc);
+    const int32_t *ids, *tg;
+    if (load_micro(lc, 0, &ids, &tg)) return -1;
+    return dx_model_forward(w->model, ids, loss_sum ? tg : NULL, B, T, loss_sum, 0, 0.0f);
+}
+
 int dx_worker_eval(dx_worker *w, double *val_loss)
 {
     const dx_config *c = &w->cfg;
@@ -342,41 +428,73 @@ int dx_worker_eval(dx_worker *w, double *val_loss)
     w->tr.level = 0; /* evaluation is outside the steps' spans: not traced */
     be->zero(be, w->d_loss, dx_dtype_size(be->acc));
     for (long i = 0; i < c->eval_iters; i++) {
-        uint64_t g0 = (uint64_t)i * B * P + (uint64_t)w->dp->rank * B;
-        if (upload_batch(w, &w->vb, g0, B)) return -1;
-        if (dx_model_forward(w->model, w->d_in, w->d_tg, B, T, w->d_loss, 0, 0.0f)) return -1;
+        load_ctx lc = {w, &w->vb, (uint64_t)i * B * P + (uint64_t)w->dp->rank * B};
+        if (forward_only(w, &lc, B, T, w->d_loss)) return -1;
     }
-    double s;
-    if (dx_read_acc_scalar(be, w->d_loss, &s)) return -1;
-    if (P > 1 && w->dp->all_reduce_sum(w->dp, &s, 1, DX_F64)) return -1;
+    double s = 0;
+    if (w->last_stage && dx_read_acc_scalar(be, w->d_loss, &s)) return -1;
+    if (reduce_loss(w, &s, NULL)) return -1;
     *val_loss = s / ((double)c->eval_iters * B * P * T);
     w->tr.level = level;
+    return 0;
+}
+
+/* The sampling loader: the ids already uploaded to d_in, no targets. */
+static int load_uploaded(void *ctx, int k, const int32_t **ids, const int32_t **targets)
+{
+    (void)k;
+    *ids = ((dx_worker *)ctx)->d_in;
+    *targets = NULL;
     return 0;
 }
 
 int dx_worker_sample(dx_worker *w, int n, double temperature, uint64_t seed, int32_t *ids)
 {
     dx_backend *be = w->be;
+    const dx_grid *g = &w->grid;
     const int T = w->cfg.seq_length, V = w->cfg.model.vocab_size;
     size_t as = dx_dtype_size(be->acc);
     w->tr.level = 0; /* sampling is not traced */
     ids[0] = 1; /* BOS */
-    for (int i = 1; i <= n; i++) {
+    int v0, Vl = w->model ? dx_model_vocab_slice(w->model, &v0) : V;
+    int32_t *buf = malloc(((size_t)T + (size_t)g->tp) * sizeof *buf);
+    if (!buf) return dx_fail("rank %d: out of memory for sampling", w->world->rank);
+    int rc = 0;
+    for (int i = 1; i <= n && !rc; i++) {
         int start = i > T ? i - T : 0, len = i - start;
-        if (be->upload(be, w->d_in, ids + start, (size_t)len * sizeof(int32_t))) return -1;
-        if (dx_model_forward(w->model, w->d_in, NULL, 1, len, NULL, 0, 0.0f)) return -1;
-        const char *row = (const char *)dx_model_logits(w->model) + (size_t)(len - 1) * V * as;
-        if (be->download_f32(be, w->h_logits, row, be->acc, (size_t)V)) return -1;
-        double mx = -INFINITY, sum = 0;
-        for (int v = 0; v < V; v++) mx = w->h_logits[v] > mx ? w->h_logits[v] : mx;
-        for (int v = 0; v < V; v++) sum += exp((w->h_logits[v] - mx) / temperature);
-        double u = dx_uniform(seed, 0x5a3d1e, (uint64_t)i) * sum, acc = 0;
-        int pick = V - 1;
-        for (int v = 0; v < V; v++) {
-            acc += exp((w->h_logits[v] - mx) / temperature);
-            if (acc >= u) { pick = v; break; }
+        /* sequence parallelism splits the tokens over TP: pad on the right (causal attention:
+         * later tokens change no earlier logits) to a multiple of tp, within the allocation */
+        int lenp = w->cfg.sequence_parallel ? (len + g->tp - 1) / g->tp * g->tp : len;
+        if (lenp > T) { start += lenp - T; len = T; lenp = T; }
+        memcpy(buf, ids + start, (size_t)len * sizeof *buf);
+        for (int j = len; j < lenp; j++) buf[j] = 0;
+        rc = be->upload(be, w->d_in, buf, (size_t)lenp * sizeof(int32_t));
+        if (!rc) rc = w->pipe ? dx_pipeline_forward(w->pipe, 1, 1, lenp, NULL, load_uploaded, w)
+                              : dx_model_forward(w->model, w->d_in, NULL, 1, lenp, NULL, 0, 0.0f);
+        int32_t pick = V - 1;
+        if (!rc && w->last_stage) {
+            /* this rank's vocabulary slice of the row, gathered over TP to TP rank 0 */
+            const char *row = (const char *)dx_model_logits(w->model) + (size_t)(len - 1) * Vl * as;
+            rc = be->download_f32(be, w->h_logits + (g->tp_rank == 0 ? 0 : v0), row, be->acc, (size_t)Vl);
+            if (!rc && g->tp > 1)
+                rc = g->tp_host->gather(g->tp_host, w->h_logits + (g->tp_rank == 0 ? 0 : v0),
+                                        w->h_logits, (size_t)Vl * sizeof(float), 0);
+            if (!rc && g->tp_rank == 0) {
+                double mx = -INFINITY, sum = 0;
+                for (int v = 0; v < V; v++) mx = w->h_logits[v] > mx ? w->h_logits[v] : mx;
+                for (int v = 0; v < V; v++) sum += exp((w->h_logits[v] - mx) / temperature);
+                double u = dx_uniform(seed, 0x5a3d1e, (uint64_t)i) * sum, acc = 0;
+                for (int v = 0; v < V; v++) {
+                    acc += exp((w->h_logits[v] - mx) / temperature);
+                    if (acc >= u) { pick = v; break; }
+                }
+            }
+            if (!rc && g->tp > 1) rc = g->tp_host->broadcast(g->tp_host, &pick, sizeof pick, 0);
         }
+        /* the last stage tells the others */
+        if (!rc && g->pp > 1) rc = g->pp_host->broadcast(g->pp_host, &pick, sizeof pick, g->pp - 1);
         ids[i] = pick;
     }
-    return 0;
+    free(buf);
+    return rc;
 }

@@ -13,6 +13,7 @@
 #include <stdint.h>
 
 #include "comm/comm.h"
+#include "comm/grid.h"
 #include "trace/tracer.h"
 #include "config/config.h"
 #include "kernels.h"
@@ -30,7 +31,8 @@ typedef struct {
 } dx_step_stats;
 
 /* Creates the backend (config device), model, ZeRO state and data readers for this rank.
- * `world` is the whole job; DP = world (no TP/PP yet). Collective: the ranks agree on errors
+ * `world` is the whole job, split into the PP x DP x TP grid of the config (c->tp, c->pp; TP
+ * innermost); the rank's model part is its stage's layers (or interleaved chunks) and TP slice. Collective: the ranks agree on errors
  * before each collective step, so a failure on one rank stops all without a hang. Returns NULL
  * + dx_fail on failure, with *rc = -1 on a rank that failed itself (its message names the rank
  * and the input at fault) and -2 on ranks that stopped because another failed; *rc = 0 on
@@ -68,6 +70,9 @@ int dx_worker_forward_backward(dx_worker *w, double *loss, int32_t *inputs, int3
 double dx_lr_at(const dx_config *c, long step);
 
 dx_backend *dx_worker_backend(dx_worker *w);
+
+/* The rank's process grid (PP x DP x TP coordinates and groups). */
+const dx_grid *dx_worker_grid(const dx_worker *w);
 
 /* The worker's event recorder (its buffer is drained by the coordinator). */
 dx_tracer *dx_worker_tracer(dx_worker *w);

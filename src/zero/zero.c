@@ -28,6 +28,7 @@ struct dx_zero {
     dx_comm *dp, *dp_host;
     int stage, P, r, ngroups;
     zgroup *g;
+    char *has_tp_replicated; /* [ngroups]: the group holds parameters every TP rank holds */
     size_t xs, as;
     /* stages 2-3: two gradient buckets A [max n_pad], used by alternate groups in backward, so
      * one group's reduce-scatter runs while the next group's backward fills the other */
@@ -42,18 +43,17 @@ struct dx_zero {
     int gather_group[2]; /* group held (or being gathered) in each slot; -1 none */
     int cur_slot;
     void *scalar;     /* A [1]: sum of squares */
+    dx_zero_grid grid; /* the rest of the process grid (TP, the norm's group) */
     uint64_t comm_ns;
     dx_tracer *tr;
 };
 
 void dx_zero_set_tracer(dx_zero *z, dx_tracer *tr) { z->tr = tr; }
+void dx_zero_set_grid(dx_zero *z, const dx_zero_grid *grid) { z->grid = *grid; }
 
 /* Trace coordinates of a group: embedding, decoder layer l, or the head. */
-static int group_module(const dx_zero *z, int gi)
-{
-    return gi == 0 ? DX_MOD_EMBEDDING : gi == z->ngroups - 1 ? DX_MOD_LM_HEAD : DX_MOD_LAYER;
-}
-static int group_layer(const dx_zero *z, int gi) { return gi >= 1 && gi < z->ngroups - 1 ? gi - 1 : -1; }
+static int group_module(const dx_zero *z, int gi) { return dx_model_group(z->model, gi)->module; }
+static int group_layer(const dx_zero *z, int gi) { return dx_model_group(z->model, gi)->layer; }
 
 static void *at(const void *p, size_t e, size_t es) { return (char *)p + e * es; }
 
@@ -68,10 +68,9 @@ double dx_zero_take_comm_seconds(dx_zero *z)
 
 /* Records a collective of group gi (-1: optimizer scalars): device-stream marks when the comm
  * that ran it left some (NCCL), else the host times around the call. */
-static void trace_comm(dx_zero *z, int gi, int op, int64_t bytes, uint64_t t0, uint64_t t1)
+static void trace_comm(dx_zero *z, dx_comm *c, int gi, int op, int64_t bytes, uint64_t t0, uint64_t t1)
 {
     int module = gi < 0 ? DX_MOD_OPTIMIZER : group_module(z, gi), layer = gi < 0 ? -1 : group_layer(z, gi);
-    dx_comm *c = gi < 0 ? z->dp_host : z->dp;
     if (c->last_mark[0] >= 0)
         dx_tr_record_marks(z->tr, c->last_mark[0], c->last_mark[1], module, layer, op, DX_STREAM_COMM,
                            bytes, 0);
@@ -79,17 +78,19 @@ static void trace_comm(dx_zero *z, int gi, int op, int64_t bytes, uint64_t t0, u
         dx_tr_record(z->tr, t0, t1, module, layer, op, DX_STREAM_COMM, bytes, 0);
 }
 
-/* Runs a collective of group gi moving `bytes`, timing it into comm_ns and the trace. */
-#define COMM(z, gi, op, bytes, call)                                                           \
+/* Runs a collective of group gi moving `bytes` on comm c, timing it into comm_ns and the trace. */
+#define COMM_ON(z, c, gi, op, bytes, call)                                                     \
     do {                                                                                       \
         uint64_t t0_ = dx_now_ns();                                                            \
         int rc_ = (call);                                                                      \
         uint64_t t1_ = dx_now_ns();                                                            \
         (z)->comm_ns += t1_ - t0_;                                                             \
         if (dx_tr_on((z)->tr, 1))                                                              \
-            trace_comm((z), (gi), (op), (int64_t)(bytes), t0_, t1_);                           \
+            trace_comm((z), (c), (gi), (op), (int64_t)(bytes), t0_, t1_);                      \
         if (rc_) return -1;                                                                    \
     } while (0)
+/* ... on the DP group (gi < 0: its host form, for optimizer scalars) */
+#define COMM(z, gi, op, bytes, call) COMM_ON(z, (gi) < 0 ? (z)->dp_host : (z)->dp, gi, op, bytes, call)
 
 /* Starts the all-gather of group gi's parameters into gather slot `slot` (stage 3). */
 static int gather_start(dx_zero *z, int gi, int slot)
@@ -245,9 +246,20 @@ dx_zero *dx_zero_create(dx_model *m, dx_backend *be, dx_comm *dp, dx_comm *dp_ho
         return NULL;
     }
 
+    z->has_tp_replicated = calloc((size_t)z->ngroups, sizeof *z->has_tp_replicated);
+    if (!z->has_tp_replicated) {
+        free(z->g);
+        free(z);
+        dx_fail("rank %d: zero: out of memory", dp->rank);
+        *rc = dx_comm_agree(dp_host, -1);
+        return NULL;
+    }
     for (int i = 0; i < z->ngroups; i++) z->g[i].last_param = -1;
-    for (int pi = 0; pi < dx_model_num_params_table(m); pi++)
-        z->g[dx_model_param(m, pi)->group].last_param = pi;
+    for (int pi = 0; pi < dx_model_num_params_table(m); pi++) {
+        const dx_param *p = dx_model_param(m, pi);
+        z->g[p->group].last_param = pi;
+        if (p->tp_replicated) z->has_tp_replicated[p->group] = 1;
+    }
 
     int fail = 0;
     size_t max_pad = 0, max_shard = 0;
@@ -345,6 +357,7 @@ void dx_zero_destroy(dx_zero *z)
     }
     be->free(be, z->scalar);
     if (z->model) dx_model_set_hook(z->model, NULL, NULL);
+    free(z->has_tp_replicated);
     free(z->g);
     free(z);
 }
@@ -384,6 +397,22 @@ int dx_zero_step(dx_zero *z, const dx_adamw_hparams *hp_in, double max_norm, dou
      * Stages 2-3: the backward's last reduce-scatter (the newest, of group rs_group: the
      * embedding) may still run; the others are complete once the older bucket's is (the comm
      * stream runs them in order), so their shards are summed first, while it goes on. */
+    /* parameters replicated over TP whose gradients are partial on each TP rank (norm weights
+     * under sequence parallelism, replicated k/v_proj): summed over TP on the owned range, once
+     * every micro-batch's gradient is in (the sum is linear, so once per step suffices) */
+    if (z->grid.tp_dev && z->stage >= 2 &&
+        (z->dp->wait(z->dp, &z->bucket_req[0]) || z->dp->wait(z->dp, &z->bucket_req[1])))
+        return -1;
+    const int np_ = dx_model_num_params_table(z->model);
+    for (int pi = 0; z->grid.tp_dev && pi < np_; pi++) {
+        const dx_param *p = dx_model_param(z->model, pi);
+        zgroup *g = &z->g[p->group];
+        size_t lo = p->offset > g->lo ? p->offset : g->lo;
+        size_t hi = p->offset + p->numel < g->hi ? p->offset + p->numel : g->hi;
+        if (p->tp_reduce && hi > lo)
+            COMM_ON(z, z->grid.tp_dev, p->group, DX_OP_ALL_REDUCE, (hi - lo) * z->as,
+                 z->grid.tp_dev->all_reduce_sum(z->grid.tp_dev, grad_at(z, g, lo), hi - lo, be->acc));
+    }
     be->zero(be, z->scalar, z->as);
     const int newest = z->stage >= 2 ? z->rs_group : -1;
     for (int pass = 0; pass < 2; pass++) {
@@ -392,16 +421,33 @@ int dx_zero_step(dx_zero *z, const dx_adamw_hparams *hp_in, double max_norm, dou
         for (int i = 0; i < z->ngroups; i++) {
             zgroup *g = &z->g[i];
             size_t n = g->hi - g->lo;
-            if (n && (i == newest) == (pass == 1))
+            if (!n || (i == newest) != (pass == 1)) continue;
+            if (!z->has_tp_replicated[i] || z->grid.tp_rank == 0) {
                 DX_TRACE_OP(z->tr, DX_MOD_OPTIMIZER, group_layer(z, i), DX_OP_GRAD_NORM, 2 * (int64_t)n,
                             (int64_t)n * (int64_t)z->as, be->sumsq(be, z->scalar, grad_at(z, g, g->lo), n));
+                continue;
+            }
+            /* TP ranks other than 0 leave out the parameters every TP rank holds */
+            for (int pi = 0; pi < np_; pi++) {
+                const dx_param *p = dx_model_param(z->model, pi);
+                size_t lo = p->offset > g->lo ? p->offset : g->lo;
+                size_t hi = p->offset + p->numel < g->hi ? p->offset + p->numel : g->hi;
+                if (p->group != i || p->tp_replicated || hi <= lo) continue;
+                DX_TRACE_OP(z->tr, DX_MOD_OPTIMIZER, group_layer(z, i), DX_OP_GRAD_NORM, 2 * (int64_t)(hi - lo),
+                            (int64_t)(hi - lo) * (int64_t)z->as, be->sumsq(be, z->scalar, grad_at(z, g, lo), hi - lo));
+            }
         }
     }
     z->rs_group = -1;
     double ss;
     if (dx_read_acc_scalar(be, z->scalar, &ss)) return -1;
-    if (z->stage >= 1 && z->P > 1)
-        COMM(z, -1, DX_OP_ALL_REDUCE, sizeof ss, z->dp_host->all_reduce_sum(z->dp_host, &ss, 1, DX_F64));
+    /* over the whole grid: DP shards (stage 0: DP replicas, counted by DP rank 0 only), TP slices
+     * and pipeline stages */
+    dx_comm *nc = z->grid.norm_host ? z->grid.norm_host : z->stage >= 1 ? z->dp_host : NULL;
+    if (nc && nc->size > 1) {
+        if (z->stage == 0 && z->r != 0) ss = 0;
+        COMM_ON(z, nc, -1, DX_OP_ALL_REDUCE, sizeof ss, nc->all_reduce_sum(nc, &ss, 1, DX_F64));
+    }
     double norm = sqrt(ss);
     *grad_norm = norm;
     double clip = 1.0;

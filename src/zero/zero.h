@@ -57,6 +57,20 @@ int dx_zero_reduce_grads(dx_zero *z);
  * *grad_norm receives the norm before clipping. */
 int dx_zero_step(dx_zero *z, const dx_adamw_hparams *hp, double max_norm, double *grad_norm);
 
+/* The rest of the process grid, for ZeRO over the DP axis of a PP x DP x TP grid:
+ *   tp_dev: the TP group over backend buffers (NULL when tp == 1): gradients of parameters marked
+ *           tp_reduce (dx_param) are summed over it in dx_zero_step, on the owned range;
+ *   tp_rank: this rank's TP index: parameters marked tp_replicated count in the gradient norm on
+ *           TP rank 0 only;
+ *   norm_host: the group the gradient norm's sum of squares is summed over (the world, MPI);
+ *           NULL = the DP group. */
+typedef struct {
+    dx_comm *tp_dev;
+    int tp_rank;
+    dx_comm *norm_host;
+} dx_zero_grid;
+void dx_zero_set_grid(dx_zero *z, const dx_zero_grid *grid);
+
 /* Seconds spent in collectives since the last call (and resets the counter). */
 double dx_zero_take_comm_seconds(dx_zero *z);
 

@@ -1,0 +1,38 @@
+/* dissect process grid: world = PP x DP x TP, TP innermost (Megatron-LM's default order, so TP
+ * peers are neighbouring ranks of one node), with one communicator per axis.
+ *
+ *   world rank = pp_rank * (DP * TP) + dp_rank * TP + tp_rank
+ *
+ * Each axis has its group over host memory (MPI) and over backend buffers (NCCL on the CUDA
+ * backend; the same MPI group on the CPU backend).
+ */
+#ifndef DX_GRID_H
+#define DX_GRID_H
+
+#include "comm.h"
+
+typedef struct {
+    int tp, dp, pp;                /* sizes */
+    int tp_rank, dp_rank, pp_rank; /* this rank's coordinates */
+    dx_comm *world;                /* not owned */
+    dx_comm *tp_host, *dp_host, *pp_host; /* MPI groups along each axis */
+    dx_comm *tp_dev, *dp_dev, *pp_dev;    /* the same ranks over backend buffers */
+} dx_grid;
+
+/* Coordinates of world rank r in a grid of the given sizes. */
+void dx_grid_coords(int r, int tp, int dp, int *tp_rank, int *dp_rank, int *pp_rank);
+
+/* Splits the world (size = tp x dp x pp, checked) into the three MPI groups; the device groups
+ * are set to the host ones (see dx_grid_set_device). Collective over the world. Returns 0 or -1 +
+ * dx_fail naming the sizes; on failure the grid holds no groups. */
+int dx_grid_create(dx_grid *g, dx_comm *world, int tp, int pp);
+
+/* Device groups for a backend with its own collectives (NCCL): make(host group, ctx) returns the
+ * device group over the same ranks, or NULL + dx_fail. Collective over the world; axes of size 1
+ * keep their host group. Returns 0 or -1. */
+int dx_grid_set_device(dx_grid *g, dx_comm *(*make)(dx_comm *host, void *ctx), void *ctx);
+
+/* Destroys the groups (device groups first); the world is not the grid's. */
+void dx_grid_destroy(dx_grid *g);
+
+#endif

@@ -1,0 +1,177 @@
+/* Pipeline execution of a schedule; see pipeline.h. */
+#include "pipeline.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/common.h"
+
+struct dx_pipeline {
+    dx_comm *c;
+    int p, s, m, v;
+    dx_pp_schedule kind;
+    dx_pp_action *act;
+    int nact, slots;
+    dx_model *model;
+    dx_tracer *tr;
+    dx_comm_req *req; /* [v * slots]: the last send from each chunk's slot (activation or grad) */
+};
+
+dx_pipeline *dx_pipeline_create(dx_comm *pp, dx_pp_schedule kind, int m, int v)
+{
+    dx_pipeline *p = calloc(1, sizeof *p);
+    if (!p) { dx_fail("pipeline: out of memory"); return NULL; }
+    p->c = pp;
+    p->p = pp->size;
+    p->s = pp->rank;
+    p->m = m;
+    p->v = v;
+    p->kind = kind;
+    p->act = calloc((size_t)2 * m * v, sizeof *p->act);
+    if (!p->act) { dx_pipeline_destroy(p); dx_fail("pipeline: out of memory"); return NULL; }
+    p->nact = dx_pp_schedule_build(kind, p->p, p->s, m, v, p->act);
+    if (p->nact < 0) { dx_pipeline_destroy(p); return NULL; }
+    p->slots = dx_pp_slots(p->act, p->nact, v);
+    p->req = calloc((size_t)v * (size_t)p->slots, sizeof *p->req);
+    if (p->slots < 1 || !p->req) { dx_pipeline_destroy(p); dx_fail("pipeline: out of memory"); return NULL; }
+    return p;
+}
+
+int dx_pipeline_slots(const dx_pipeline *p) { return p->slots; }
+
+void dx_pipeline_set_model(dx_pipeline *p, dx_model *model, dx_tracer *tr)
+{
+    p->model = model;
+    p->tr = tr;
+}
+
+void dx_pipeline_destroy(dx_pipeline *p)
+{
+    if (!p) return;
+    for (int i = 0; p->req && i < p->v * p->slots; i++) p->c->wait(p->c, &p->req[i]);
+    free(p->req);
+    free(p->act);
+    free(p);
+}
+
+/* Virtual stage of chunk c here, and the ranks before and after it. */
+static int vstage(const dx_pipeline *p, int c) { return c * p->p + p->s; }
+static int prev_rank(const dx_pipeline *p) { return (p->s + p->p - 1) % p->p; }
+static int next_rank(const dx_pipeline *p) { return (p->s + 1) % p->p; }
+/* Message tag: the receiving virtual stage, the micro-batch and the direction. */
+static int tag_of(const dx_pipeline *p, int vs_dst, int micro, int backward)
+{
+    return (int)((((long)vs_dst * p->m + micro) * 2 + backward) % 32767);
+}
+
+static int traced(dx_pipeline *p, int op, int micro, int64_t bytes, uint64_t t0, int rc)
+{
+    if (!rc && dx_tr_on(p->tr, 1)) {
+        int16_t saved = p->tr->micro;
+        p->tr->micro = (int16_t)micro;
+        dx_tr_record(p->tr, t0, dx_now_ns(), DX_MOD_PIPELINE, -1, op, DX_STREAM_COMM, bytes, 0);
+        p->tr->micro = saved;
+    }
+    return rc ? -1 : 0;
+}
+
+static int recv_traced(dx_pipeline *p, void *buf, size_t bytes, int peer, int tag, int micro)
+{
+    uint64_t t0 = dx_now_ns();
+    return traced(p, DX_OP_RECV, micro, (int64_t)bytes, t0, p->c->recv(p->c, buf, bytes, peer, tag));
+}
+
+static int send_traced(dx_pipeline *p, const void *buf, size_t bytes, int peer, int tag, int micro,
+                       dx_comm_req *req)
+{
+    uint64_t t0 = dx_now_ns();
+    return traced(p, DX_OP_SEND, micro, (int64_t)bytes, t0,
+                  p->c->send_start(p->c, buf, bytes, peer, tag, req));
+}
+
+/* The forward of chunk c for micro-batch k: receive its input (or load the batch), run, send. */
+static int forward(dx_pipeline *p, int c, int k, int B, int T, void *loss_sum, int want_grad,
+                   float dscale, dx_pp_load_fn load, void *ctx)
+{
+    dx_model *m = p->model;
+    const int s = k % p->slots, vs = vstage(p, c), last = p->p * p->v - 1;
+    const size_t bytes = dx_model_residual_bytes(m, B * T);
+    dx_comm_req *req = &p->req[c * p->slots + s];
+    /* the slot's last send (an input gradient from its input buffer, or the output of an
+     * earlier micro-batch) must be done before the slot is written again */
+    if (p->c->wait(p->c, req)) return -1;
+    const int32_t *ids = NULL, *targets = NULL;
+    if ((dx_model_chunk_has_embedding(m, c) || dx_model_chunk_has_head(m, c)) && load(ctx, k, &ids, &targets))
+        return -1;
+    if (vs > 0 && recv_traced(p, dx_model_chunk_input(m, c, s), bytes, prev_rank(p), tag_of(p, vs, k, 0), k))
+        return -1;
+    p->tr->micro = (int16_t)k;
+    if (dx_model_forward_chunk(m, c, s, ids, targets, B, T, loss_sum, want_grad, dscale)) return -1;
+    if (vs < last)
+        return send_traced(p, dx_model_chunk_output(m, c, s), bytes, next_rank(p), tag_of(p, vs + 1, k, 0), k, req);
+    return 0;
+}
+
+/* The backward of chunk c for micro-batch k: receive the output's gradient, run, send the
+ * input's gradient. */
+static int backward(dx_pipeline *p, int c, int k, int B, int T)
+{
+    dx_model *m = p->model;
+    dx_backend *be = dx_model_backend(m);
+    const int s = k % p->slots, vs = vstage(p, c), last = p->p * p->v - 1;
+    const size_t bytes = dx_model_residual_bytes(m, B * T);
+    if (vs < last && recv_traced(p, dx_model_grad_buffer(m), bytes, next_rank(p), tag_of(p, vs, k, 1), k))
+        return -1;
+    p->tr->micro = (int16_t)k;
+    if (dx_model_backward_chunk(m, c, s)) return -1;
+    if (vs == 0) return 0;
+    /* the slot's input buffer is dead now: the gradient is sent from there */
+    void *in = dx_model_chunk_input(m, c, s);
+    DX_TRACE_OP(p->tr, DX_MOD_PIPELINE, -1, DX_OP_MEMCPY, 0, 2 * (int64_t)bytes,
+                be->copy(be, in, dx_model_grad_buffer(m), bytes));
+    return send_traced(p, in, bytes, prev_rank(p), tag_of(p, vs - 1, k, 1), k, &p->req[c * p->slots + s]);
+}
+
+static int finish(dx_pipeline *p)
+{
+    for (int i = 0; i < p->v * p->slots; i++)
+        if (p->c->wait(p->c, &p->req[i])) return -1;
+    return 0;
+}
+
+int dx_pipeline_train(dx_pipeline *p, int B, int T, void *loss_sum, float dscale,
+                      dx_pp_load_fn load, void *ctx, double *fwd_s, double *bwd_s)
+{
+    dx_backend *be = dx_model_backend(p->model);
+    double f = 0, b = 0;
+    for (int i = 0; i < p->nact; i++) {
+        const dx_pp_action *a = &p->act[i];
+        uint64_t t0 = dx_now_ns();
+        p->tr->phase = a->kind == DX_PP_FORWARD ? DX_PH_FORWARD : DX_PH_BACKWARD;
+        int rc = a->kind == DX_PP_FORWARD
+                     ? forward(p, a->chunk, a->micro, B, T, loss_sum, 1, dscale, load, ctx)
+                     : backward(p, a->chunk, a->micro, B, T);
+        if (rc) return -1;
+        be->sync(be);
+        double dt = (double)(dx_now_ns() - t0) * 1e-9;
+        if (a->kind == DX_PP_FORWARD) f += dt;
+        else b += dt;
+    }
+    p->tr->micro = -1;
+    if (fwd_s) *fwd_s = f;
+    if (bwd_s) *bwd_s = b;
+    return finish(p);
+}
+
+int dx_pipeline_forward(dx_pipeline *p, int m, int B, int T, void *loss_sum, dx_pp_load_fn load,
+                        void *ctx)
+{
+    if (m > p->m) return dx_fail("pipeline: %d micro-batches, at most %d", m, p->m);
+    /* micro-batch by micro-batch through each chunk in virtual-stage order; sends are
+     * non-blocking, so no stage waits for one behind it */
+    for (int k = 0; k < m; k++)
+        for (int c = 0; c < p->v; c++)
+            if (forward(p, c, k, B, T, loss_sum, 0, 0.0f, load, ctx)) return -1;
+    p->tr->micro = -1;
+    return finish(p);
+}
