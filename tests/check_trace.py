@@ -28,8 +28,8 @@ BASE_MS = [100, 1000, 3000]
 
 def synth_events(rank, r):
     """The events test_trace.c writes for one rank and /steps row r, in the order written:
-    tuples (start_ns, end_ns, bytes, flops, rank, step, micro, layer, phase, module, op, stream)
-    with the enums as names."""
+    tuples (start_ns, end_ns, bytes, flops, rank, step, micro, layer, phase, module, op, stream,
+    pp, dp, tp) with the enums as names (the job is DP = 2: dp = rank)."""
     u = STEP_MS[r] * 10000
     base = BASE_MS[r] * 1000000 + rank * 50000
     out = []
@@ -40,7 +40,7 @@ def synth_events(rank, r):
         flops = {"gemm": 50 * d, "attention": 20 * d, "adamw": d}.get(op, 0)
         nbytes = {"memcpy": 10 * d, "all_reduce": 2 * d, "module": 0, "step": 0}.get(op, 4 * d)
         out.append((s, e, nbytes, flops, rank, 10 * (r + 1), micro, layer, phase, module, op,
-                    stream))
+                    stream, 0, rank, 0))
 
     t = [0]
 
