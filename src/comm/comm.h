@@ -85,6 +85,9 @@ struct dx_comm {
 dx_comm *dx_comm_mpi_world(int *argc, char ***argv);
 /* Splits a group (MPI_Comm_split): ranks with equal color form a group, ordered by key. */
 dx_comm *dx_comm_mpi_split(dx_comm *parent, int color, int key);
+/* Splits off one group: the ranks passing member = 1, ordered by key; collective over the
+ * parent. Returns the group on members, NULL elsewhere; *rc = 0, or -1 + dx_fail on failure. */
+dx_comm *dx_comm_mpi_split_member(dx_comm *parent, int member, int key, int *rc);
 /* Finalises MPI (after every group is destroyed). */
 void dx_comm_mpi_finalize(void);
 /* Aborts every rank of the job with exit code `code` (last resort, e.g. on a hang). */

@@ -239,6 +239,17 @@ dx_comm *dx_comm_mpi_split(dx_comm *parent, int color, int key)
     return wrap(sub, 1);
 }
 
+dx_comm *dx_comm_mpi_split_member(dx_comm *parent, int member, int key, int *rc)
+{
+    MPI_Comm sub;
+    *rc = check(MPI_Comm_split(C(parent), member ? 0 : MPI_UNDEFINED, key, &sub), "comm split", parent->rank);
+    if (*rc || !member) return NULL;
+    MPI_Comm_set_errhandler(sub, MPI_ERRORS_RETURN);
+    dx_comm *c = wrap(sub, 1);
+    if (!c) *rc = -1;
+    return c;
+}
+
 void dx_comm_mpi_finalize(void)
 {
     int fin = 0;

@@ -36,6 +36,27 @@ int dx_grid_create(dx_grid *g, dx_comm *world, int tp, int pp)
     return 0;
 }
 
+/* The link comms of pair i (stages i, i + 1 mod p): activations and gradients. */
+int dx_grid_create_links(dx_grid *g, int wrap)
+{
+    const int p = g->pp, s = g->pp_rank, pairs = p < 2 ? 0 : wrap ? p : p - 1;
+    for (int i = 0; i < pairs; i++) {
+        int lo = i, hi = (i + 1) % p, member = s == lo || s == hi, rc = 0;
+        for (int d = 0; d < 2; d++) { /* 0: activations lo -> hi, 1: gradients hi -> lo */
+            dx_comm *c = dx_comm_mpi_split_member(g->pp_host, member, s == lo ? 0 : 1, &rc);
+            if (rc) return dx_fail_prefix("pipeline link between stages %d and %d", lo, hi);
+            if (!member) continue;
+            if (s == lo) *(d ? &g->grad_next : &g->act_next) = c;
+            else *(d ? &g->grad_prev : &g->act_prev) = c;
+        }
+    }
+    g->act_next_dev = g->act_next;
+    g->act_prev_dev = g->act_prev;
+    g->grad_next_dev = g->grad_next;
+    g->grad_prev_dev = g->grad_prev;
+    return 0;
+}
+
 int dx_grid_set_device(dx_grid *g, dx_comm *(*make)(dx_comm *host, void *ctx), void *ctx)
 {
     dx_comm **dev[3] = {&g->tp_dev, &g->dp_dev, &g->pp_dev};
@@ -51,11 +72,30 @@ int dx_grid_set_device(dx_grid *g, dx_comm *(*make)(dx_comm *host, void *ctx), v
         }
         *dev[a] = d;
     }
+    /* links, pair by pair in stage order: this rank's pair with its previous stage comes first
+     * unless it is stage 0 (whose pair with the last stage closes the ring) */
+    dx_comm **lh[4] = {&g->act_prev, &g->grad_prev, &g->act_next, &g->grad_next};
+    dx_comm **ld[4] = {&g->act_prev_dev, &g->grad_prev_dev, &g->act_next_dev, &g->grad_next_dev};
+    for (int k = 0; !rc && k < 4; k++) {
+        int j = g->pp_rank == 0 ? (k + 2) % 4 : k;
+        if (!*lh[j]) continue;
+        dx_comm *d = make(*lh[j], ctx);
+        if (!d) { rc = -1; break; }
+        *ld[j] = d;
+    }
+    if (dx_comm_agree(g->world, rc ? -1 : 0)) rc = -1;
     return rc;
 }
 
 void dx_grid_destroy(dx_grid *g)
 {
+    dx_comm **lh[4] = {&g->act_prev, &g->grad_prev, &g->act_next, &g->grad_next};
+    dx_comm **ld[4] = {&g->act_prev_dev, &g->grad_prev_dev, &g->act_next_dev, &g->grad_next_dev};
+    for (int k = 0; k < 4; k++) {
+        if (*ld[k] && *ld[k] != *lh[k]) (*ld[k])->destroy(*ld[k]);
+        if (*lh[k]) (*lh[k])->destroy(*lh[k]);
+        *ld[k] = *lh[k] = NULL;
+    }
     dx_comm **dev[3] = {&g->tp_dev, &g->dp_dev, &g->pp_dev};
     dx_comm **host[3] = {&g->tp_host, &g->dp_host, &g->pp_host};
     for (int a = 0; a < 3; a++) {

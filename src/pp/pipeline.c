@@ -7,7 +7,7 @@
 #include "common/common.h"
 
 struct dx_pipeline {
-    dx_comm *c;
+    dx_pp_links l;
     int p, s, m, v;
     dx_pp_schedule kind;
     dx_pp_action *act;
@@ -15,15 +15,26 @@ struct dx_pipeline {
     dx_model *model;
     dx_tracer *tr;
     dx_comm_req *req; /* [v * slots]: the last send from each chunk's slot (activation or grad) */
+    dx_comm **req_comm; /* [v * slots]: the link that send went on */
 };
 
-dx_pipeline *dx_pipeline_create(dx_comm *pp, dx_pp_schedule kind, int m, int v)
+dx_pipeline *dx_pipeline_create(const dx_pp_links *links, int np, int stage, dx_pp_schedule kind,
+                                int m, int v)
 {
+    const int wrap = v > 1;
+    if ((stage > 0 || wrap) && np > 1 && (!links->act_prev || !links->grad_prev)) {
+        dx_fail("pipeline: stage %d has no link to the previous stage", stage);
+        return NULL;
+    }
+    if ((stage < np - 1 || wrap) && np > 1 && (!links->act_next || !links->grad_next)) {
+        dx_fail("pipeline: stage %d has no link to the next stage", stage);
+        return NULL;
+    }
     dx_pipeline *p = calloc(1, sizeof *p);
     if (!p) { dx_fail("pipeline: out of memory"); return NULL; }
-    p->c = pp;
-    p->p = pp->size;
-    p->s = pp->rank;
+    p->l = *links;
+    p->p = np;
+    p->s = stage;
     p->m = m;
     p->v = v;
     p->kind = kind;
@@ -33,7 +44,8 @@ dx_pipeline *dx_pipeline_create(dx_comm *pp, dx_pp_schedule kind, int m, int v)
     if (p->nact < 0) { dx_pipeline_destroy(p); return NULL; }
     p->slots = dx_pp_slots(p->act, p->nact, v);
     p->req = calloc((size_t)v * (size_t)p->slots, sizeof *p->req);
-    if (p->slots < 1 || !p->req) { dx_pipeline_destroy(p); dx_fail("pipeline: out of memory"); return NULL; }
+    p->req_comm = calloc((size_t)v * (size_t)p->slots, sizeof *p->req_comm);
+    if (p->slots < 1 || !p->req || !p->req_comm) { dx_pipeline_destroy(p); dx_fail("pipeline: out of memory"); return NULL; }
     return p;
 }
 
@@ -48,7 +60,9 @@ void dx_pipeline_set_model(dx_pipeline *p, dx_model *model, dx_tracer *tr)
 void dx_pipeline_destroy(dx_pipeline *p)
 {
     if (!p) return;
-    for (int i = 0; p->req && i < p->v * p->slots; i++) p->c->wait(p->c, &p->req[i]);
+    for (int i = 0; p->req && p->req_comm && i < p->v * p->slots; i++)
+        if (p->req_comm[i]) p->req_comm[i]->wait(p->req_comm[i], &p->req[i]);
+    free(p->req_comm);
     free(p->req);
     free(p->act);
     free(p);
@@ -56,8 +70,11 @@ void dx_pipeline_destroy(dx_pipeline *p)
 
 /* Virtual stage of chunk c here, and the ranks before and after it. */
 static int vstage(const dx_pipeline *p, int c) { return c * p->p + p->s; }
-static int prev_rank(const dx_pipeline *p) { return (p->s + p->p - 1) % p->p; }
-static int next_rank(const dx_pipeline *p) { return (p->s + 1) % p->p; }
+/* The slot's last send done (before the slot's buffers are written again). */
+static int wait_slot(dx_pipeline *p, int i)
+{
+    return p->req_comm[i] ? p->req_comm[i]->wait(p->req_comm[i], &p->req[i]) : 0;
+}
 /* Message tag: the receiving virtual stage, the micro-batch and the direction. */
 static int tag_of(const dx_pipeline *p, int vs_dst, int micro, int backward)
 {
@@ -75,18 +92,19 @@ static int traced(dx_pipeline *p, int op, int micro, int64_t bytes, uint64_t t0,
     return rc ? -1 : 0;
 }
 
-static int recv_traced(dx_pipeline *p, void *buf, size_t bytes, int peer, int tag, int micro)
+static int recv_traced(dx_pipeline *p, dx_comm *c, void *buf, size_t bytes, int peer, int tag, int micro)
 {
     uint64_t t0 = dx_now_ns();
-    return traced(p, DX_OP_RECV, micro, (int64_t)bytes, t0, p->c->recv(p->c, buf, bytes, peer, tag));
+    return traced(p, DX_OP_RECV, micro, (int64_t)bytes, t0, c->recv(c, buf, bytes, peer, tag));
 }
 
-static int send_traced(dx_pipeline *p, const void *buf, size_t bytes, int peer, int tag, int micro,
-                       dx_comm_req *req)
+static int send_traced(dx_pipeline *p, dx_comm *c, const void *buf, size_t bytes, int peer, int tag,
+                       int micro, int slot)
 {
     uint64_t t0 = dx_now_ns();
+    p->req_comm[slot] = c;
     return traced(p, DX_OP_SEND, micro, (int64_t)bytes, t0,
-                  p->c->send_start(p->c, buf, bytes, peer, tag, req));
+                  c->send_start(c, buf, bytes, peer, tag, &p->req[slot]));
 }
 
 /* The forward of chunk c for micro-batch k: receive its input (or load the batch), run, send. */
@@ -96,19 +114,19 @@ static int forward(dx_pipeline *p, int c, int k, int B, int T, void *loss_sum, i
     dx_model *m = p->model;
     const int s = k % p->slots, vs = vstage(p, c), last = p->p * p->v - 1;
     const size_t bytes = dx_model_residual_bytes(m, B * T);
-    dx_comm_req *req = &p->req[c * p->slots + s];
     /* the slot's last send (an input gradient from its input buffer, or the output of an
      * earlier micro-batch) must be done before the slot is written again */
-    if (p->c->wait(p->c, req)) return -1;
+    if (wait_slot(p, c * p->slots + s)) return -1;
     const int32_t *ids = NULL, *targets = NULL;
     if ((dx_model_chunk_has_embedding(m, c) || dx_model_chunk_has_head(m, c)) && load(ctx, k, &ids, &targets))
         return -1;
-    if (vs > 0 && recv_traced(p, dx_model_chunk_input(m, c, s), bytes, prev_rank(p), tag_of(p, vs, k, 0), k))
+    if (vs > 0 && recv_traced(p, p->l.act_prev, dx_model_chunk_input(m, c, s), bytes, 0, tag_of(p, vs, k, 0), k))
         return -1;
     p->tr->micro = (int16_t)k;
     if (dx_model_forward_chunk(m, c, s, ids, targets, B, T, loss_sum, want_grad, dscale)) return -1;
     if (vs < last)
-        return send_traced(p, dx_model_chunk_output(m, c, s), bytes, next_rank(p), tag_of(p, vs + 1, k, 0), k, req);
+        return send_traced(p, p->l.act_next, dx_model_chunk_output(m, c, s), bytes, 1, tag_of(p, vs + 1, k, 0),
+                           k, c * p->slots + s);
     return 0;
 }
 
@@ -120,7 +138,7 @@ static int backward(dx_pipeline *p, int c, int k, int B, int T)
     dx_backend *be = dx_model_backend(m);
     const int s = k % p->slots, vs = vstage(p, c), last = p->p * p->v - 1;
     const size_t bytes = dx_model_residual_bytes(m, B * T);
-    if (vs < last && recv_traced(p, dx_model_grad_buffer(m), bytes, next_rank(p), tag_of(p, vs, k, 1), k))
+    if (vs < last && recv_traced(p, p->l.grad_next, dx_model_grad_buffer(m), bytes, 1, tag_of(p, vs, k, 1), k))
         return -1;
     p->tr->micro = (int16_t)k;
     if (dx_model_backward_chunk(m, c, s)) return -1;
@@ -129,13 +147,13 @@ static int backward(dx_pipeline *p, int c, int k, int B, int T)
     void *in = dx_model_chunk_input(m, c, s);
     DX_TRACE_OP(p->tr, DX_MOD_PIPELINE, -1, DX_OP_MEMCPY, 0, 2 * (int64_t)bytes,
                 be->copy(be, in, dx_model_grad_buffer(m), bytes));
-    return send_traced(p, in, bytes, prev_rank(p), tag_of(p, vs - 1, k, 1), k, &p->req[c * p->slots + s]);
+    return send_traced(p, p->l.grad_prev, in, bytes, 0, tag_of(p, vs - 1, k, 1), k, c * p->slots + s);
 }
 
 static int finish(dx_pipeline *p)
 {
     for (int i = 0; i < p->v * p->slots; i++)
-        if (p->c->wait(p->c, &p->req[i])) return -1;
+        if (wait_slot(p, i)) return -1;
     return 0;
 }
 

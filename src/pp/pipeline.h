@@ -31,11 +31,20 @@ typedef int (*dx_pp_load_fn)(void *ctx, int micro, const int32_t **ids, const in
 
 typedef struct dx_pipeline dx_pipeline;
 
-/* A pipeline over `pp` (the pipeline group over backend buffers; rank = stage) for a model of
- * v chunks per rank, running `kind` with m micro-batches per step. The schedule's action list
- * and the activation slots it needs (dx_pipeline_slots, for dx_model_part.slots) are fixed here;
- * dx_pipeline_set_model attaches the model built with them. NULL + dx_fail on bad arguments. */
-dx_pipeline *dx_pipeline_create(dx_comm *pp, dx_pp_schedule kind, int m, int v);
+/* The two-rank groups to the neighbouring stages (see dx_grid's pipeline links: the lower stage
+ * is rank 0 of each, so a rank sends to the next stage as peer 1 and to the previous as peer 0);
+ * NULL where there is no neighbour. Activations and gradients travel on separate groups. */
+typedef struct {
+    dx_comm *act_next, *act_prev, *grad_next, *grad_prev;
+} dx_pp_links;
+
+/* A pipeline of p stages; this rank is `stage`, with a model of v chunks, running `kind` with m
+ * micro-batches per step over the links (copied). The schedule's action list and the activation
+ * slots it needs (dx_pipeline_slots, for dx_model_part.slots) are fixed here;
+ * dx_pipeline_set_model attaches the model built with them. NULL + dx_fail on bad arguments or
+ * a missing link. */
+dx_pipeline *dx_pipeline_create(const dx_pp_links *links, int p, int stage, dx_pp_schedule kind,
+                                int m, int v);
 int dx_pipeline_slots(const dx_pipeline *p);
 void dx_pipeline_set_model(dx_pipeline *p, dx_model *model, dx_tracer *tr);
 void dx_pipeline_destroy(dx_pipeline *p);

@@ -170,7 +170,8 @@ static int open_data_and_model(dx_worker *w, const dx_config *c)
         part.num_layers[0] = dx_stage_layers(c, g->pp_rank, &part.first_layer[0]);
     }
     if (g->pp > 1) {
-        w->pipe = dx_pipeline_create(g->pp_dev, c->pp_schedule, c->grad_accum, v);
+        dx_pp_links links = {g->act_next_dev, g->act_prev_dev, g->grad_next_dev, g->grad_prev_dev};
+        w->pipe = dx_pipeline_create(&links, g->pp, g->pp_rank, c->pp_schedule, c->grad_accum, v);
         if (!w->pipe) return -1;
         part.slots = dx_pipeline_slots(w->pipe);
     }
@@ -212,6 +213,9 @@ dx_worker *dx_worker_create(const dx_config *c, dx_comm *world, int *rc)
     if ((*rc = dx_comm_agree(world, *rc))) goto fail;
     if ((*rc = dx_comm_agree(world, dx_grid_create(&w->grid, world, c->tp, c->pp)))) goto fail;
     w->have_grid = 1;
+    /* the interleaved schedule's last virtual stage sends back to stage 0: a ring of links */
+    if ((*rc = dx_comm_agree(world, dx_grid_create_links(&w->grid, c->pp_schedule == DX_PP_INTERLEAVED))))
+        goto fail;
     w->dp = w->grid.dp_host;
     w->tr.pp = (int16_t)w->grid.pp_rank;
     w->tr.dp = (int16_t)w->grid.dp_rank;
