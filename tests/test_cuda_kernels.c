@@ -661,6 +661,97 @@ static void test_cross_entropy(uint64_t seed, int N, int V, int with_dl)
     cfree(cd);
 }
 
+/* Tensor parallelism: each of tp vocabulary slices, GPU against CPU. */
+static void test_embedding_vp(uint64_t seed, int N, int D, int V, int tp)
+{
+    char shape[96];
+    int32_t *ids = xmalloc((size_t)N * sizeof(int32_t));
+    for (int i = 0; i < N; i++) ids[i] = (int32_t)(dx_hash64(seed * 1000003u + (uint64_t)i) % (uint64_t)V);
+    const int Vl = V / tp;
+    size_t nt = (size_t)Vl * D, no = (size_t)N * D;
+    void *gids = g_ints(ids, N);
+    for (int r = 0; r < tp; r++) {
+        snprintf(shape, sizeof shape, "N=%d D=%d V=%d slice %d/%d", N, D, V, r, tp);
+        float *tab = hrand(nt, seed + 3 * r, 1, 0, 1), *dout = hrand(no, seed + 3 * r + 1, 1, 0, 1);
+        float *pre = hrand(nt, seed + 3 * r + 2, 1, 0, 0);
+        void *gt = g_from(tab, nt, BF), *go = g_nan(no, BF), *ct = c_from(tab, nt), *co = c_nan(no);
+        gpu->embedding_vp_fwd(gpu, go, gids, gt, N, D, r * Vl, Vl);
+        cpu->embedding_vp_fwd(cpu, co, ids, ct, N, D, r * Vl, Vl);
+        float *o = g_get(go, no, BF);
+        report("embedding_vp_fwd (exact)", shape, mismatches(o, (const float *)co, no), 0);
+        free(o);
+        void *gdo = g_from(dout, no, BF), *gdt = g_from(pre, nt, F32);
+        void *cdo = c_from(dout, no), *cdt = c_from(pre, nt);
+        gpu->embedding_vp_bwd(gpu, gdt, gdo, gids, N, D, r * Vl, Vl);
+        cpu->embedding_vp_bwd(cpu, cdt, cdo, ids, N, D, r * Vl, Vl);
+        cmp("embedding_vp_bwd (+=)", shape, gdt, F32, cdt, nt, B_A);
+        free(tab);
+        free(dout);
+        free(pre);
+        void *gb[] = {gt, go, gdo, gdt};
+        for (size_t i = 0; i < 4; i++) gfree(gb[i]);
+        void *cb[] = {ct, co, cdo, cdt};
+        for (size_t i = 0; i < 4; i++) cfree(cb[i]);
+    }
+    free(ids);
+    gfree(gids);
+}
+
+static void test_ce_vp(uint64_t seed, int N, int V, int tp)
+{
+    char shape[96];
+    const int Vl = V / tp;
+    const size_t nl = (size_t)N * Vl;
+    int32_t *t = xmalloc((size_t)N * sizeof(int32_t));
+    for (int i = 0; i < N; i++)
+        t[i] = i % 4 == 1 ? -1 : (int32_t)(dx_hash64(seed + 7 * (uint64_t)i) % (uint64_t)V);
+    void *gt = g_ints(t, N);
+    float **z = xmalloc((size_t)tp * sizeof *z);
+    float *gath_c = xmalloc((size_t)tp * N * 2 * sizeof(float)), *gath_g = xmalloc((size_t)tp * N * 2 * sizeof(float));
+    /* part 1 on every slice; the gathers are made on the host in rank order */
+    for (int r = 0; r < tp; r++) {
+        snprintf(shape, sizeof shape, "N=%d V=%d slice %d/%d", N, V, r, tp);
+        z[r] = hrand(nl, seed + (uint64_t)r, 2.5, 0, 0);
+        void *gz = g_from(z[r], nl, F32), *gs = g_nan((size_t)N * 2, F32), *cz = c_from(z[r], nl), *cs = c_nan((size_t)N * 2);
+        gpu->ce_vp_stats(gpu, gs, gz, gt, N, Vl, r * Vl);
+        cpu->ce_vp_stats(cpu, cs, cz, t, N, Vl, r * Vl);
+        cmp("ce_vp_stats", shape, gs, F32, cs, (size_t)N * 2, B_A);
+        float *hs = g_get(gs, (size_t)N * 2, F32);
+        memcpy(gath_g + (size_t)r * N * 2, hs, (size_t)N * 2 * sizeof(float));
+        memcpy(gath_c + (size_t)r * N * 2, cs, (size_t)N * 2 * sizeof(float));
+        free(hs);
+        gfree(gz);
+        gfree(gs);
+        cfree(cz);
+        cfree(cs);
+    }
+    void *gg = g_from(gath_g, (size_t)tp * N * 2, F32), *cg = c_from(gath_c, (size_t)tp * N * 2);
+    const float dscale = 1.0f / (float)N, pre = 0.25f;
+    for (int r = 0; r < tp; r++) {
+        snprintf(shape, sizeof shape, "N=%d V=%d slice %d/%d", N, V, r, tp);
+        void *gz = g_from(z[r], nl, F32), *gl = g_from(&pre, 1, F32), *gd = g_nan(nl, BF);
+        void *cz = c_from(z[r], nl), *cl = c_from(&pre, 1), *cd = c_nan(nl);
+        gpu->ce_vp_finish(gpu, gl, gd, gz, gg, tp, gt, N, Vl, r * Vl, dscale);
+        cpu->ce_vp_finish(cpu, cl, cd, cz, cg, tp, t, N, Vl, r * Vl, dscale);
+        cmp("ce_vp_finish loss (+=)", shape, gl, F32, cl, 1, B_A);
+        cmp("ce_vp_finish dlogits", shape, gd, BF, cd, nl, B_X);
+        gfree(gz);
+        gfree(gl);
+        gfree(gd);
+        cfree(cz);
+        cfree(cl);
+        cfree(cd);
+        free(z[r]);
+    }
+    free(z);
+    free(gath_c);
+    free(gath_g);
+    free(t);
+    gfree(gt);
+    gfree(gg);
+    cfree(cg);
+}
+
 static void test_adamw(uint64_t seed, size_t n, int with_work)
 {
     char shape[64];
@@ -809,6 +900,12 @@ int main(void)
         test_cross_entropy(seed += 10, 33, 32000, 1);
         test_cross_entropy(seed += 10, 1, 13, 1);
         test_cross_entropy(seed += 10, 33, 32000, 0);
+
+        /* tensor parallelism: vocab-parallel embedding and cross-entropy */
+        test_embedding_vp(seed += 10, 129, 96, 1000, 2);
+        test_embedding_vp(seed += 10, 64, 2048, 32000, 4);
+        test_ce_vp(seed += 10, 7, 1000, 2);
+        test_ce_vp(seed += 10, 33, 32000, 4);
     }
 
     /* attention: tensor-core kernels (default), then CUDA-core ones (a fresh backend) */

@@ -1067,6 +1067,119 @@ static void test_determinism(void)
 
 /* ============================================================================================ */
 
+/* Tensor parallelism: the tp vocabulary slices of embedding_vp_* and ce_vp_* together equal
+ * embedding_* and cross_entropy on the whole vocabulary. */
+static void test_tp_vocab(uint64_t seed, int N, int V, int D, int tp)
+{
+    const float dscale = 0.37f;
+    const int Vl = V / tp;
+    char what[160], shape[64];
+    snprintf(shape, sizeof shape, "N=%d V=%d D=%d tp=%d", N, V, D, tp);
+    int32_t *ids = malloc((size_t)N * sizeof(int32_t)), *t = malloc((size_t)N * sizeof(int32_t));
+    for (int i = 0; i < N; i++) {
+        ids[i] = (int32_t)(dx_uniform(seed, 3, i) * V) % V;
+        t[i] = dx_uniform(seed, 2, i) < 0.2 ? -1 : (int32_t)(dx_uniform(seed, 1, i) * V) % V;
+    }
+    double *table = drand_((size_t)V * D, seed, 1, 0), *dout = drand_((size_t)N * D, seed + 1, 1, 0);
+    double *logits = drand_((size_t)N * V, seed + 2, 3, 0);
+    dx_backend *bes[2] = {be32, be64};
+    for (int e = 0; e < 2; e++) {
+        dx_backend *be = bes[e];
+        const double bound = is64(be) ? 1e-12 : 1e-6;
+        /* embedding: the slices' rows summed = the full lookup; the slices' gradients side by side
+         * = the full gradient */
+        void *bt = bfrom(be, table, (size_t)V * D), *bo = bnan(be, (size_t)N * D), *bdo = bfrom(be, dout, (size_t)N * D);
+        void *bdt = bnan(be, (size_t)V * D);
+        be->zero(be, bdt, (size_t)V * D * dx_dtype_size(be->acc));
+        be->embedding_fwd(be, bo, ids, bt, N, D);
+        be->embedding_bwd(be, bdt, bdo, ids, N, D);
+        double *full = bto(be, bo, (size_t)N * D), *dfull = bto(be, bdt, (size_t)V * D);
+        double *sum = calloc((size_t)N * D, sizeof(double)), *dcat = malloc((size_t)V * D * sizeof(double));
+        for (int r = 0; r < tp; r++) {
+            void *st = bfrom(be, table + (size_t)r * Vl * D, (size_t)Vl * D), *so = bnan(be, (size_t)N * D);
+            double pre = 0.5;
+            double *prefill = malloc((size_t)Vl * D * sizeof(double));
+            for (size_t i = 0; i < (size_t)Vl * D; i++) prefill[i] = pre;
+            void *sdt = bfrom(be, prefill, (size_t)Vl * D);
+            be->embedding_vp_fwd(be, so, ids, st, N, D, r * Vl, Vl);
+            be->embedding_vp_bwd(be, sdt, bdo, ids, N, D, r * Vl, Vl);
+            double *o = bto(be, so, (size_t)N * D), *d = bto(be, sdt, (size_t)Vl * D);
+            for (size_t i = 0; i < (size_t)N * D; i++) sum[i] += o[i];
+            for (size_t i = 0; i < (size_t)Vl * D; i++) dcat[(size_t)r * Vl * D + i] = d[i] - pre;
+            free(o);
+            free(d);
+            free(prefill);
+            be->free(be, st);
+            be->free(be, so);
+            be->free(be, sdt);
+        }
+        snprintf(what, sizeof what, "embedding_vp_fwd %s: slices sum to embedding_fwd", shape);
+        check(memcmp(sum, full, (size_t)N * D * sizeof(double)) == 0, "%-60s %-5s", what, be->name);
+        snprintf(what, sizeof what, "embedding_vp_bwd %s (+=): slices = embedding_bwd", shape);
+        check_err(what, be->name, relerr(dcat, dfull, (size_t)V * D), bound);
+        free(full);
+        free(dfull);
+        free(sum);
+        free(dcat);
+        be->free(be, bt);
+        be->free(be, bo);
+        be->free(be, bdo);
+        be->free(be, bdt);
+
+        /* cross-entropy: stats of each slice, gathered in rank order, then each slice's finish */
+        const double P = 1.25, z0 = 0;
+        void *bz = bfrom(be, logits, (size_t)N * V), *bdz = bnan(be, (size_t)N * V), *bl = bfrom(be, &z0, 1);
+        be->cross_entropy(be, bl, bdz, bz, t, N, V, dscale);
+        double lref;
+        bget(be, bl, &lref, 1);
+        double *dref = bto(be, bdz, (size_t)N * V);
+        double *zs = malloc((size_t)N * Vl * sizeof(double)), *gath = malloc((size_t)tp * N * 2 * sizeof(double));
+        for (int r = 0; r < tp; r++) {
+            for (int i = 0; i < N; i++) memcpy(zs + (size_t)i * Vl, logits + (size_t)i * V + (size_t)r * Vl, (size_t)Vl * sizeof(double));
+            void *sz = bfrom(be, zs, (size_t)N * Vl), *ss = bnan(be, (size_t)N * 2);
+            be->ce_vp_stats(be, ss, sz, t, N, Vl, r * Vl);
+            bget(be, ss, gath + (size_t)r * N * 2, (size_t)N * 2);
+            be->free(be, sz);
+            be->free(be, ss);
+        }
+        void *bg = bfrom(be, gath, (size_t)tp * N * 2);
+        double worst_loss = 0;
+        double *dcat2 = malloc((size_t)N * V * sizeof(double));
+        for (int r = 0; r < tp; r++) {
+            for (int i = 0; i < N; i++) memcpy(zs + (size_t)i * Vl, logits + (size_t)i * V + (size_t)r * Vl, (size_t)Vl * sizeof(double));
+            void *sz = bfrom(be, zs, (size_t)N * Vl), *sd = bnan(be, (size_t)N * Vl), *sl = bfrom(be, &P, 1);
+            be->ce_vp_finish(be, sl, sd, sz, bg, tp, t, N, Vl, r * Vl, dscale);
+            double l;
+            bget(be, sl, &l, 1);
+            double err = fabs((l - P) - lref) / fabs(lref);
+            if (err > worst_loss) worst_loss = err;
+            double *d = bto(be, sd, (size_t)N * Vl);
+            for (int i = 0; i < N; i++) memcpy(dcat2 + (size_t)i * V + (size_t)r * Vl, d + (size_t)i * Vl, (size_t)Vl * sizeof(double));
+            free(d);
+            be->free(be, sz);
+            be->free(be, sd);
+            be->free(be, sl);
+        }
+        snprintf(what, sizeof what, "ce_vp %s: every slice's loss (+=) = cross_entropy", shape);
+        check_err(what, be->name, worst_loss, bound);
+        snprintf(what, sizeof what, "ce_vp %s: slices' dlogits = cross_entropy's", shape);
+        check_err(what, be->name, relerr(dcat2, dref, (size_t)N * V), bound);
+        free(dcat2);
+        free(dref);
+        free(zs);
+        free(gath);
+        be->free(be, bg);
+        be->free(be, bz);
+        be->free(be, bdz);
+        be->free(be, bl);
+    }
+    free(ids);
+    free(t);
+    free(table);
+    free(dout);
+    free(logits);
+}
+
 int main(void)
 {
     be32 = dx_backend_cpu_create(2);
@@ -1116,6 +1229,8 @@ int main(void)
     test_ce(seed += 10, 6, 50, 40.0, 0.3, 1); /* most exp() underflow */
     test_ce(seed += 10, 3, 4, 3.0, 1.0, 1);   /* every target ignored */
     test_ce(seed += 10, 40, 1000, 3.0, 0.2, 0);
+    test_tp_vocab(seed += 10, 37, 64, 16, 2);
+    test_tp_vocab(seed += 10, 20, 1000, 8, 4);
 
     test_add(seed += 10, 7);
     test_add(seed += 10, 100003);

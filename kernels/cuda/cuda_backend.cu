@@ -1209,6 +1209,162 @@ static void cuda_cross_entropy(dx_backend *be, void *loss_sum, void *dlogits, co
 }
 
 /* ============================================================================================
+ * Tensor parallelism: vocab-parallel embedding and cross-entropy (kernels.h)
+ * ========================================================================================== */
+
+static __global__ void k_embedding_vp_fwd(bf16 *__restrict__ out, const int32_t *__restrict__ ids,
+                                          const bf16 *__restrict__ table, int D, int v0, int Vl)
+{
+    const size_t row = blockIdx.x;
+    const int r = ids[row] - v0;
+    bf16 *dst = out + row * D;
+    if (r < 0 || r >= Vl) {
+        for (int j = threadIdx.x; j < D; j += blockDim.x) dst[j] = tobf(0.0f);
+        return;
+    }
+    const bf16 *src = table + (size_t)r * D;
+    for (int j = threadIdx.x; j < D; j += blockDim.x) dst[j] = src[j];
+}
+
+/* fp32 atomics, as k_embedding_bwd */
+static __global__ void k_embedding_vp_bwd(float *dtable, const bf16 *__restrict__ dout,
+                                          const int32_t *__restrict__ ids, int D, int v0, int Vl)
+{
+    const size_t row = blockIdx.x;
+    const int r = ids[row] - v0;
+    if (r < 0 || r >= Vl) return;
+    float *dst = dtable + (size_t)r * D;
+    const bf16 *src = dout + row * D;
+    for (int j = threadIdx.x; j < D; j += blockDim.x) atomicAdd(dst + j, ld(src, j));
+}
+
+static void cuda_embedding_vp_fwd(dx_backend *be, void *out, const int32_t *ids, const void *table,
+                                  int N, int D, int v0, int Vl)
+{
+    if (N <= 0 || D <= 0) return;
+    DXC_ENTER(be, "embedding_vp_fwd");
+    k_embedding_vp_fwd<<<N, DXC_THREADS, 0, dxc(be)->stream>>>((bf16 *)out, ids, (const bf16 *)table,
+                                                               D, v0, Vl);
+    DXC_LAUNCHED(be, "embedding_vp_fwd");
+}
+
+static void cuda_embedding_vp_bwd(dx_backend *be, void *dtable, const void *dout, const int32_t *ids,
+                                  int N, int D, int v0, int Vl)
+{
+    if (N <= 0 || D <= 0) return;
+    DXC_ENTER(be, "embedding_vp_bwd");
+    k_embedding_vp_bwd<<<N, DXC_THREADS, 0, dxc(be)->stream>>>((float *)dtable, (const bf16 *)dout,
+                                                               ids, D, v0, Vl);
+    DXC_LAUNCHED(be, "embedding_vp_bwd");
+}
+
+/* One block per row: the slice's log-sum-exp (online max / sum, merged as k_xent does) and the
+ * target's logit when the slice holds it. */
+static __global__ void __launch_bounds__(DXC_THREADS)
+    k_ce_vp_stats(float *__restrict__ stats, const float *__restrict__ logits,
+                  const int32_t *__restrict__ targets, int Vl, int v0)
+{
+    __shared__ float shm[32], shs[32];
+    const size_t row = blockIdx.x;
+    const float *z = logits + row * Vl;
+    float m = -INFINITY, s = 0;
+    for (int j = threadIdx.x; j < Vl; j += blockDim.x) {
+        const float zj = z[j];
+        if (zj > m) {
+            s = s * expf(m - zj) + 1.0f;
+            m = zj;
+        } else if (zj == zj) {
+            if (m != -INFINITY) s += expf(zj - m);
+        } else {
+            s = NAN;
+        }
+    }
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) {
+        const float m2 = __shfl_xor_sync(0xffffffffu, m, off);
+        const float s2 = __shfl_xor_sync(0xffffffffu, s, off);
+        ms_merge(m, s, m2, s2);
+    }
+    const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    if (lane == 0) {
+        shm[wid] = m;
+        shs[wid] = s;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        m = shm[0];
+        s = shs[0];
+        for (int k = 1; k < nw; k++) ms_merge(m, s, shm[k], shs[k]);
+        const int t = targets[row] - v0;
+        stats[2 * row] = (float)((double)m + log((double)s));
+        stats[2 * row + 1] = targets[row] >= 0 && t >= 0 && t < Vl ? z[t] : 0.0f;
+    }
+}
+
+/* One block per row: the row's log-sum-exp over every slice's stats, its loss (fp64, to a
+ * workspace) and this slice's dlogits. */
+static __global__ void __launch_bounds__(DXC_THREADS)
+    k_ce_vp_finish(double *__restrict__ rowloss, bf16 *__restrict__ dl, const float *__restrict__ logits,
+                   const float *__restrict__ gathered, int tp, const int32_t *__restrict__ targets,
+                   int N, int Vl, int v0, float dscale)
+{
+    const size_t row = blockIdx.x;
+    const int t = targets[row];
+    bf16 *d = dl ? dl + row * Vl : NULL;
+    if (t < 0) {
+        if (d)
+            for (int j = threadIdx.x; j < Vl; j += blockDim.x) d[j] = tobf(0.0f);
+        if (threadIdx.x == 0) rowloss[row] = 0.0;
+        return;
+    }
+    double mx = -INFINITY, se = 0, tl = 0; /* every thread the same, in rank order */
+    for (int r = 0; r < tp; r++) mx = fmax(mx, (double)gathered[((size_t)r * N + row) * 2]);
+    for (int r = 0; r < tp; r++) {
+        se += exp((double)gathered[((size_t)r * N + row) * 2] - mx);
+        tl += (double)gathered[((size_t)r * N + row) * 2 + 1];
+    }
+    const double lse = mx + log(se);
+    if (threadIdx.x == 0) rowloss[row] = lse - tl;
+    if (d) {
+        const float *z = logits + row * Vl;
+        const float l = (float)lse;
+        for (int j = threadIdx.x; j < Vl; j += blockDim.x) {
+            float p = expf(z[j] - l) * dscale;
+            if (j == t - v0) p -= dscale;
+            d[j] = tobf(p);
+        }
+    }
+}
+
+static void cuda_ce_vp_stats(dx_backend *be, void *stats, const void *logits, const int32_t *targets,
+                             int N, int Vl, int v0)
+{
+    if (N <= 0 || Vl <= 0) return;
+    DXC_ENTER(be, "ce_vp_stats");
+    k_ce_vp_stats<<<N, DXC_THREADS, 0, dxc(be)->stream>>>((float *)stats, (const float *)logits,
+                                                          targets, Vl, v0);
+    DXC_LAUNCHED(be, "ce_vp_stats");
+}
+
+static void cuda_ce_vp_finish(dx_backend *be, void *loss_sum, void *dlogits, const void *logits,
+                              const void *gathered, int tp, const int32_t *targets, int N, int Vl,
+                              int v0, float dscale)
+{
+    if (N <= 0 || Vl <= 0) return;
+    dxc_impl *im = dxc(be);
+    DXC_ENTER(be, "ce_vp_finish");
+    double *rl = (double *)dxc_scratch(be, (size_t)N * sizeof(double), "ce_vp_finish");
+    k_ce_vp_finish<<<N, DXC_THREADS, 0, im->stream>>>(rl, (bf16 *)dlogits, (const float *)logits,
+                                                      (const float *)gathered, tp, targets, N, Vl,
+                                                      v0, dscale);
+    DXC_LAUNCHED(be, "ce_vp_finish");
+    if (loss_sum) {
+        k_sum_add_f64<<<1, DXC_THREADS, 0, im->stream>>>((float *)loss_sum, rl, (size_t)N);
+        DXC_LAUNCHED(be, "ce_vp_finish");
+    }
+}
+
+/* ============================================================================================
  * AdamW: fp64 arithmetic with the CPU twin's expression order; the _rn intrinsics forbid FMA
  * contraction, so master, m and v match the CPU backend bit for bit (bias corrections are
  * computed on the host with the same pow).
@@ -1505,6 +1661,10 @@ extern "C" dx_backend *dx_backend_cuda_create(int device, int nthreads)
     be->embedding_fwd = cuda_embedding_fwd;
     be->embedding_bwd = cuda_embedding_bwd;
     be->cross_entropy = cuda_cross_entropy;
+    be->embedding_vp_fwd = cuda_embedding_vp_fwd;
+    be->embedding_vp_bwd = cuda_embedding_vp_bwd;
+    be->ce_vp_stats = cuda_ce_vp_stats;
+    be->ce_vp_finish = cuda_ce_vp_finish;
     be->add = cuda_add;
     be->adamw = cuda_adamw;
     be->sumsq = cuda_sumsq;

@@ -31,7 +31,7 @@
  * those stay allocated until destroy.
  *
  * Determinism: all ops give bitwise-identical results run to run on the same device and shapes,
- * except embedding_bwd, which adds rows into dtable with fp32 atomics (rows with repeated ids
+ * except embedding_bwd and embedding_vp_bwd, which add rows into dtable with fp32 atomics (rows with repeated ids
  * are summed in an unspecified order; differences are in the last bits), attention_bwd's dq on
  * the tensor-core path, accumulated over key tiles with fp32 atomics (FlashAttention-2's form;
  * DX_CUDA_DETERMINISTIC=1 in the environment when the backend is created selects a two-kernel
