@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # The GPU checks of dissect, for a GPU host (see ../shared/gpu/README.md: `. .gpu/env.sh` first):
-#   tests/gpu_suite.sh [sections...]       sections: build kernels sanitizer hf zero trace brown
+#   tests/gpu_suite.sh [sections...]       sections: build kernels sanitizer hf zero grid trace brown
 # Builds build-gpu (-Dcuda=enabled), then: CUDA kernels vs their CPU twins (table);
 # compute-sanitizer memcheck over that test; logits/loss/gradients against Hugging Face's
 # LlamaForCausalLM (bf16 on the GPU, fp32 on the CPU backend); ZeRO stages 0-3 on all visible
-# GPUs against one GPU; an op-level GPU trace checked with h5py and `dissect report`; the Brown
+# GPUs against one GPU; TP / sequence / pipeline parallelism (every schedule) on 2 GPUs against one
+# GPU (tests/test_grid_equivalence.sh with 2 ranks at most); an op-level GPU trace checked with h5py and `dissect report`; the Brown
 # model on 1 GPU and on all GPUs (needs data/brown from examples/prepare_brown.sh).
 # Logs go to $OUT (default /tmp/dissect-gpu); a summary table is printed last.
 set -uo pipefail
@@ -12,7 +13,7 @@ cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/dissect-gpu}; mkdir -p "$OUT"
 export PYTHON3=${PYTHON3:-python3} SRCDIR=$PWD DISSECT=$PWD/build-gpu/dissect PYTHONUNBUFFERED=1
 ngpu=$(nvidia-smi -L 2>/dev/null | wc -l)
-sections=("$@"); [ ${#sections[@]} -gt 0 ] || sections=(build kernels sanitizer hf zero trace brown)
+sections=("$@"); [ ${#sections[@]} -gt 0 ] || sections=(build kernels sanitizer hf zero grid trace brown)
 declare -A result
 mpi=(mpirun -x LD_LIBRARY_PATH -x NCCL_NVLS_ENABLE -x PATH)
 run() { # name command...: runs, logs to $OUT/name.log, records ok/FAIL
@@ -35,6 +36,9 @@ if want hf; then
 fi
 if want zero && [ "$ngpu" -ge 2 ]; then
   ZE_DEVICE=cuda ZE_DPS=2 ZE_RTOL=${ZE_RTOL:-2e-2} ZE_STEPS=20 ZE_MODEL=brown-small run zero bash tests/test_zero_equivalence.sh
+fi
+if want grid && [ "$ngpu" -ge 2 ]; then
+  GT_DEVICE=cuda GT_MAXNP=2 GT_RTOL=${GT_RTOL:-2e-2} GT_MODEL=brown-small run grid bash tests/test_grid_equivalence.sh
 fi
 if want trace; then
   t=$OUT/trace; mkdir -p "$t"

@@ -11,25 +11,29 @@
 # differences in proportion to lr (at 3e-3 the worst tensor differed by 1.6e-5, at 1e-3 by
 # 5.3e-6, on this 2-core CPU, 2026-11-23).
 #
-# GT_QUICK=1 runs a handful of layouts only.
+# GT_QUICK=1 runs a handful of layouts only. On GPUs (bf16 compute, NCCL), e.g. on 2 GPUs:
+#   GT_DEVICE=cuda GT_MAXNP=2 GT_RTOL=2e-2 GT_MODEL=brown-small tests/test_grid_equivalence.sh
 set -euo pipefail
 : "${DISSECT:?path to the dissect binary}" "${SRCDIR:=.}" "${PYTHON3:=/usr/bin/python3}"
-rtol=${GT_RTOL:-1e-5}
+rtol=${GT_RTOL:-1e-5} device=${GT_DEVICE:-cpu} maxnp=${GT_MAXNP:-8} model=${GT_MODEL:-tiny}
+vocab=64; [ "$model" = tiny ] || vocab=4096
+mpi=(mpirun); [ "$device" = cpu ] || mpi+=(-x LD_LIBRARY_PATH -x PATH -x NCCL_NVLS_ENABLE)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-"$PYTHON3" "$SRCDIR/tests/make_synthetic.py" "$tmp/ids.txt" --vocab 64 --tokens 20000
-"$PYTHON3" "$SRCDIR/examples/make_shards.py" "$tmp/ids.txt" "$tmp/train.bin" --vocab-size 64 >/dev/null
+"$PYTHON3" "$SRCDIR/tests/make_synthetic.py" "$tmp/ids.txt" --vocab "$vocab" --tokens 20000
+"$PYTHON3" "$SRCDIR/examples/make_shards.py" "$tmp/ids.txt" "$tmp/train.bin" --vocab-size "$vocab" >/dev/null
 
-common=(train --model tiny --num-layers 8 --train-data "$tmp/train.bin" --seq-length 32
+common=(train --model "$model" --num-layers 8 --train-data "$tmp/train.bin" --seq-length 32
         --train-iters 6 --warmup-iters 2 --lr 1e-3 --eval-interval 0 --sample-tokens 0
-        --log-interval 100 --device cpu --grad-accum 4)
+        --log-interval 100 --device "$device" --grad-accum 4)
 runs=()
 n=0
 run() { # name np tp pp dp [extra flags...]
   local name=$1 np=$2 tp=$3 pp=$4 dp=$5; shift 5
   local mb=$((2 / dp)) stage=$((n % 3))
   n=$((n + 1))
-  OMP_NUM_THREADS=1 mpirun -np "$np" "$DISSECT" "${common[@]}" --micro-batch "$mb" --tp "$tp" --pp "$pp" \
+  [ "$np" -le "$maxnp" ] || return 0
+  OMP_NUM_THREADS=1 "${mpi[@]}" -np "$np" "$DISSECT" "${common[@]}" --micro-batch "$mb" --tp "$tp" --pp "$pp" \
     --zero-stage "$stage" --trace "$tmp/$name.h5" --save "$tmp/$name.ck.h5" "$@" > "$tmp/$name.log" 2>&1 \
     || { echo "FAIL $name: dissect exited with an error:"; cat "$tmp/$name.log"; exit 1; }
   [ "$name" = ref ] || runs+=("$name")
