@@ -64,9 +64,9 @@ int dx_grid_set_device(dx_grid *g, dx_comm *(*make)(dx_comm *host, void *ctx), v
     int rc = 0;
     for (int a = 0; a < 3; a++) {
         /* every rank creates its groups in the same order; a failure is agreed on at once */
-        dx_comm *d = host[a]->size > 1 ? make(host[a], ctx) : host[a];
+        dx_comm *d = make(host[a], ctx); /* size 1 too: ZeRO's collectives take device buffers */
         if (dx_comm_agree(g->world, d ? 0 : -1)) {
-            if (d && d != host[a]) d->destroy(d);
+            if (d) d->destroy(d);
             rc = -1;
             break;
         }

@@ -36,9 +36,9 @@ void dx_grid_coords(int r, int tp, int dp, int *tp_rank, int *dp_rank, int *pp_r
 int dx_grid_create(dx_grid *g, dx_comm *world, int tp, int pp);
 
 /* Device groups for a backend with its own collectives (NCCL): make(host group, ctx) returns the
- * device group over the same ranks, or NULL + dx_fail. Collective over the world; axes of size 1
- * keep their host group; pipeline links are converted pair by pair in stage order. Returns 0 or
- * -1. */
+ * device group over the same ranks, or NULL + dx_fail. Collective over the world; every axis gets
+ * one, size 1 included (collectives on device buffers must not reach MPI); pipeline links are
+ * converted pair by pair in stage order. Returns 0 or -1. */
 int dx_grid_set_device(dx_grid *g, dx_comm *(*make)(dx_comm *host, void *ctx), void *ctx);
 
 /* Creates the pipeline links between stages i and i + 1 (and, with wrap, between p - 1 and 0)
