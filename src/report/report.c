@@ -30,6 +30,15 @@ typedef struct {
     int world;
     char trace_level[64];
 
+    /* the process grid (/metadata; traces written before the grid: tp = pp = 1, dp = world,
+     * schedule "none", rank r at (0, r, 0)) */
+    int has_grid_meta;
+    int tp, pp, dp, sequence_parallel, chunks, micro_batches; /* -1: not recorded */
+    char schedule[32];
+    double bubble_theory; /* NaN: not recorded */
+    int32_t *grid;        /* [world * 3]: (pp, dp, tp) of each rank */
+    int ev_has_coords;    /* /events has the pp, dp, tp fields */
+
     /* /steps (per-rank arrays are [row * world + rank], NULL when the field is absent) */
     size_t n_rows;
     int64_t *step, *tokens;
@@ -48,13 +57,17 @@ typedef struct {
     unsigned long long n_events_total, n_invalid;
     dx_event *ev; /* the events of the selected steps, ranks 0..world-1 */
     size_t n_ev, cap_ev;
-    int has_ops, has_modules; /* among the selected events */
+    int has_ops, has_modules; /* among the selected events; ops = non-collective kernels */
+    int has_comm_ops;         /* collectives or pipeline send / recv among them */
 } report;
 
 /* Per (step, rank) numbers in ns (from /events). */
 typedef struct {
     int has, has_span;
     double span, fwd, bwd, opt, exposed, idle, compute, comm;
+    /* pipeline: compute-stream time of forward / backward units (busy), pipeline recv spans
+     * (all phases; forward + backward only), send spans, bytes sent */
+    double busy, recv, recv_fb, send, send_bytes;
 } group_stats;
 
 /* ------------------------------------------------------------------------------------------ */
@@ -90,6 +103,7 @@ static void report_free(report *r)
     free(r->sel);
     free(r->sel_row);
     free(r->ev);
+    free(r->grid);
     if (r->file >= 0) H5Fclose(r->file);
     r->file = -1;
 }
