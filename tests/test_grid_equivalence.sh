@@ -6,7 +6,7 @@
 # stages 0-2 in turn, gives the same per-step losses and final fp32 master weights (the
 # checkpoint's logical tensors) as one process, within 1e-5 relative (fp32; only the order of
 # sums differs). Also: an uneven stage split, and TP 4 over the model's 2 KV heads (replicated
-# k/v_proj). The peak learning rate is 1e-3: AdamW moves a weight by about lr whatever the size
+# k/v_proj), and ZeRO-3 with TP 2 x DP 2. The peak learning rate is 1e-3: AdamW moves a weight by about lr whatever the size
 # of its gradient, so it turns rounding differences in near-zero gradients into weight
 # differences in proportion to lr (at 3e-3 the worst tensor differed by 1.6e-5, at 1e-3 by
 # 5.3e-6, on this 2-core CPU, 2026-11-23).
@@ -68,6 +68,9 @@ run uneven_pp2 2 1 2 1 --decoder-first-pipeline-num-layers 3
 # more TP ranks than KV heads (2): k_proj / v_proj replicated, gradients summed over TP
 run tp4_kvrepl 4 4 1 1
 run tp4_kvrepl_sp_pp2 8 4 2 1 --sequence-parallel
+# ZeRO-3 over the DP axis of a TP grid (it does not compose with PP)
+run tp2_dp2_zero3 4 2 1 2 --zero-stage 3
+run tp2_dp2_sp_zero3 4 2 1 2 --zero-stage 3 --sequence-parallel
 fail=0
 ( cd "$tmp" && "$PYTHON3" "$SRCDIR/tests/compare_traces.py" --rtol "$rtol" ref.h5 "${runs[@]/%/.h5}" ) || fail=1
 ( cd "$tmp" && "$PYTHON3" "$SRCDIR/tests/compare_checkpoints.py" --rtol "$rtol" ref.ck.h5 "${runs[@]/%/.ck.h5}" ) || fail=1

@@ -163,6 +163,64 @@ static int read_int_attr(hid_t obj, const char *name, long long *v)
     return rc;
 }
 
+static int read_f64_attr(hid_t obj, const char *name, double *v)
+{
+    if (H5Aexists(obj, name) <= 0) return -1;
+    hid_t a = H5Aopen(obj, name, H5P_DEFAULT);
+    if (a < 0) return -1;
+    int rc = H5Aread(a, H5T_NATIVE_DOUBLE, v) >= 0 ? 0 : -1;
+    H5Aclose(a);
+    return rc;
+}
+
+/* Reads the grid attributes and /metadata/grid of the open group g (absent ones keep the
+ * DP-only defaults set by load_grid). Returns 0 or -1 + dx_fail. */
+static int read_grid_meta(report *r, hid_t g)
+{
+    static const char *const names[6] = {"tensor_model_parallel_size", "pipeline_model_parallel_size",
+                                         "data_parallel_size", "sequence_parallel",
+                                         "num_model_chunks", "num_micro_batches"};
+    int *dst[6] = {&r->tp, &r->pp, &r->dp, &r->sequence_parallel, &r->chunks, &r->micro_batches};
+    for (int i = 0; i < 6; i++) {
+        long long v;
+        if (read_int_attr(g, names[i], &v) != 0) continue;
+        if (v < 0 || v > INT_MAX)
+            return dx_fail("%s: /metadata attribute %s = %lld is out of range", r->path, names[i], v);
+        *dst[i] = (int)v;
+        r->has_grid_meta = 1;
+    }
+    int rc = read_str_attr(g, "pipeline_schedule", r->schedule, sizeof r->schedule);
+    if (rc < 0) return dx_fail("%s: cannot read /metadata pipeline_schedule", r->path);
+    double th;
+    if (read_f64_attr(g, "pipeline_bubble_theory", &th) == 0) r->bubble_theory = th;
+    if (r->tp < 1 || r->pp < 1 || r->dp < 1 || (long long)r->tp * r->pp * r->dp != r->world)
+        return dx_fail("%s: /metadata grid sizes TP %d x PP %d x DP %d do not multiply to the world "
+                       "size %d", r->path, r->tp, r->pp, r->dp, r->world);
+    htri_t ex = H5Lexists(g, "grid", H5P_DEFAULT);
+    if (ex < 0) return dx_fail("%s: cannot read /metadata (truncated or corrupt file?)", r->path);
+    if (ex == 0) return 0;
+    hid_t d = H5Dopen2(g, "grid", H5P_DEFAULT);
+    hid_t sp = d >= 0 ? H5Dget_space(d) : -1;
+    hsize_t dims[2] = {0, 0};
+    int ok = sp >= 0 && H5Sget_simple_extent_ndims(sp) == 2 &&
+             H5Sget_simple_extent_dims(sp, dims, NULL) >= 0 && dims[0] == (hsize_t)r->world &&
+             dims[1] == 3;
+    if (ok) ok = H5Dread(d, H5T_NATIVE_INT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, r->grid) >= 0;
+    if (sp >= 0) H5Sclose(sp);
+    if (d >= 0) H5Dclose(d);
+    if (!ok)
+        return dx_fail("%s: /metadata/grid is not a readable int [world_size = %d, 3] dataset",
+                       r->path, r->world);
+    for (int p = 0; p < r->world; p++) {
+        const int32_t *c = &r->grid[3 * p];
+        if (c[0] < 0 || c[0] >= r->pp || c[1] < 0 || c[1] >= r->dp || c[2] < 0 || c[2] >= r->tp)
+            return dx_fail("%s: /metadata/grid: rank %d at (pp %d, dp %d, tp %d) is outside the "
+                           "PP %d x DP %d x TP %d grid", r->path, p, c[0], c[1], c[2], r->pp,
+                           r->dp, r->tp);
+    }
+    return 0;
+}
+
 /* Reads /steps field `name` (a scalar, or an array of `width` -- per-rank fields are arrays even
  * when the world has one rank) as `base`.
  * Returns 0, 1 if the field is absent (allowed unless required), -1 + dx_fail. */
@@ -222,13 +280,32 @@ static int open_trace(report *r)
         return dx_fail("%s: dissect trace without a valid root attribute 'world_size'", r->path);
     r->world = (int)world;
     snprintf(r->trace_level, sizeof r->trace_level, "unknown");
+    /* the grid's defaults: a DP-only job */
+    r->tp = r->pp = 1;
+    r->dp = r->world;
+    r->sequence_parallel = 0;
+    r->chunks = 1;
+    r->micro_batches = -1;
+    r->bubble_theory = NAN;
+    snprintf(r->schedule, sizeof r->schedule, "none");
+    r->grid = malloc((size_t)r->world * 3 * sizeof *r->grid);
+    if (!r->grid) return dx_fail("%s: out of memory", r->path);
+    for (int p = 0; p < r->world; p++) {
+        r->grid[3 * p] = r->grid[3 * p + 2] = 0;
+        r->grid[3 * p + 1] = p;
+    }
     if (H5Lexists(r->file, "metadata", H5P_DEFAULT) > 0) {
         hid_t g = H5Gopen2(r->file, "metadata", H5P_DEFAULT);
         if (g < 0) return dx_fail("%s: cannot open /metadata (truncated or corrupt file?)", r->path);
         rc = read_str_attr(g, "trace_level", r->trace_level, sizeof r->trace_level);
-        H5Gclose(g);
-        if (rc < 0) return dx_fail("%s: cannot read /metadata trace_level", r->path);
         if (rc == 1) snprintf(r->trace_level, sizeof r->trace_level, "unknown");
+        if (rc < 0) {
+            H5Gclose(g);
+            return dx_fail("%s: cannot read /metadata trace_level", r->path);
+        }
+        rc = read_grid_meta(r, g);
+        H5Gclose(g);
+        if (rc) return -1;
     }
     return 0;
 }
@@ -295,6 +372,9 @@ static int for_each_events(report *r, event_fn fn, void *ctx)
     for (size_t i = 0; !rc && i < sizeof fields / sizeof fields[0]; i++)
         if (H5Tget_member_index(ft, fields[i]) < 0)
             rc = dx_fail("%s: /events has no field '%s'", r->path, fields[i]);
+    /* traces written before the process grid have no pp, dp, tp: a DP-only job */
+    r->ev_has_coords = !rc && H5Tget_member_index(ft, "pp") >= 0 &&
+                       H5Tget_member_index(ft, "dp") >= 0 && H5Tget_member_index(ft, "tp") >= 0;
     r->n_events_total = (unsigned long long)n;
     dx_event *buf = rc ? NULL : malloc(READ_CHUNK * sizeof *buf);
     if (!rc && !buf) rc = dx_fail("%s: out of memory reading /events", r->path);
@@ -308,8 +388,14 @@ static int for_each_events(report *r, event_fn fn, void *ctx)
         if (!ok)
             rc = dx_fail("%s: cannot read /events rows %llu..%llu (truncated or corrupt file?)",
                          r->path, (unsigned long long)off, (unsigned long long)(off + cnt[0] - 1));
-        else
+        else {
+            if (!r->ev_has_coords)
+                for (size_t i = 0; i < (size_t)cnt[0]; i++) {
+                    buf[i].pp = buf[i].tp = 0;
+                    buf[i].dp = (int16_t)buf[i].rank;
+                }
             rc = fn(r, buf, (size_t)cnt[0], ctx);
+        }
     }
     free(buf);
     if (mt >= 0) H5Tclose(mt);
@@ -347,6 +433,8 @@ static int keep_events(report *r, const dx_event *ev, size_t n, void *ctx)
         r->ev[r->n_ev++] = *e;
         if (e->op == DX_OP_MODULE)
             r->has_modules = 1;
+        else if (is_collective(e->op))
+            r->has_comm_ops = 1;
         else if (e->op != DX_OP_STEP)
             r->has_ops = 1;
     }
