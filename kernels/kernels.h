@@ -159,21 +159,23 @@ struct dx_backend {
     /* ---- tensor parallelism (Shoeybi et al. 2019, "Megatron-LM", sec. 3) ---- */
     /* Vocab-parallel embedding (Megatron-LM's VocabParallelEmbedding): this rank holds rows
      * [v0, v0 + Vl) of the table. out X[N,D]: row i = table[ids[i] - v0] if v0 <= ids[i] <
-     * v0 + Vl, else zeros (the caller sums the partial rows over the TP group). table X[Vl,D]. */
+     * v0 + Vl, else zeros (the caller sums the partial rows over the TP group). table X[Vl,D],
+     * ids int32[N]. */
     void (*embedding_vp_fwd)(dx_backend *be, void *out, const int32_t *ids, const void *table,
                              int N, int D, int v0, int Vl);
     /* dtable A[Vl,D] (+=) the rows of dout X[N,D] whose ids fall in [v0, v0 + Vl) (at row
-     * ids[i] - v0); other rows are skipped. */
+     * ids[i] - v0); other rows are skipped. ids int32[N]. */
     void (*embedding_vp_bwd)(dx_backend *be, void *dtable, const void *dout, const int32_t *ids,
                              int N, int D, int v0, int Vl);
     /* Vocab-parallel cross-entropy, part 1 (Megatron-LM's VocabParallelCrossEntropy; here with
      * per-slice log-sum-exps instead of an all-reduced max). This rank holds logits A[N,Vl] of
-     * vocab ids [v0, v0 + Vl). stats A[N,2] (overwritten): stats[i,0] = logsumexp_j logits[i,j]
-     * over the slice; stats[i,1] = logits[i, targets[i] - v0] if the target is in the slice,
-     * else 0. The caller all-gathers stats over the TP group (rank order) into A[tp,N,2]. */
+     * vocab ids [v0, v0 + Vl); targets int32[N] hold global vocab ids (< 0: ignored). stats
+     * A[N,2] (overwritten): stats[i,0] = logsumexp_j logits[i,j] over the slice; stats[i,1] =
+     * logits[i, targets[i] - v0] if the target is in the slice, else 0. The caller all-gathers
+     * stats over the TP group (rank order) into A[tp,N,2]. */
     void (*ce_vp_stats)(dx_backend *be, void *stats, const void *logits, const int32_t *targets,
                         int N, int Vl, int v0);
-    /* Part 2, from every slice's stats gathered[tp,N,2]: lse_i = logsumexp_r gathered[r,i,0],
+    /* Part 2, from every slice's stats gathered A[tp,N,2]: lse_i = logsumexp_r gathered[r,i,0],
      * tl_i = sum_r gathered[r,i,1];
      *   loss_sum A[1] (+=) sum over rows with targets[i] >= 0 of (lse_i - tl_i) (if not NULL)
      *   dlogits X[N,Vl] = dscale (exp(logits[i,j] - lse_i) - [j == targets[i] - v0]) (if not

@@ -735,6 +735,19 @@ static void test_ce_vp(uint64_t seed, int N, int V, int tp)
         cpu->ce_vp_finish(cpu, cl, cd, cz, cg, tp, t, N, Vl, r * Vl, dscale);
         cmp("ce_vp_finish loss (+=)", shape, gl, F32, cl, 1, B_A);
         cmp("ce_vp_finish dlogits", shape, gd, BF, cd, nl, B_X);
+        /* loss only, then dlogits only: the same bits as both at once (fixed-order kernels) */
+        void *gl2 = g_from(&pre, 1, F32), *gd2 = g_nan(nl, BF);
+        gpu->ce_vp_finish(gpu, gl2, NULL, gz, gg, tp, gt, N, Vl, r * Vl, dscale);
+        gpu->ce_vp_finish(gpu, NULL, gd2, gz, gg, tp, gt, N, Vl, r * Vl, dscale);
+        float *l1 = g_get(gl, 1, F32), *l2 = g_get(gl2, 1, F32);
+        float *d1 = g_get(gd, nl, BF), *d2 = g_get(gd2, nl, BF);
+        report("ce_vp_finish NULL out (exact)", shape, mismatches(l1, l2, 1) + mismatches(d1, d2, nl), 0);
+        free(l1);
+        free(l2);
+        free(d1);
+        free(d2);
+        gfree(gl2);
+        gfree(gd2);
         gfree(gz);
         gfree(gl);
         gfree(gd);
@@ -902,8 +915,10 @@ int main(void)
         test_cross_entropy(seed += 10, 33, 32000, 0);
 
         /* tensor parallelism: vocab-parallel embedding and cross-entropy */
+        test_embedding_vp(seed += 10, 7, 13, 1001, 1);
         test_embedding_vp(seed += 10, 129, 96, 1000, 2);
         test_embedding_vp(seed += 10, 64, 2048, 32000, 4);
+        test_ce_vp(seed += 10, 7, 1001, 1);
         test_ce_vp(seed += 10, 7, 1000, 2);
         test_ce_vp(seed += 10, 33, 32000, 4);
     }
