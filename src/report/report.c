@@ -33,7 +33,7 @@ typedef struct {
     /* the process grid (/metadata; traces written before the grid: tp = pp = 1, dp = world,
      * schedule "none", rank r at (0, r, 0)) */
     int has_grid_meta;
-    int tp, pp, dp, sequence_parallel, chunks, micro_batches; /* -1: not recorded */
+    int tp, pp, dp, sequence_parallel, chunks, micro_batches; /* micro_batches <= 0: not recorded */
     char schedule[32];
     double bubble_theory; /* NaN: not recorded */
     int32_t *grid;        /* [world * 3]: (pp, dp, tp) of each rank */
@@ -88,6 +88,12 @@ static int valid_event(const dx_event *e)
 {
     return e->phase < DX_PH_COUNT && e->module < DX_MOD_COUNT && e->op < DX_OP_COUNT &&
            e->stream < DX_STREAM_COUNT && e->end_ns >= e->start_ns;
+}
+
+/* A trace of a DP-only job (no tensor or pipeline parallelism): the grid adds nothing. */
+static int is_dp_only(const report *r)
+{
+    return r->pp == 1 && r->tp == 1;
 }
 
 static void report_free(report *r)
@@ -631,8 +637,38 @@ typedef struct {
     int module_used[DX_MOD_COUNT];
     double span_sum;         /* summed step spans over all (step, rank) */
     size_t missing_spans, groups;
-    int from_modules;        /* the units are module spans (no op events) */
+    int from_modules;        /* the units are module spans and collectives (no kernel events) */
+    /* tensor-parallel collectives of compute modules (tp_row): [row * TP_OPS + k], k = tp_op_index;
+     * summed over steps and ranks; tp_ranks[row * world + rank] = 1 if the rank has the row */
+    double *tp_ns, *tp_exp_ns;
+    long long *tp_count;
+    unsigned char *tp_ranks;
+    int tp_rows, any_tp;
 } analysis;
+
+#define TP_OPS 3 /* all_reduce, all_gather, reduce_scatter */
+
+/* Column of a TP collective op (-1: not one). */
+static int tp_op_index(unsigned op)
+{
+    return op == DX_OP_ALL_REDUCE ? 0 : op == DX_OP_ALL_GATHER ? 1 : op == DX_OP_REDUCE_SCATTER ? 2 : -1;
+}
+
+/* Is e a tensor-parallel collective of a compute module in the forward or backward (not the
+ * optimizer's, the loss's, a parameter group's gradient reduction or the pipeline's)? */
+static int is_tp_collective(const dx_event *e)
+{
+    if (tp_op_index(e->op) < 0) return 0;
+    if (e->phase != DX_PH_FORWARD && e->phase != DX_PH_BACKWARD) return 0;
+    return e->module == DX_MOD_EMBEDDING || e->module == DX_MOD_ATTENTION ||
+           e->module == DX_MOD_MLP || e->module == DX_MOD_RMSNORM || e->module == DX_MOD_LM_HEAD;
+}
+
+/* Row of the TP table: the layer, or max_layer + 1 + module for events outside layers. */
+static int tp_row(const analysis *a, const dx_event *e)
+{
+    return e->layer >= 0 ? e->layer : a->max_layer + 1 + e->module;
+}
 
 /* Index of the first selected step >= step (binary search over the sorted selection). */
 static size_t sel_index(const report *r, int64_t step)
@@ -648,11 +684,12 @@ static size_t sel_index(const report *r, int64_t step)
     return lo;
 }
 
-/* Is e one of the events the breakdown is made of? */
+/* Is e one of the events the breakdown is made of? Kernel ops and collectives; without kernel
+ * events (trace level module), module spans and collectives. */
 static int is_unit(const analysis *a, const dx_event *e)
 {
     if (e->op == DX_OP_STEP) return 0;
-    return a->from_modules ? e->op == DX_OP_MODULE : e->op != DX_OP_MODULE;
+    return a->from_modules ? e->op == DX_OP_MODULE || is_collective(e->op) : e->op != DX_OP_MODULE;
 }
 
 static int is_comm_unit(const dx_event *e)
@@ -671,9 +708,16 @@ static int analyse(report *r, analysis *a)
         if (is_unit(a, &r->ev[i]) && r->ev[i].layer > a->max_layer) a->max_layer = r->ev[i].layer;
     a->layer_ns = calloc((size_t)(a->max_layer + 2) * DX_MOD_COUNT, sizeof *a->layer_ns);
     a->layer_exp_ns = calloc((size_t)(a->max_layer + 2), sizeof *a->layer_exp_ns);
+    a->tp_rows = a->max_layer + 1 + DX_MOD_COUNT;
+    size_t tpn = (size_t)a->tp_rows * TP_OPS;
+    a->tp_ns = calloc(tpn, sizeof *a->tp_ns);
+    a->tp_exp_ns = calloc(tpn, sizeof *a->tp_exp_ns);
+    a->tp_count = calloc(tpn, sizeof *a->tp_count);
+    a->tp_ranks = calloc((size_t)a->tp_rows * W, 1);
     ival *all = malloc((r->n_ev + 1) * sizeof *all), *cmp = malloc((r->n_ev + 1) * sizeof *cmp),
          *com = malloc((r->n_ev + 1) * sizeof *com);
-    if (!a->g || !a->layer_ns || !a->layer_exp_ns || !all || !cmp || !com) {
+    if (!a->g || !a->layer_ns || !a->layer_exp_ns || !a->tp_ns || !a->tp_exp_ns || !a->tp_count ||
+        !a->tp_ranks || !all || !cmp || !com) {
         free(all);
         free(cmp);
         free(com);
@@ -715,8 +759,14 @@ static int analyse(report *r, analysis *a)
             a->op_bytes[ev->op][ev->module] += (double)ev->bytes;
             a->op_count[ev->op][ev->module]++;
             int layer = ev->layer >= 0 ? ev->layer : a->max_layer + 1;
-            a->layer_ns[(size_t)layer * DX_MOD_COUNT + ev->module] += dur;
-            a->module_used[ev->module] = 1;
+            /* module spans already hold the collectives their modules run (TP; the loss
+             * module's forward; the loss all-reduce for logging comes after the backward) */
+            int nested = ev->module <= DX_MOD_LM_HEAD ? ev->phase == DX_PH_FORWARD || ev->phase == DX_PH_BACKWARD
+                         : ev->module == DX_MOD_LOSS && ev->phase == DX_PH_FORWARD;
+            if (!(a->from_modules && is_collective(ev->op) && nested)) {
+                a->layer_ns[(size_t)layer * DX_MOD_COUNT + ev->module] += dur;
+                a->module_used[ev->module] = 1;
+            }
             if (t <= s) continue;
             all[na++] = (ival){s, t};
             int comm = is_comm_unit(ev);
@@ -731,6 +781,9 @@ static int analyse(report *r, analysis *a)
                 if (ev->phase == DX_PH_FORWARD) g->fwd += d;
                 if (ev->phase == DX_PH_BACKWARD) g->bwd += d;
                 if (ev->phase == DX_PH_OPTIMIZER) g->opt += d;
+                if (ev->stream == DX_STREAM_COMPUTE &&
+                    (ev->phase == DX_PH_FORWARD || ev->phase == DX_PH_BACKWARD))
+                    g->busy += d;
             }
         }
         na = merge(all, na);
@@ -746,9 +799,28 @@ static int analyse(report *r, analysis *a)
             const dx_event *ev = &r->ev[i];
             if (!is_unit(a, ev) || !is_comm_unit(ev)) continue;
             ival x = {ev->start_ns < s0 ? s0 : ev->start_ns, ev->end_ns > s1 ? s1 : ev->end_ns};
+            if (ev->module == DX_MOD_PIPELINE && ev->op == DX_OP_SEND)
+                g->send_bytes += (double)ev->bytes;
+            size_t tpk = SIZE_MAX;
+            if (is_tp_collective(ev)) { /* counted even when clipped away */
+                tpk = (size_t)tp_row(a, ev) * TP_OPS + (size_t)tp_op_index(ev->op);
+                a->tp_count[tpk]++;
+                a->tp_ranks[(size_t)tp_row(a, ev) * W + (size_t)ev->rank] = 1;
+                a->any_tp = 1;
+            }
             if (x.e <= x.s) continue;
             a->comm_ns[ev->op][ev->module][ev->phase] += (double)(x.e - x.s);
             double xe = (double)(x.e - x.s - overlap_one(x, cmp, nc));
+            if (ev->module == DX_MOD_PIPELINE && ev->op == DX_OP_RECV) {
+                g->recv += (double)(x.e - x.s);
+                if (ev->phase == DX_PH_FORWARD || ev->phase == DX_PH_BACKWARD)
+                    g->recv_fb += (double)(x.e - x.s);
+            }
+            if (ev->module == DX_MOD_PIPELINE && ev->op == DX_OP_SEND) g->send += (double)(x.e - x.s);
+            if (tpk != SIZE_MAX) {
+                a->tp_ns[tpk] += (double)(x.e - x.s);
+                a->tp_exp_ns[tpk] += xe;
+            }
             a->exp_ns[ev->op][ev->module][ev->phase] += xe;
             a->comm_count[ev->op][ev->module][ev->phase]++;
             a->layer_exp_ns[ev->layer >= 0 ? ev->layer : a->max_layer + 1] += xe;
@@ -768,6 +840,10 @@ static void analysis_free(analysis *a)
     free(a->g);
     free(a->layer_ns);
     free(a->layer_exp_ns);
+    free(a->tp_ns);
+    free(a->tp_exp_ns);
+    free(a->tp_count);
+    free(a->tp_ranks);
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -802,6 +878,82 @@ static int write_chrome_events(report *r, const dx_event *ev, size_t n, void *ct
     return 0;
 }
 
+/* A compute-stream forward or backward event of a micro-batch (the micro-batch track). */
+typedef struct {
+    int64_t s, e;
+    int32_t rank, step;
+    int16_t micro;
+    uint8_t phase;
+} mb_span;
+
+typedef struct {
+    mb_span *v;
+    size_t n, cap;
+    int only_range;
+} mb_list;
+
+static int collect_micro(report *r, const dx_event *ev, size_t n, void *ctx)
+{
+    mb_list *l = ctx;
+    for (size_t i = 0; i < n; i++) {
+        const dx_event *e = &ev[i];
+        if (l->only_range && !step_selected(r, e->step)) continue;
+        if (e->stream != DX_STREAM_COMPUTE || e->micro < 0 || e->op == DX_OP_STEP ||
+            (e->phase != DX_PH_FORWARD && e->phase != DX_PH_BACKWARD) || e->end_ns < e->start_ns ||
+            e->rank < 0 || e->rank >= r->world)
+            continue;
+        if (l->n == l->cap) {
+            size_t cap = l->cap ? 2 * l->cap : 4096;
+            mb_span *p = realloc(l->v, cap * sizeof *p);
+            if (!p) return dx_fail("%s: out of memory", r->path);
+            l->v = p;
+            l->cap = cap;
+        }
+        l->v[l->n++] = (mb_span){e->start_ns, e->end_ns, e->rank, e->step, e->micro, e->phase};
+    }
+    return 0;
+}
+
+static int cmp_mb(const void *a, const void *b)
+{
+    const mb_span *x = a, *y = b;
+    if (x->rank != y->rank) return x->rank < y->rank ? -1 : 1;
+    if (x->s != y->s) return x->s < y->s ? -1 : 1;
+    return (x->e > y->e) - (x->e < y->e);
+}
+
+/* The micro-batch track (tid DX_STREAM_COUNT) of each rank: one span "F<k>" / "B<k>" per run of
+ * consecutive compute-stream events of one step, phase and micro-batch k, from the run's first
+ * start to its last end, so a pipeline schedule (1F1B's staircase) reads at a glance. */
+static int write_micro_track(report *r, chrome_ctx *c)
+{
+    mb_list l = {NULL, 0, 0, c->only_range};
+    int rc = for_each_events(r, collect_micro, &l);
+    if (!rc) qsort(l.v, l.n, sizeof *l.v, cmp_mb);
+    for (size_t b = 0; !rc && b < l.n;) {
+        size_t e = b + 1;
+        int64_t end = l.v[b].e;
+        while (e < l.n && l.v[e].rank == l.v[b].rank && l.v[e].step == l.v[b].step &&
+               l.v[e].phase == l.v[b].phase && l.v[e].micro == l.v[b].micro) {
+            if (l.v[e].e > end) end = l.v[e].e;
+            e++;
+        }
+        const mb_span *x = &l.v[b];
+        fprintf(c->f,
+                "%s\n{\"name\":\"%c%d\",\"cat\":\"micro-batch\",\"ph\":\"X\",\"ts\":%.3f,"
+                "\"dur\":%.3f,\"pid\":%d,\"tid\":%d,\"args\":{\"step\":%d,\"micro\":%d,"
+                "\"phase\":\"%s\"}}",
+                c->first ? "" : ",", x->phase == DX_PH_FORWARD ? 'F' : 'B', (int)x->micro,
+                (double)x->s / 1e3, (double)(end - x->s) / 1e3, (int)x->rank, DX_STREAM_COUNT,
+                (int)x->step, (int)x->micro, dx_phase_names[x->phase]);
+        c->first = 0;
+        b = e;
+    }
+    free(l.v);
+    if (!rc && ferror(c->f)) rc = dx_fail("write error");
+    return rc;
+}
+
 static int write_chrome(report *r, const char *out)
 {
     size_t len = strlen(out);
@@ -817,17 +969,35 @@ static int write_chrome(report *r, const char *out)
     }
     chrome_ctx c = {f, r->explicit_range, 1};
     fprintf(f, "{\"traceEvents\":[");
+    /* one process per rank, in rank order, named with its grid coordinates (unless DP only);
+     * a thread per stream, and with pipeline parallelism a micro-batch track on top */
+    int micro_track = r->pp > 1 && r->has_events;
     for (int p = 0; p < r->world; p++) {
-        fprintf(f, "%s\n{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":0,"
-                   "\"args\":{\"name\":\"rank %d\"}}", c.first ? "" : ",", p, p);
+        const int32_t *g = &r->grid[3 * p];
+        if (is_dp_only(r))
+            fprintf(f, "%s\n{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":0,"
+                       "\"args\":{\"name\":\"rank %d\"}}", c.first ? "" : ",", p, p);
+        else
+            fprintf(f, "%s\n{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":0,"
+                       "\"args\":{\"name\":\"rank %d (pp %d, dp %d, tp %d)\"}}",
+                    c.first ? "" : ",", p, p, (int)g[0], (int)g[1], (int)g[2]);
         c.first = 0;
         fprintf(f, ",\n{\"name\":\"process_sort_index\",\"ph\":\"M\",\"pid\":%d,\"tid\":0,"
                    "\"args\":{\"sort_index\":%d}}", p, p);
-        for (int s = 0; s < DX_STREAM_COUNT; s++)
+        for (int s = 0; s < DX_STREAM_COUNT; s++) {
             fprintf(f, ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":%d,"
                        "\"args\":{\"name\":\"%s\"}}", p, s, dx_stream_names[s]);
+            fprintf(f, ",\n{\"name\":\"thread_sort_index\",\"ph\":\"M\",\"pid\":%d,\"tid\":%d,"
+                       "\"args\":{\"sort_index\":%d}}", p, s, s + 1);
+        }
+        if (micro_track)
+            fprintf(f, ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":%d,"
+                       "\"args\":{\"name\":\"micro-batches\"}},"
+                       "\n{\"name\":\"thread_sort_index\",\"ph\":\"M\",\"pid\":%d,\"tid\":%d,"
+                       "\"args\":{\"sort_index\":0}}", p, DX_STREAM_COUNT, p, DX_STREAM_COUNT);
     }
     int rc = r->has_events ? for_each_events(r, write_chrome_events, &c) : 0;
+    if (rc == 0 && micro_track) rc = write_micro_track(r, &c);
     if (rc == 0) fprintf(f, "\n],\"displayTimeUnit\":\"ms\"}\n");
     if (rc == 0 && ferror(f)) rc = dx_fail("write error");
     if (fclose(f) != 0 && rc == 0) rc = dx_fail("write error");
@@ -934,6 +1104,18 @@ static void print_summary(const report *r, const analysis *a)
     printf("dissect report: %s\n\nRun summary\n", r->path);
     printf("  %-22s %d\n", "world size (ranks)", r->world);
     printf("  %-22s %s\n", "trace level", r->trace_level);
+    printf("  %-22s %d x %d x %d%s\n", "grid (PP x DP x TP)", r->pp, r->dp, r->tp,
+           r->has_grid_meta ? "" : " (not recorded: a data-parallel job)");
+    printf("  %-22s %s\n", "sequence parallel", r->sequence_parallel ? "yes" : "no");
+    printf("  %-22s %s (%d model chunk%s per rank", "pipeline schedule", r->schedule, r->chunks,
+           r->chunks == 1 ? "" : "s");
+    if (r->pp > 1 && !isnan(r->bubble_theory))
+        printf("; bubble in theory %.3f", r->bubble_theory);
+    printf(")\n");
+    if (r->micro_batches > 0)
+        printf("  %-22s %d\n", "micro-batches per step", r->micro_batches);
+    else
+        printf("  %-22s - (not recorded)\n", "micro-batches per step");
     printf("  %-22s %zu (steps %lld..%lld of %lld..%lld%s)\n", "steps in range", r->n_sel,
            (long long)r->sel[0], (long long)r->sel[r->n_sel - 1],
            (long long)(r->n_rows ? r->step[0] : r->sel[0]),
@@ -965,7 +1147,7 @@ static void print_summary(const report *r, const analysis *a)
 static int use_events(const report *r, const analysis *a)
 {
     (void)a;
-    return r->has_events && (r->has_ops || r->has_modules);
+    return r->has_events && (r->has_ops || r->has_modules || r->has_comm_ops);
 }
 
 static void print_breakdown(const report *r, const analysis *a)
@@ -1118,6 +1300,129 @@ static void print_exposed(const report *r, const analysis *a)
            te / per / 1e6, tc > 0 ? 100.0 * te / tc : 0.0);
 }
 
+/* Pipeline stages (pp > 1): per stage, the mean over its ranks and the selected steps of the step
+ * span, busy time, pipeline recv / send time and bytes sent; measured bubble = recv wait in the
+ * forward and backward phases / step span (sums over the stage's (step, rank) groups), next to
+ * the schedule's theoretical (p-1)/(v m + p-1). */
+static void print_pipeline(const report *r, const analysis *a)
+{
+    if (r->pp <= 1) return;
+    if (!use_events(r, a)) {
+        printf("Pipeline (per stage): not available (no op or module events in this trace)\n\n");
+        return;
+    }
+    size_t W = (size_t)r->world;
+    printf("Pipeline (per stage; ms per step, mean over the stage's ranks; busy = compute-stream "
+           "forward/backward time, recv wait = pipeline recv spans, bubble = recv wait in "
+           "forward/backward / step; theory = (p-1)/(v m + p-1))\n");
+    printf("  %5s %5s %10s %10s %13s %9s %13s %8s %8s\n", "stage", "ranks", "step ms", "busy ms",
+           "recv wait ms", "send ms", "sent MiB", "bubble", "theory");
+    double tot_bytes = 0, all_span = 0, all_fb = 0;
+    for (int st = 0; st < r->pp; st++) {
+        int nr = 0;
+        for (size_t p = 0; p < W; p++) nr += r->grid[3 * p] == st;
+        double sum[5] = {0}, bytes = 0;
+        size_t c = 0;
+        for (size_t i = 0; i < r->n_sel; i++)
+            for (size_t p = 0; p < W; p++) {
+                const group_stats *g = &a->g[i * W + p];
+                if (r->grid[3 * p] != st || !g->has) continue;
+                sum[0] += g->span;
+                sum[1] += g->busy;
+                sum[2] += g->recv;
+                sum[3] += g->send;
+                sum[4] += g->recv_fb;
+                bytes += g->send_bytes;
+                c++;
+            }
+        printf("  %5d %5d", st, nr);
+        if (!c) {
+            printf(" %10s %10s %13s %9s %13s %8s", "-", "-", "-", "-", "-", "-");
+        } else {
+            print_ms(sum[0] / (double)c, 10);
+            print_ms(sum[1] / (double)c, 10);
+            print_ms(sum[2] / (double)c, 13);
+            print_ms(sum[3] / (double)c, 9);
+            /* bytes sent per step by the stage's ranks together */
+            printf(" %13.3f", bytes / (double)r->n_sel / (1024.0 * 1024.0));
+            if (sum[0] > 0)
+                printf(" %8.3f", sum[4] / sum[0]);
+            else
+                printf(" %8s", "-");
+        }
+        if (isnan(r->bubble_theory))
+            printf(" %8s\n", "-");
+        else
+            printf(" %8.3f\n", r->bubble_theory);
+        tot_bytes += bytes;
+        all_span += sum[0];
+        all_fb += sum[4];
+    }
+    printf("  %-11s %45s %13.3f", "all stages", "", tot_bytes / (double)r->n_sel / (1024.0 * 1024.0));
+    if (all_span > 0)
+        printf(" %8.3f", all_fb / all_span);
+    else
+        printf(" %8s", "-");
+    if (isnan(r->bubble_theory))
+        printf(" %8s\n", "-");
+    else
+        printf(" %8.3f\n", r->bubble_theory);
+    printf("  bytes sent between stages per step (all ranks): %.0f\n\n", tot_bytes / (double)r->n_sel);
+}
+
+/* One row of the TP table (skipped when the row has no collectives); adds to the run totals. */
+static void print_tp_row(const report *r, const analysis *a, int row, double tot[2])
+{
+    size_t W = (size_t)r->world;
+    long long calls = 0;
+    for (int k = 0; k < TP_OPS; k++) calls += a->tp_count[(size_t)row * TP_OPS + (size_t)k];
+    if (!calls) return;
+    int nr = 0;
+    for (size_t p = 0; p < W; p++) nr += a->tp_ranks[(size_t)row * W + p];
+    double per = (double)r->n_sel * (double)(nr ? nr : 1);
+    if (row <= a->max_layer)
+        printf("  %-10d %5d", row, nr);
+    else
+        printf("  %-10s %5d", dx_module_names[row - a->max_layer - 1], nr);
+    double ns = 0, xs = 0;
+    for (int k = 0; k < TP_OPS; k++) {
+        size_t j = (size_t)row * TP_OPS + (size_t)k;
+        printf(" %7.1f %9.3f", (double)a->tp_count[j] / per, a->tp_ns[j] / per / 1e6);
+        ns += a->tp_ns[j];
+        xs += a->tp_exp_ns[j];
+    }
+    printf(" %10.3f %11.3f\n", ns / per / 1e6, xs / per / 1e6);
+    tot[0] += ns;
+    tot[1] += xs;
+}
+
+/* Tensor-parallel collectives (tp > 1) of compute modules per layer (rows outside layers named by
+ * module: embedding first, then the layers, the final rmsnorm and lm_head): calls and ms per
+ * step, mean over the ranks that recorded the row, and the part of that time not covered by
+ * compute-stream ops (exposed). The last row is the mean over all ranks of their whole TP time. */
+static void print_tp(const report *r, const analysis *a)
+{
+    if (r->tp <= 1) return;
+    if (!use_events(r, a) || !a->any_tp) {
+        printf("Tensor-parallel collectives per layer: not available (no TP collectives among the "
+               "events of this trace)\n\n");
+        return;
+    }
+    printf("Tensor-parallel collectives per layer (per step, mean over the ranks that hold the "
+           "layer; AR = all_reduce, AG = all_gather, RS = reduce_scatter; n = calls; exposed = not "
+           "covered by compute-stream ops)\n");
+    printf("  %-10s %5s %7s %9s %7s %9s %7s %9s %10s %11s\n", "layer", "ranks", "AR n", "AR ms",
+           "AG n", "AG ms", "RS n", "RS ms", "total ms", "exposed ms");
+    double tot[2] = {0, 0};
+    const int emb = a->max_layer + 1 + DX_MOD_EMBEDDING;
+    print_tp_row(r, a, emb, tot);
+    for (int row = 0; row < a->tp_rows; row++)
+        if (row != emb) print_tp_row(r, a, row, tot);
+    double per = (double)r->n_sel * (double)r->world;
+    printf("  %-16s %53s %10.3f %11.3f\n\n", "all (rank mean)", "", tot[0] / per / 1e6,
+           tot[1] / per / 1e6);
+}
+
 static int col_width(const char *name)
 {
     size_t n = strlen(name);
@@ -1180,8 +1485,9 @@ static void print_ranks(const report *r, const analysis *a)
     printf("Ranks (ms per step, mean over the steps in range; %s)\n",
            ev ? "compute = compute/host ops, comm = time covered by collectives"
               : "from /steps: step = rank 0's step time, compute = forward + backward + optimizer");
-    printf("  %5s %10s %11s %10s %16s %10s %13s\n", "rank", "step ms", "compute ms", "comm ms",
-           "exposed comm ms", "idle ms", "peak mem MiB");
+    int coords = !is_dp_only(r);
+    printf("  %5s %10s %11s %10s %16s %10s %13s%s\n", "rank", "step ms", "compute ms", "comm ms",
+           "exposed comm ms", "idle ms", "peak mem MiB", coords ? "  pp dp tp" : "");
     int slow = -1, fast = -1;
     double slow_v = 0, fast_v = 0;
     for (size_t p = 0; p < W; p++) {
@@ -1234,9 +1540,12 @@ static void print_ranks(const report *r, const analysis *a)
         print_ms(mean[3], 16);
         print_ms(mean[4], 10);
         if (isnan(peak))
-            printf(" %13s\n", "-");
+            printf(" %13s", "-");
         else
-            printf(" %13.1f\n", peak / (1024.0 * 1024.0));
+            printf(" %13.1f", peak / (1024.0 * 1024.0));
+        if (coords)
+            printf("  %2d %2d %2d", (int)r->grid[3 * p], (int)r->grid[3 * p + 1], (int)r->grid[3 * p + 2]);
+        printf("\n");
         if (!isnan(mean[1])) {
             if (slow < 0 || mean[1] > slow_v) slow = (int)p, slow_v = mean[1];
             if (fast < 0 || mean[1] < fast_v) fast = (int)p, fast_v = mean[1];
@@ -1310,14 +1619,17 @@ static void usage(FILE *f)
 {
     fprintf(f,
             "usage: dissect report RUN.h5 [--steps A:B] [--top N] [--chrome OUT.json]\n\n"
-            "Summarises a dissect trace: run summary, step breakdown (forward, backward, optimizer,\n"
-            "exposed communication, idle), top operators, exposed communication by collective,\n"
-            "per-layer modules, ranks, idle.\n\n"
+            "Summarises a dissect trace: run summary (with the PP x DP x TP grid), step breakdown\n"
+            "(forward, backward, optimizer, exposed communication, idle), pipeline stages (PP > 1),\n"
+            "top operators, exposed communication by collective, tensor-parallel collectives per\n"
+            "layer (TP > 1), per-layer modules, ranks, idle.\n\n"
             "  --steps A:B        steps A..B inclusive (A:, :B and A also work); default: all but\n"
             "                     the first (warm-up) step\n"
             "  --top N            operators listed (default 15)\n"
             "  --chrome OUT.json  also write a Chrome trace-event file (Perfetto, chrome://tracing)\n"
-            "                     with every event (with --steps: the events of those steps)\n");
+            "                     with every event (with --steps: the events of those steps): a\n"
+            "                     process per rank, a thread per stream and, with PP > 1, a\n"
+            "                     micro-batch track\n");
 }
 
 static int parse_range(report *r, const char *s)
@@ -1420,8 +1732,10 @@ int dx_report_main(int argc, char **argv)
     if (!rc) {
         print_summary(&r, &a);
         print_breakdown(&r, &a);
+        print_pipeline(&r, &a);
         print_top(&r, &a, top);
         print_exposed(&r, &a);
+        print_tp(&r, &a);
         print_layers(&r, &a);
         print_ranks(&r, &a);
         print_idle(&r, &a);
