@@ -89,12 +89,16 @@ int dx_grid_set_device(dx_grid *g, dx_comm *(*make)(dx_comm *host, void *ctx), v
 
 void dx_grid_destroy(dx_grid *g)
 {
+    /* links in the order dx_grid_set_device made them (stage 0: its pair with stage 1 first):
+     * destroying an NCCL comm waits for its peer, so both ends of each pair must reach it in the
+     * same order, or the ring of the interleaved schedule deadlocks at exit */
     dx_comm **lh[4] = {&g->act_prev, &g->grad_prev, &g->act_next, &g->grad_next};
     dx_comm **ld[4] = {&g->act_prev_dev, &g->grad_prev_dev, &g->act_next_dev, &g->grad_next_dev};
     for (int k = 0; k < 4; k++) {
-        if (*ld[k] && *ld[k] != *lh[k]) (*ld[k])->destroy(*ld[k]);
-        if (*lh[k]) (*lh[k])->destroy(*lh[k]);
-        *ld[k] = *lh[k] = NULL;
+        int j = g->pp_rank == 0 ? (k + 2) % 4 : k;
+        if (*ld[j] && *ld[j] != *lh[j]) (*ld[j])->destroy(*ld[j]);
+        if (*lh[j]) (*lh[j])->destroy(*lh[j]);
+        *ld[j] = *lh[j] = NULL;
     }
     dx_comm **dev[3] = {&g->tp_dev, &g->dp_dev, &g->pp_dev};
     dx_comm **host[3] = {&g->tp_host, &g->dp_host, &g->pp_host};
