@@ -16,6 +16,7 @@
 #include "cpu_ops.h"
 
 #include <cblas.h>
+#include <limits.h>
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
@@ -547,24 +548,11 @@ void DX_OP(embedding_fwd)(dx_backend *be, void *out_, const int32_t *ids, const 
         memcpy(out + (size_t)i * D, table + (size_t)ids[i] * D, (size_t)D * sizeof(real));
 }
 
-/* Repeated ids make rows collide, so threads split columns; each adds rows in order. */
+/* The whole table is the slice [0, INT_MAX) of embedding_vp_bwd (below). */
 void DX_OP(embedding_bwd)(dx_backend *be, void *dtable_, const void *dout_, const int32_t *ids,
                           int N, int D)
 {
-    real *dtable = dtable_;
-    const real *dout = dout_;
-    int nblk = (D + DX_DW_BLOCK - 1) / DX_DW_BLOCK;
-#pragma omp parallel for num_threads(NT(be)) schedule(static) \
-    if (nblk > 1 && (size_t)N * D >= DX_PAR_MIN)
-    for (int bk = 0; bk < nblk; bk++) {
-        int j0 = bk * DX_DW_BLOCK, nj = D - j0 < DX_DW_BLOCK ? D - j0 : DX_DW_BLOCK;
-        for (int i = 0; i < N; i++) {
-            real *t = dtable + (size_t)ids[i] * D + j0;
-            const real *s = dout + (size_t)i * D + j0;
-#pragma omp simd
-            for (int j = 0; j < nj; j++) t[j] += s[j];
-        }
-    }
+    DX_OP(embedding_vp_bwd)(be, dtable_, dout_, ids, N, D, 0, INT_MAX);
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -638,6 +626,7 @@ void DX_OP(embedding_vp_fwd)(dx_backend *be, void *out_, const int32_t *ids, con
     }
 }
 
+/* Repeated ids make rows collide, so threads split columns; each adds rows in order. */
 void DX_OP(embedding_vp_bwd)(dx_backend *be, void *dtable_, const void *dout_, const int32_t *ids,
                              int N, int D, int v0, int Vl)
 {
