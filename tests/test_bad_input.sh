@@ -45,6 +45,11 @@ expect "token id >= vocab" 2 "is 100, not < vocab_size 64" -- "${base[@]}" --tra
 expect "world size does not divide the batch" 3 "train_batch_size" -- "${base[@]}" --global-batch 8
 expect "unwritable trace path" 2 "$tmp/no/such/dir/run.h5" -- "${base[@]}" --trace "$tmp/no/such/dir/run.h5"
 expect "unknown ZeRO stage" 2 "zero_optimization.stage" -- "${base[@]}" --zero-stage 4
+expect "grid does not divide the world" 3 "tensor_model_parallel_size' (2) x 'pipeline_model_parallel_size' (1) = 2 does not divide the world size 3" -- "${base[@]}" --tp 2
+expect "TP does not divide the heads" 3 "tensor_model_parallel_size' = 3: must divide model.num_attention_heads (4)" -- "${base[@]}" --tp 3
+expect "more stages than layers" 4 "pipeline_model_parallel_size' = 4: more stages than model.num_hidden_layers (2)" -- "${base[@]}" --pp 4
+expect "ZeRO-3 with a pipeline" 2 "zero_optimization.stage' = 3 with pipeline_model_parallel_size = 2" -- "${base[@]}" --pp 2 --zero-stage 3
+expect "sequence parallel tokens not divisible" 2 "key 'sequence_parallel'" -- "${base[@]}" --tp 2 --micro-batch 1 --seq-length 15 --sequence-parallel
 echo '{"model": {"preset": "tiny", "num_attention_heads": 5}}' > "$tmp/heads.json"
 expect "heads do not divide hidden size" 1 "num_attention_heads" -- train --config "$tmp/heads.json" --train-data "$tmp/good.bin"
 echo "$passed passed, $failed failed"
