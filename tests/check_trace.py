@@ -15,7 +15,7 @@ import numpy as np
 
 passed = failed = 0
 
-PHASES = ["forward", "backward", "optimizer", "step", "eval"]
+PHASES = ["forward", "backward", "optimizer", "step", "eval", "recompute"]
 MODULES = ["embedding", "attention", "mlp", "rmsnorm", "lm_head", "loss", "optimizer", "layer",
            "data", "step", "pipeline"]
 OPS = ["gemm", "attention", "rmsnorm", "rope", "swiglu", "cross_entropy", "adamw", "all_reduce",

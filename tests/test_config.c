@@ -366,6 +366,38 @@ int main(void)
               "grid keys serialise and parse back");
         free(json);
     }
+    /* activation recomputation keys (Megatron-LM's) */
+    expect_error("selective with a method", "{" TINY "\"recompute_granularity\": \"selective\", \"recompute_method\": \"block\"}",
+                 1, "key 'recompute_method'", "only with recompute_granularity \"full\"");
+    expect_error("full without a method", "{" TINY "\"recompute_granularity\": \"full\"}", 1,
+                 "key 'recompute_method'", "must be set");
+    expect_error("uniform over several layers", "{" TINY "\"recompute_granularity\": \"full\", \"recompute_method\": \"uniform\", "
+                 "\"recompute_num_layers\": 2}", 1, "key 'recompute_num_layers' = 2", "uniform");
+    expect_error("block without a count", "{" TINY "\"recompute_granularity\": \"full\", \"recompute_method\": \"block\"}", 1,
+                 "key 'recompute_num_layers'", "must be set");
+    expect_error("block beyond a chunk", "{" TINY "\"recompute_granularity\": \"full\", \"recompute_method\": \"block\", "
+                 "\"recompute_num_layers\": 2, \"pipeline_model_parallel_size\": 2}", 2,
+                 "key 'recompute_num_layers' = 2", "more than the 1 layers");
+    expect_error("unknown granularity", "{" TINY "\"recompute_granularity\": \"some\"}", 1,
+                 "key 'recompute_granularity'", "some");
+    expect_error("method without granularity", "{" TINY "\"recompute_method\": \"uniform\"}", 1,
+                 "key 'recompute_method'", "needs recompute_granularity");
+    {
+        dx_config g;
+        dx_config_defaults(&g);
+        rc = dx_config_parse(&g, "{" TINY "\"recompute_granularity\": \"full\", \"recompute_method\": \"block\", "
+                             "\"recompute_num_layers\": 1}", "rc.json");
+        if (rc == 0) rc = dx_config_finalize(&g, 1);
+        char *json = dx_config_to_json(&g);
+        dx_config back;
+        dx_config_defaults(&back);
+        int prc = json ? dx_config_parse(&back, json, "back.json") : -1;
+        if (prc == 0) prc = dx_config_finalize(&back, 1);
+        check(rc == 0 && prc == 0 && back.recompute == DX_RECOMPUTE_FULL && back.recompute_method == DX_RECOMPUTE_BLOCK &&
+                  back.recompute_num_layers == 1,
+              "recompute keys serialise and parse back");
+        free(json);
+    }
 #undef TINY
     {
         /* a failed parse leaves the config unchanged */

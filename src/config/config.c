@@ -218,6 +218,30 @@ static int set_pp_schedule(dx_config *c, const char *value, const char *source, 
                    source, path, value);
 }
 
+static const char *const recompute_names[3] = {"none", "selective", "full"};
+static const char *const recompute_method_names[2] = {"uniform", "block"};
+
+static int set_recompute(dx_config *c, const char *value, const char *source, const char *path)
+{
+    for (int i = 0; i < 3; i++)
+        if (strcmp(value, recompute_names[i]) == 0) {
+            c->recompute = (dx_recompute)i;
+            return 0;
+        }
+    return dx_fail("%s: key '%s': must be \"selective\", \"full\" or \"none\", got '%s'", source, path, value);
+}
+
+static int set_recompute_method(dx_config *c, const char *value, const char *source, const char *path)
+{
+    for (int i = 0; i < 2; i++)
+        if (strcmp(value, recompute_method_names[i]) == 0) {
+            c->recompute_method = (dx_recompute_method)i;
+            c->recompute_method_set = 1;
+            return 0;
+        }
+    return dx_fail("%s: key '%s': must be \"uniform\" or \"block\", got '%s'", source, path, value);
+}
+
 #define OFF(f) offsetof(dx_config, f)
 #define MOFF(f) (offsetof(dx_config, model) + offsetof(dx_model_config, f))
 #define STR(f) OFF(f), sizeof(((dx_config *)0)->f)
@@ -308,6 +332,9 @@ static const key_spec top_keys[] = {
     NONNEG("num_layers_per_virtual_pipeline_stage", K_INT, OFF(layers_per_virtual_stage)),
     NONNEG("decoder_first_pipeline_num_layers", K_INT, OFF(first_stage_layers)),
     NONNEG("decoder_last_pipeline_num_layers", K_INT, OFF(last_stage_layers)),
+    {"recompute_granularity", K_ENUM, 0, 0, 0, 0, 0, NULL, set_recompute},
+    {"recompute_method", K_ENUM, 0, 0, 0, 0, 0, NULL, set_recompute_method},
+    POS_INT("recompute_num_layers", K_INT, OFF(recompute_num_layers)),
     {"trace", K_OBJECT, 0, 0, 0, 0, 0, trace_keys, NULL},
     {"device", K_ENUM, 0, 0, 0, 0, 0, NULL, set_device},
     {"sample", K_OBJECT, 0, 0, 0, 0, 0, sample_keys, NULL},
@@ -817,6 +844,33 @@ int dx_config_finalize(dx_config *c, int world)
         return dx_fail("%s: key 'seq_length' = %d: exceeds model.max_position_embeddings (%d)",
                        src, c->seq_length, m->max_position_embeddings);
     if (dx_config_check_grid(c) < 0) return -1;
+    if (c->recompute == DX_RECOMPUTE_SELECTIVE && (c->recompute_method_set || c->recompute_num_layers))
+        return dx_fail("%s: key '%s': only with recompute_granularity \"full\" (selective recomputation "
+                       "covers every layer)", src, c->recompute_method_set ? "recompute_method" : "recompute_num_layers");
+    if (c->recompute == DX_RECOMPUTE_NONE && (c->recompute_method_set || c->recompute_num_layers))
+        return dx_fail("%s: key '%s': needs recompute_granularity \"full\"", src,
+                       c->recompute_method_set ? "recompute_method" : "recompute_num_layers");
+    if (c->recompute == DX_RECOMPUTE_FULL) {
+        if (!c->recompute_method_set)
+            return dx_fail("%s: key 'recompute_method': must be set (\"uniform\" or \"block\") with "
+                           "recompute_granularity \"full\"", src);
+        if (c->recompute_method == DX_RECOMPUTE_UNIFORM && c->recompute_num_layers > 1)
+            return dx_fail("%s: key 'recompute_num_layers' = %d: with recompute_method \"uniform\" "
+                           "dissect keeps every layer's input (1 layer per recomputed group)", src,
+                           c->recompute_num_layers);
+        if (c->recompute_method == DX_RECOMPUTE_BLOCK && c->recompute_num_layers < 1)
+            return dx_fail("%s: key 'recompute_num_layers': must be set (>= 1) with recompute_method "
+                           "\"block\"", src);
+        int per_chunk = INT_MAX; /* the fewest layers of any model chunk */
+        if (c->pp_schedule == DX_PP_INTERLEAVED && c->pp > 1) per_chunk = c->layers_per_virtual_stage;
+        for (int st = 0; c->pp_schedule != DX_PP_INTERLEAVED && st < c->pp; st++) {
+            int f, n = dx_stage_layers(c, st, &f);
+            if (n < per_chunk) per_chunk = n;
+        }
+        if (c->recompute_method == DX_RECOMPUTE_BLOCK && c->recompute_num_layers > per_chunk)
+            return dx_fail("%s: key 'recompute_num_layers' = %d: more than the %d layers of a pipeline "
+                           "stage's model chunk", src, c->recompute_num_layers, per_chunk);
+    }
 
     /* a warm-up longer than the run (short tests) just never reaches the peak lr */
     long decay = c->lr_decay_iters ? c->lr_decay_iters : c->train_iters;
@@ -945,6 +999,10 @@ char *dx_config_to_json(const dx_config *c)
     CHK(add_int(root, "num_layers_per_virtual_pipeline_stage", (long long)c->layers_per_virtual_stage));
     CHK(add_int(root, "decoder_first_pipeline_num_layers", (long long)c->first_stage_layers));
     CHK(add_int(root, "decoder_last_pipeline_num_layers", (long long)c->last_stage_layers));
+    CHK(cJSON_AddStringToObject(root, "recompute_granularity", recompute_names[c->recompute]));
+    if (c->recompute_method_set)
+        CHK(cJSON_AddStringToObject(root, "recompute_method", recompute_method_names[c->recompute_method]));
+    if (c->recompute_num_layers) CHK(add_int(root, "recompute_num_layers", (long long)c->recompute_num_layers));
     cJSON *trace = cJSON_AddObjectToObject(root, "trace");
     CHK(trace);
     if (ok) {

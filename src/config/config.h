@@ -46,6 +46,15 @@ typedef enum { DX_TRACE_STEP = 0, DX_TRACE_MODULE = 1, DX_TRACE_OP = 2 } dx_trac
 typedef enum { DX_PP_1F1B = 0, DX_PP_GPIPE = 1, DX_PP_INTERLEAVED = 2 } dx_pp_schedule;
 extern const char *const dx_pp_schedule_names[3];
 
+/* Activation recomputation (Megatron-LM's keys; Korthikanti et al. 2022): recompute_granularity
+ * null (none), "selective" (keep the GEMM outputs; the attention core, the RMSNorm outputs and
+ * the SwiGLU product are recomputed in backward) or "full" (keep each recomputed layer's input;
+ * the whole layer's forward runs again in its backward). recompute_method (full only):
+ * "uniform" (every layer; recompute_num_layers = 1: each layer's input is kept) or "block" (the
+ * first recompute_num_layers layers of each pipeline stage's model chunk). */
+typedef enum { DX_RECOMPUTE_NONE = 0, DX_RECOMPUTE_SELECTIVE = 1, DX_RECOMPUTE_FULL = 2 } dx_recompute;
+typedef enum { DX_RECOMPUTE_UNIFORM = 0, DX_RECOMPUTE_BLOCK = 1 } dx_recompute_method;
+
 typedef struct {
     dx_model_config model;
 
@@ -81,6 +90,12 @@ typedef struct {
     int layers_per_virtual_stage; /* num_layers_per_virtual_pipeline_stage (interleaved) */
     int first_stage_layers;       /* decoder_first_pipeline_num_layers (0 = even split) */
     int last_stage_layers;        /* decoder_last_pipeline_num_layers (0 = even split) */
+
+    /* activation recomputation */
+    dx_recompute recompute;              /* recompute_granularity */
+    dx_recompute_method recompute_method; /* recompute_method (full) */
+    int recompute_method_set;            /* recompute_method was given */
+    int recompute_num_layers;            /* recompute_num_layers (0 = not given) */
 
     /* evaluation, logging, sampling */
     long eval_interval, eval_iters, log_interval;

@@ -59,6 +59,9 @@ static const struct {
      "layers per model chunk (interleaved 1F1B)", 0},
     {"decoder-first-pipeline-num-layers", "decoder_first_pipeline_num_layers", "layers of the first stage (uneven split)", 0},
     {"decoder-last-pipeline-num-layers", "decoder_last_pipeline_num_layers", "layers of the last stage (uneven split)", 0},
+    {"recompute-granularity", "recompute_granularity", "activation recomputation: selective | full | none", 0},
+    {"recompute-method", "recompute_method", "full recomputation: uniform | block", 0},
+    {"recompute-num-layers", "recompute_num_layers", "block: recomputed layers per model chunk", 0},
 };
 #define N_OVERRIDES (int)(sizeof overrides / sizeof overrides[0])
 

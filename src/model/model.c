@@ -24,6 +24,7 @@ typedef struct {
 
 typedef struct {
     int first_layer, nl; /* global index of the first layer; layer count */
+    int *rc;             /* [nl]: the recomputation of each layer (dx_recompute) */
     int g0;              /* group of its first layer */
     int has_emb, has_head;
     slot_acts *slot;     /* [slots] */
@@ -64,6 +65,10 @@ struct dx_model {
     void *full;   /* X[N, D]: sequence parallelism's gathered residual gradient / pre-scatter sums */
     void *shard;  /* X[Nr, D]: sequence parallelism's norm output before its all-gather */
     void *stats, *gstats; /* A[N, 2], A[tp, N, 2]: vocab-parallel cross-entropy */
+    /* recomputation: one layer's dropped activations, shared by every recomputed layer of every
+     * slot (one backward runs at a time), and a full recomputation's output X[Nr, D] */
+    layer_acts rscr;
+    void *rx;
     size_t act_bytes;
 };
 
@@ -261,6 +266,39 @@ dx_model *dx_model_create_part(const dx_model_config *cfg, dx_backend *be, int m
     const size_t KDl = (size_t)m->KVl * Dh;
     int f = 0;
     const size_t xs = m->xs, as = m->as;
+    /* recomputation per layer: selective everywhere; full everywhere (uniform) or on the first
+     * recompute_num_layers layers of each chunk (block) */
+    int any_rc = 0;
+    for (int c = 0; c < m->nchunks; c++) {
+        chunk *C = &m->ch[c];
+        C->rc = calloc((size_t)C->nl, sizeof *C->rc);
+        if (!C->rc) { dx_fail("model: out of memory"); goto fail; }
+        for (int li = 0; li < C->nl; li++) {
+            int r = part->recompute;
+            if (r == DX_RECOMPUTE_FULL && part->recompute_method == DX_RECOMPUTE_BLOCK &&
+                li >= part->recompute_num_layers)
+                r = DX_RECOMPUTE_NONE;
+            C->rc[li] = r;
+            any_rc |= r != DX_RECOMPUTE_NONE;
+        }
+    }
+    if (any_rc) {
+        layer_acts *a = &m->rscr;
+        a->xn1 = act_alloc(m, N * D, xs, &f);
+        a->rstd1 = act_alloc(m, Nr, as, &f);
+        a->q = act_alloc(m, N * HDl, xs, &f);
+        a->k = act_alloc(m, N * KDl, xs, &f);
+        a->v = act_alloc(m, N * KDl, xs, &f);
+        a->att = act_alloc(m, N * HDl, xs, &f);
+        a->lse = act_alloc(m, N * m->Hl, as, &f);
+        a->h = act_alloc(m, Nr * D, xs, &f);
+        a->xn2 = act_alloc(m, N * D, xs, &f);
+        a->rstd2 = act_alloc(m, Nr, as, &f);
+        a->g = act_alloc(m, N * Il, xs, &f);
+        a->u = act_alloc(m, N * Il, xs, &f);
+        a->a = act_alloc(m, N * Il, xs, &f);
+        m->rx = act_alloc(m, Nr * D, xs, &f);
+    }
     for (int c = 0; c < m->nchunks && !f; c++) {
         chunk *C = &m->ch[c];
         C->slot = calloc((size_t)m->slots, sizeof *C->slot);
@@ -272,20 +310,29 @@ dx_model *dx_model_create_part(const dx_model_config *cfg, dx_backend *be, int m
             if (!S->x || !S->acts) { dx_fail("model: out of memory"); goto fail; }
             for (int l = 0; l <= C->nl; l++) S->x[l] = act_alloc(m, Nr * D, xs, &f);
             for (int l = 0; l < C->nl; l++) {
+                /* what the layer keeps for backward; the rest lives in the shared scratch */
+                const int keep = C->rc[l] == DX_RECOMPUTE_NONE, gemm_out = C->rc[l] != DX_RECOMPUTE_FULL;
                 layer_acts *a = &S->acts[l];
-                a->xn1 = act_alloc(m, N * D, xs, &f);
-                a->rstd1 = act_alloc(m, Nr, as, &f);
-                a->q = act_alloc(m, N * HDl, xs, &f);
-                a->k = act_alloc(m, N * KDl, xs, &f);
-                a->v = act_alloc(m, N * KDl, xs, &f);
-                a->att = act_alloc(m, N * HDl, xs, &f);
-                a->lse = act_alloc(m, N * m->Hl, as, &f);
-                a->h = act_alloc(m, Nr * D, xs, &f);
-                a->xn2 = act_alloc(m, N * D, xs, &f);
-                a->rstd2 = act_alloc(m, Nr, as, &f);
-                a->g = act_alloc(m, N * Il, xs, &f);
-                a->u = act_alloc(m, N * Il, xs, &f);
-                a->a = act_alloc(m, N * Il, xs, &f);
+                *a = m->rscr;
+                if (keep) a->xn1 = act_alloc(m, N * D, xs, &f);
+                if (gemm_out) {
+                    a->rstd1 = act_alloc(m, Nr, as, &f);
+                    a->q = act_alloc(m, N * HDl, xs, &f);
+                    a->k = act_alloc(m, N * KDl, xs, &f);
+                    a->v = act_alloc(m, N * KDl, xs, &f);
+                }
+                if (keep) {
+                    a->att = act_alloc(m, N * HDl, xs, &f);
+                    a->lse = act_alloc(m, N * m->Hl, as, &f);
+                }
+                if (gemm_out) a->h = act_alloc(m, Nr * D, xs, &f);
+                if (keep) a->xn2 = act_alloc(m, N * D, xs, &f);
+                if (gemm_out) {
+                    a->rstd2 = act_alloc(m, Nr, as, &f);
+                    a->g = act_alloc(m, N * Il, xs, &f);
+                    a->u = act_alloc(m, N * Il, xs, &f);
+                }
+                if (keep) a->a = act_alloc(m, N * Il, xs, &f);
             }
             if (C->has_emb) S->ids = act_alloc(m, N, sizeof(int32_t), &f);
             if (C->has_head) {
@@ -332,10 +379,13 @@ void dx_model_destroy(dx_model *m)
                 for (int l = 0; l <= C->nl; l++) be->free(be, S->x[l]);
             if (S->acts)
                 for (int l = 0; l < C->nl; l++) {
-                    layer_acts *a = &S->acts[l];
+                    layer_acts *a = &S->acts[l], *r = &m->rscr;
                     void *ps[] = {a->xn1, a->rstd1, a->q, a->k, a->v, a->att, a->lse,
                                   a->h, a->xn2, a->rstd2, a->g, a->u, a->a};
-                    for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++) be->free(be, ps[i]);
+                    void *sh[] = {r->xn1, r->rstd1, r->q, r->k, r->v, r->att, r->lse,
+                                  r->h, r->xn2, r->rstd2, r->g, r->u, r->a};
+                    for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++)
+                        if (ps[i] != sh[i]) be->free(be, ps[i]); /* the shared scratch: below */
                 }
             if (S->dlogits != S->logits) be->free(be, S->dlogits);
             void *ps[] = {S->ids, S->xnf, S->rstdf, S->logits};
@@ -344,6 +394,13 @@ void dx_model_destroy(dx_model *m)
             free(S->acts);
         }
         free(C->slot);
+        free(C->rc);
+    }
+    {
+        layer_acts *r = &m->rscr;
+        void *sh[] = {r->xn1, r->rstd1, r->q, r->k, r->v, r->att, r->lse,
+                      r->h, r->xn2, r->rstd2, r->g, r->u, r->a, m->rx};
+        for (size_t i = 0; i < sizeof sh / sizeof sh[0]; i++) be->free(be, sh[i]);
     }
     void *ps[] = {m->dres, m->dxn, m->dq, m->dk, m->dv, m->datt, m->dg, m->du, m->da,
                   m->full, m->shard, m->stats, m->gstats};
@@ -585,6 +642,73 @@ static chunk *chunk_at(dx_model *m, int c, int s, const char *what)
     return &m->ch[c];
 }
 
+/* What layer_fwd computes: the whole layer, or only the parts selective recomputation drops
+ * (the RMSNorm outputs, the attention core, the SwiGLU product) from the kept GEMM outputs. */
+enum { LAYER_ALL = 0, LAYER_DROPPED = 1 };
+
+/* Forward of local layer li of chunk C on slot S: the output (x of the next layer) goes to out. */
+static int layer_fwd(dx_model *m, chunk *C, slot_acts *S, int li, void *out, int what)
+{
+    dx_backend *be = m->be;
+    const int D = m->D, Hl = m->Hl, KVl = m->KVl, Dh = m->Dh, Il = m->Il;
+    const int B = S->B, T = S->T, HDl = Hl * Dh, KDl = KVl * Dh, N = B * T;
+    const size_t xs = m->xs;
+    const float theta = (float)m->cfg.rope_theta;
+    const int64_t xsz = (int64_t)xs, asz = (int64_t)m->as, NI = (int64_t)N * Il;
+    const int64_t att_flops = 4 * (int64_t)B * Hl * Dh * ((int64_t)T * (T + 1) / 2);
+    const int64_t att_bytes = ((int64_t)N * (2 * HDl + 2 * KDl)) * xsz + (int64_t)N * Hl * asz;
+    const int l = C->first_layer + li, gi = C->g0 + li;
+    const void *W = m->groups[gi].work;
+    layer_acts *a = &S->acts[li];
+    const void *Wk = at(W, m->o_k + (size_t)m->kv_head * Dh * D, xs);
+    const void *Wv = at(W, m->o_v + (size_t)m->kv_head * Dh * D, xs);
+    const int all = what == LAYER_ALL;
+    {
+        MOD_BEGIN(m);
+        if (norm_fwd(m, DX_MOD_ATTENTION, l, a->xn1, a->rstd1, S->x[li], at(W, m->o_ln1, xs), N)) return -1;
+        if (all) {
+            linear_fwd(m, DX_MOD_ATTENTION, l, a->q, a->xn1, at(W, m->o_q, xs), N, D, HDl, 0.0f);
+            linear_fwd(m, DX_MOD_ATTENTION, l, a->k, a->xn1, Wk, N, D, KDl, 0.0f);
+            linear_fwd(m, DX_MOD_ATTENTION, l, a->v, a->xn1, Wv, N, D, KDl, 0.0f);
+            OP(DX_MOD_ATTENTION, l, DX_OP_ROPE, 6 * (int64_t)N * (HDl + KDl), 2 * (int64_t)N * (HDl + KDl) * xsz,
+               be->rope_fwd(be, a->q, B, T, Hl, Dh, theta); be->rope_fwd(be, a->k, B, T, KVl, Dh, theta));
+        }
+        OP(DX_MOD_ATTENTION, l, DX_OP_ATTENTION, att_flops, att_bytes,
+           be->attention_fwd(be, a->att, a->lse, a->q, a->k, a->v, B, T, Hl, KVl, Dh));
+        if (all && row_parallel_fwd(m, DX_MOD_ATTENTION, l, a->h, S->x[li], a->att, at(W, m->o_o, xs), N, HDl))
+            return -1;
+        MOD_END(m, DX_MOD_ATTENTION, l);
+    }
+    {
+        MOD_BEGIN(m);
+        if (norm_fwd(m, DX_MOD_MLP, l, a->xn2, a->rstd2, a->h, at(W, m->o_ln2, xs), N)) return -1;
+        if (all) {
+            linear_fwd(m, DX_MOD_MLP, l, a->g, a->xn2, at(W, m->o_gate, xs), N, D, Il, 0.0f);
+            linear_fwd(m, DX_MOD_MLP, l, a->u, a->xn2, at(W, m->o_up, xs), N, D, Il, 0.0f);
+        }
+        OP(DX_MOD_MLP, l, DX_OP_SWIGLU, 6 * NI, 3 * NI * xsz,
+           be->swiglu_fwd(be, a->a, a->g, a->u, (size_t)N * Il));
+        if (all && row_parallel_fwd(m, DX_MOD_MLP, l, out, a->h, a->a, at(W, m->o_down, xs), N, Il))
+            return -1;
+        MOD_END(m, DX_MOD_MLP, l);
+    }
+    return 0;
+}
+
+/* In backward, before local layer li's gradients: what its forward dropped, run again (traced
+ * in phase "recompute"). Full: the whole layer from its kept input, its output to scratch (the
+ * kept x of the next layer may still be in a send); selective: the dropped parts. */
+static int recompute_layer(dx_model *m, chunk *C, slot_acts *S, int li)
+{
+    const int mode = C->rc[li];
+    if (mode == DX_RECOMPUTE_NONE) return 0;
+    uint8_t phase = m->tr ? m->tr->phase : 0;
+    if (m->tr) m->tr->phase = DX_PH_RECOMPUTE;
+    int rc = layer_fwd(m, C, S, li, m->rx, mode == DX_RECOMPUTE_FULL ? LAYER_ALL : LAYER_DROPPED);
+    if (m->tr) m->tr->phase = phase;
+    return rc;
+}
+
 int dx_model_forward_chunk(dx_model *m, int c, int s, const int32_t *ids, const int32_t *targets,
                            int B, int T, void *loss_sum, int want_grad, float dscale)
 {
@@ -592,10 +716,8 @@ int dx_model_forward_chunk(dx_model *m, int c, int s, const int32_t *ids, const 
     chunk *C = chunk_at(m, c, s, "forward");
     if (!C) return -1;
     slot_acts *S = &C->slot[s];
-    const int D = m->D, Hl = m->Hl, KVl = m->KVl, Dh = m->Dh, Il = m->Il, Vl = m->Vl;
-    const int HDl = Hl * Dh, KDl = KVl * Dh, N = B * T;
+    const int D = m->D, Vl = m->Vl, N = B * T;
     const size_t xs = m->xs;
-    const float theta = (float)m->cfg.rope_theta;
     if (B > m->maxB || T > m->maxT || B <= 0 || T <= 0)
         return dx_fail("model: batch %d x %d exceeds the allocated %d x %d", B, T, m->maxB, m->maxT);
     if (m->sp && N % m->tp)
@@ -605,9 +727,7 @@ int dx_model_forward_chunk(dx_model *m, int c, int s, const int32_t *ids, const 
     S->T = T;
     S->grad_ready = want_grad;
 
-    const int64_t xsz = (int64_t)xs, asz = (int64_t)m->as, NI = (int64_t)N * Il;
-    const int64_t att_flops = 4 * (int64_t)B * Hl * Dh * ((int64_t)T * (T + 1) / 2);
-    const int64_t att_bytes = ((int64_t)N * (2 * HDl + 2 * KDl)) * xsz + (int64_t)N * Hl * asz;
+    const int64_t xsz = (int64_t)xs, asz = (int64_t)m->as;
     if (C->has_emb) {
         if (hook(m, m->gemb, DX_HOOK_PRE_FORWARD)) return -1;
         const void *E = m->groups[m->gemb].work;
@@ -631,37 +751,9 @@ int dx_model_forward_chunk(dx_model *m, int c, int s, const int32_t *ids, const 
     }
 
     for (int li = 0; li < C->nl; li++) {
-        const int l = C->first_layer + li, gi = C->g0 + li;
+        const int gi = C->g0 + li;
         if (hook(m, gi, DX_HOOK_PRE_FORWARD)) return -1;
-        const void *W = m->groups[gi].work;
-        layer_acts *a = &S->acts[li];
-        const void *Wk = at(W, m->o_k + (size_t)m->kv_head * Dh * D, xs);
-        const void *Wv = at(W, m->o_v + (size_t)m->kv_head * Dh * D, xs);
-        {
-            MOD_BEGIN(m);
-            if (norm_fwd(m, DX_MOD_ATTENTION, l, a->xn1, a->rstd1, S->x[li], at(W, m->o_ln1, xs), N)) return -1;
-            linear_fwd(m, DX_MOD_ATTENTION, l, a->q, a->xn1, at(W, m->o_q, xs), N, D, HDl, 0.0f);
-            linear_fwd(m, DX_MOD_ATTENTION, l, a->k, a->xn1, Wk, N, D, KDl, 0.0f);
-            linear_fwd(m, DX_MOD_ATTENTION, l, a->v, a->xn1, Wv, N, D, KDl, 0.0f);
-            OP(DX_MOD_ATTENTION, l, DX_OP_ROPE, 6 * (int64_t)N * (HDl + KDl), 2 * (int64_t)N * (HDl + KDl) * xsz,
-               be->rope_fwd(be, a->q, B, T, Hl, Dh, theta); be->rope_fwd(be, a->k, B, T, KVl, Dh, theta));
-            OP(DX_MOD_ATTENTION, l, DX_OP_ATTENTION, att_flops, att_bytes,
-               be->attention_fwd(be, a->att, a->lse, a->q, a->k, a->v, B, T, Hl, KVl, Dh));
-            if (row_parallel_fwd(m, DX_MOD_ATTENTION, l, a->h, S->x[li], a->att, at(W, m->o_o, xs), N, HDl))
-                return -1;
-            MOD_END(m, DX_MOD_ATTENTION, l);
-        }
-        {
-            MOD_BEGIN(m);
-            if (norm_fwd(m, DX_MOD_MLP, l, a->xn2, a->rstd2, a->h, at(W, m->o_ln2, xs), N)) return -1;
-            linear_fwd(m, DX_MOD_MLP, l, a->g, a->xn2, at(W, m->o_gate, xs), N, D, Il, 0.0f);
-            linear_fwd(m, DX_MOD_MLP, l, a->u, a->xn2, at(W, m->o_up, xs), N, D, Il, 0.0f);
-            OP(DX_MOD_MLP, l, DX_OP_SWIGLU, 6 * NI, 3 * NI * xsz,
-               be->swiglu_fwd(be, a->a, a->g, a->u, (size_t)N * Il));
-            if (row_parallel_fwd(m, DX_MOD_MLP, l, S->x[li + 1], a->h, a->a, at(W, m->o_down, xs), N, Il))
-                return -1;
-            MOD_END(m, DX_MOD_MLP, l);
-        }
+        if (layer_fwd(m, C, S, li, S->x[li + 1], LAYER_ALL)) return -1;
         if (hook(m, gi, DX_HOOK_POST_FORWARD)) return -1;
     }
     if (!C->has_head) return 0;
@@ -744,6 +836,7 @@ int dx_model_backward_chunk(dx_model *m, int c, int s)
     for (int li = C->nl - 1; li >= 0; li--) {
         const int l = C->first_layer + li, gi = C->g0 + li;
         if (hook(m, gi, DX_HOOK_PRE_BACKWARD)) return -1;
+        if (recompute_layer(m, C, S, li)) return -1;
         const void *W = m->groups[gi].work;
         void *G = m->groups[gi].grad;
         layer_acts *a = &S->acts[li];

@@ -96,6 +96,14 @@ typedef struct {
     int nchunks;           /* model chunks (1 .. DX_MODEL_MAX_CHUNKS) */
     int first_layer[DX_MODEL_MAX_CHUNKS], num_layers[DX_MODEL_MAX_CHUNKS]; /* per chunk, in order */
     int slots;             /* micro-batches in flight per chunk (>= 1) */
+    /* activation recomputation (config.h's dx_recompute): none, selective (each layer keeps its
+     * input, q/k/v after RoPE, h, the gate/up outputs and the norms' rstd; its RMSNorm outputs,
+     * attention output and log-sum-exp and SwiGLU product are recomputed in backward) or full
+     * (each recomputed layer keeps only its input and runs its forward again in backward, before
+     * its gradients); full recomputation covers every layer (uniform) or the first
+     * recompute_num_layers layers of each chunk (block). Recomputed ops are traced in phase
+     * "recompute". Gradients are bitwise those without recomputation. */
+    int recompute, recompute_method, recompute_num_layers;
 } dx_model_part;
 
 typedef struct dx_model dx_model;

@@ -68,6 +68,7 @@ typedef struct {
     /* pipeline: compute-stream time of forward / backward units (busy), pipeline recv spans
      * (all phases; forward + backward only), send spans, bytes sent */
     double busy, recv, recv_fb, send, send_bytes;
+    double rec; /* compute in phase "recompute" (activation recomputation, inside backward) */
 } group_stats;
 
 /* ------------------------------------------------------------------------------------------ */
@@ -761,7 +762,8 @@ static int analyse(report *r, analysis *a)
             int layer = ev->layer >= 0 ? ev->layer : a->max_layer + 1;
             /* module spans already hold the collectives their modules run (TP; the loss
              * module's forward; the loss all-reduce for logging comes after the backward) */
-            int nested = ev->module <= DX_MOD_LM_HEAD ? ev->phase == DX_PH_FORWARD || ev->phase == DX_PH_BACKWARD
+            int nested = ev->module <= DX_MOD_LM_HEAD ? ev->phase == DX_PH_FORWARD || ev->phase == DX_PH_BACKWARD ||
+                                                            ev->phase == DX_PH_RECOMPUTE
                          : ev->module == DX_MOD_LOSS && ev->phase == DX_PH_FORWARD;
             if (!(a->from_modules && is_collective(ev->op) && nested)) {
                 a->layer_ns[(size_t)layer * DX_MOD_COUNT + ev->module] += dur;
@@ -781,8 +783,9 @@ static int analyse(report *r, analysis *a)
                 if (ev->phase == DX_PH_FORWARD) g->fwd += d;
                 if (ev->phase == DX_PH_BACKWARD) g->bwd += d;
                 if (ev->phase == DX_PH_OPTIMIZER) g->opt += d;
+                if (ev->phase == DX_PH_RECOMPUTE) g->rec += d;
                 if (ev->stream == DX_STREAM_COMPUTE &&
-                    (ev->phase == DX_PH_FORWARD || ev->phase == DX_PH_BACKWARD))
+                    (ev->phase == DX_PH_FORWARD || ev->phase == DX_PH_BACKWARD || ev->phase == DX_PH_RECOMPUTE))
                     g->busy += d;
             }
         }
@@ -1208,6 +1211,20 @@ static void print_breakdown(const report *r, const analysis *a)
     }
     stats_rows("rank 0", v0, n);
     stats_rows("max", vm, n);
+    if (ev) { /* activation recomputation: compute the backward ran again */
+        double rec0 = 0, recm = 0, span0 = 0;
+        for (size_t i = 0; i < n; i++) {
+            double mx = 0;
+            for (size_t p = 0; p < W; p++) mx = a->g[i * W + p].rec > mx ? a->g[i * W + p].rec : mx;
+            rec0 += a->g[i * W].rec;
+            recm += mx;
+            span0 += a->g[i * W].span;
+        }
+        if (recm > 0)
+            printf("  recomputation (phase 'recompute', inside backward): %.3f ms per step on rank 0 "
+                   "(%.1f%% of its step), %.3f ms max over ranks\n",
+                   rec0 / (double)n * 1e-6, span0 > 0 ? 100.0 * rec0 / span0 : 0.0, recm / (double)n * 1e-6);
+    }
     printf("\n");
     free(v0);
     free(vm);

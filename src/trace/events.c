@@ -5,7 +5,8 @@
 
 #include "common/common.h"
 
-const char *const dx_phase_names[DX_PH_COUNT] = {"forward", "backward", "optimizer", "step", "eval"};
+const char *const dx_phase_names[DX_PH_COUNT] = {"forward", "backward", "optimizer", "step", "eval",
+                                                 "recompute"};
 const char *const dx_module_names[DX_MOD_COUNT] = {"embedding", "attention", "mlp", "rmsnorm", "lm_head",
                                                    "loss", "optimizer", "layer", "data", "step",
                                                    "pipeline"};

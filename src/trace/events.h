@@ -19,6 +19,7 @@ typedef enum {
     DX_PH_OPTIMIZER,
     DX_PH_STEP, /* the whole step's span on a rank (op = step) */
     DX_PH_EVAL,
+    DX_PH_RECOMPUTE, /* activations recomputed in backward (activation recomputation) */
     DX_PH_COUNT
 } dx_phase;
 

@@ -160,7 +160,9 @@ static int open_data_and_model(dx_worker *w, const dx_config *c)
     const dx_grid *g = &w->grid;
     int v = c->pp_schedule == DX_PP_INTERLEAVED ? c->model.num_hidden_layers / (c->pp * c->layers_per_virtual_stage) : 1;
     dx_model_part part = {.tp = g->tp, .tp_rank = g->tp_rank, .sequence_parallel = c->sequence_parallel,
-                          .tp_comm = g->tp > 1 ? g->tp_dev : NULL, .nchunks = v, .slots = 1};
+                          .tp_comm = g->tp > 1 ? g->tp_dev : NULL, .nchunks = v, .slots = 1,
+                          .recompute = c->recompute, .recompute_method = c->recompute_method,
+                          .recompute_num_layers = c->recompute_num_layers};
     if (v > 1) {
         for (int k = 0; k < v; k++) {
             part.num_layers[k] = c->layers_per_virtual_stage;
