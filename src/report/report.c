@@ -902,8 +902,8 @@ static int collect_micro(report *r, const dx_event *ev, size_t n, void *ctx)
         const dx_event *e = &ev[i];
         if (l->only_range && !step_selected(r, e->step)) continue;
         if (e->stream != DX_STREAM_COMPUTE || e->micro < 0 || e->op == DX_OP_STEP ||
-            (e->phase != DX_PH_FORWARD && e->phase != DX_PH_BACKWARD) || e->end_ns < e->start_ns ||
-            e->rank < 0 || e->rank >= r->world)
+            (e->phase != DX_PH_FORWARD && e->phase != DX_PH_BACKWARD && e->phase != DX_PH_RECOMPUTE) ||
+            e->end_ns < e->start_ns || e->rank < 0 || e->rank >= r->world)
             continue;
         if (l->n == l->cap) {
             size_t cap = l->cap ? 2 * l->cap : 4096;
@@ -912,7 +912,9 @@ static int collect_micro(report *r, const dx_event *ev, size_t n, void *ctx)
             l->v = p;
             l->cap = cap;
         }
-        l->v[l->n++] = (mb_span){e->start_ns, e->end_ns, e->rank, e->step, e->micro, e->phase};
+        /* a micro-batch's recomputation is part of its backward */
+        l->v[l->n++] = (mb_span){e->start_ns, e->end_ns, e->rank, e->step, e->micro,
+                                 e->phase == DX_PH_RECOMPUTE ? (uint8_t)DX_PH_BACKWARD : e->phase};
     }
     return 0;
 }
