@@ -108,6 +108,34 @@ static void *act_alloc(dx_model *m, size_t elems, size_t es, int *fail)
     return p;
 }
 
+/* Allocates a layer's activations for N tokens (Nr residual rows): the GEMM outputs, residual
+ * and norm statistics (gemm_out) and the parts selective recomputation drops (dropped: the
+ * RMSNorm outputs, the attention output and log-sum-exp, the SwiGLU product); the other pointers
+ * are left as they are (the shared recomputation scratch). */
+static void layer_acts_alloc(dx_model *m, layer_acts *a, int gemm_out, int dropped, size_t N,
+                             size_t Nr, int *f)
+{
+    const size_t D = (size_t)m->D, HDl = (size_t)m->Hl * m->Dh, KDl = (size_t)m->KVl * m->Dh;
+    const size_t Il = (size_t)m->Il, xs = m->xs, as = m->as;
+    if (dropped) {
+        a->xn1 = act_alloc(m, N * D, xs, f);
+        a->att = act_alloc(m, N * HDl, xs, f);
+        a->lse = act_alloc(m, N * (size_t)m->Hl, as, f);
+        a->xn2 = act_alloc(m, N * D, xs, f);
+        a->a = act_alloc(m, N * Il, xs, f);
+    }
+    if (gemm_out) {
+        a->rstd1 = act_alloc(m, Nr, as, f);
+        a->q = act_alloc(m, N * HDl, xs, f);
+        a->k = act_alloc(m, N * KDl, xs, f);
+        a->v = act_alloc(m, N * KDl, xs, f);
+        a->h = act_alloc(m, Nr * D, xs, f);
+        a->rstd2 = act_alloc(m, Nr, as, f);
+        a->g = act_alloc(m, N * Il, xs, f);
+        a->u = act_alloc(m, N * Il, xs, f);
+    }
+}
+
 int dx_model_residual_rows(const dx_model *m, int N) { return m->sp ? N / m->tp : N; }
 size_t dx_model_residual_bytes(const dx_model *m, int N)
 {
@@ -283,20 +311,7 @@ dx_model *dx_model_create_part(const dx_model_config *cfg, dx_backend *be, int m
         }
     }
     if (any_rc) {
-        layer_acts *a = &m->rscr;
-        a->xn1 = act_alloc(m, N * D, xs, &f);
-        a->rstd1 = act_alloc(m, Nr, as, &f);
-        a->q = act_alloc(m, N * HDl, xs, &f);
-        a->k = act_alloc(m, N * KDl, xs, &f);
-        a->v = act_alloc(m, N * KDl, xs, &f);
-        a->att = act_alloc(m, N * HDl, xs, &f);
-        a->lse = act_alloc(m, N * m->Hl, as, &f);
-        a->h = act_alloc(m, Nr * D, xs, &f);
-        a->xn2 = act_alloc(m, N * D, xs, &f);
-        a->rstd2 = act_alloc(m, Nr, as, &f);
-        a->g = act_alloc(m, N * Il, xs, &f);
-        a->u = act_alloc(m, N * Il, xs, &f);
-        a->a = act_alloc(m, N * Il, xs, &f);
+        layer_acts_alloc(m, &m->rscr, 1, 1, N, Nr, &f);
         m->rx = act_alloc(m, Nr * D, xs, &f);
     }
     for (int c = 0; c < m->nchunks && !f; c++) {
@@ -311,28 +326,9 @@ dx_model *dx_model_create_part(const dx_model_config *cfg, dx_backend *be, int m
             for (int l = 0; l <= C->nl; l++) S->x[l] = act_alloc(m, Nr * D, xs, &f);
             for (int l = 0; l < C->nl; l++) {
                 /* what the layer keeps for backward; the rest lives in the shared scratch */
-                const int keep = C->rc[l] == DX_RECOMPUTE_NONE, gemm_out = C->rc[l] != DX_RECOMPUTE_FULL;
-                layer_acts *a = &S->acts[l];
-                *a = m->rscr;
-                if (keep) a->xn1 = act_alloc(m, N * D, xs, &f);
-                if (gemm_out) {
-                    a->rstd1 = act_alloc(m, Nr, as, &f);
-                    a->q = act_alloc(m, N * HDl, xs, &f);
-                    a->k = act_alloc(m, N * KDl, xs, &f);
-                    a->v = act_alloc(m, N * KDl, xs, &f);
-                }
-                if (keep) {
-                    a->att = act_alloc(m, N * HDl, xs, &f);
-                    a->lse = act_alloc(m, N * m->Hl, as, &f);
-                }
-                if (gemm_out) a->h = act_alloc(m, Nr * D, xs, &f);
-                if (keep) a->xn2 = act_alloc(m, N * D, xs, &f);
-                if (gemm_out) {
-                    a->rstd2 = act_alloc(m, Nr, as, &f);
-                    a->g = act_alloc(m, N * Il, xs, &f);
-                    a->u = act_alloc(m, N * Il, xs, &f);
-                }
-                if (keep) a->a = act_alloc(m, N * Il, xs, &f);
+                S->acts[l] = m->rscr;
+                layer_acts_alloc(m, &S->acts[l], C->rc[l] != DX_RECOMPUTE_FULL, C->rc[l] == DX_RECOMPUTE_NONE,
+                                 N, Nr, &f);
             }
             if (C->has_emb) S->ids = act_alloc(m, N, sizeof(int32_t), &f);
             if (C->has_head) {
