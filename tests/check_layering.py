@@ -4,8 +4,8 @@ includes only its own headers and those of layers below it. meson runs this at c
 (so the build refuses an upward include) and the test suite runs it again.
 
 Layers, lowest first (a folder may include the ones before it):
-  common < kernels < comm < config < trace < report < model < zero < pp < checkpoints < worker
-  < coordinator
+  common < kernels < comm < config < trace < report < model < zero < pp < plan < checkpoints
+  < worker < coordinator
 Usage: check_layering.py SRCDIR   (prints each violation; exit 1 if any)
 """
 import os
@@ -22,6 +22,7 @@ LAYERS = [
     ("model", ["src/model"]),
     ("zero", ["src/zero"]),
     ("pp", ["src/pp"]),
+    ("plan", ["src/plan"]),
     ("checkpoints", ["checkpoints"]),
     ("worker", ["src/worker"]),
     ("coordinator", ["src/coordinator"]),

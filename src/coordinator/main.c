@@ -16,6 +16,7 @@
 #include "common/common.h"
 #include "config/config.h"
 #include "dump.h"
+#include "plan_cli.h"
 #include "report/report.h"
 #include "run.h"
 
@@ -70,6 +71,7 @@ static void usage(FILE *f)
     fprintf(f, "usage: mpirun -np N dissect train --config FILE [flags]\n"
                "       mpirun -np 1 dissect dump --config FILE [flags] --out OUT.h5\n"
                "       dissect report RUN.h5 [--steps A:B] [--top N] [--chrome OUT.json]\n"
+               "       dissect plan --config FILE [flags] [--world N] [--memory-gib G]   (memory per rank)\n"
                "       dissect --version\n\n"
                "Trains a Llama-2-family model; rank 0 also coordinates and writes the trace.\n\n"
                "  --config FILE          JSON config (Hugging Face / DeepSpeed / Megatron-LM key names)\n"
@@ -140,6 +142,35 @@ int main(int argc, char **argv)
     }
     /* the report reads a trace file; it needs no MPI (serial HDF5 access) */
     if (argc >= 2 && !strcmp(argv[1], "report")) return dx_report_main(argc - 1, argv + 1);
+    /* the memory plan of a config for --world ranks: no MPI either */
+    if (argc >= 2 && !strcmp(argv[1], "plan")) {
+        int world = 1, k = 0;
+        double gib = 0;
+        char **args = calloc((size_t)argc + 1, sizeof *args);
+        if (!args) return 1;
+        for (int i = 0; i < argc; i++) {
+            if ((!strcmp(argv[i], "--world") || !strcmp(argv[i], "--memory-gib")) && i + 1 < argc) {
+                char *end;
+                double v = strtod(argv[i + 1], &end);
+                if (*end || v <= 0 || (argv[i][2] == 'w' && (v != (int)v || v > 1 << 20))) {
+                    fprintf(stderr, "dissect: error: %s: expected a positive %s, got '%s'\n", argv[i],
+                            argv[i][2] == 'w' ? "integer" : "number", argv[i + 1]);
+                    free(args);
+                    return 1;
+                }
+                if (argv[i][2] == 'w') world = (int)v;
+                else gib = v;
+                i++;
+                continue;
+            }
+            args[k++] = argv[i];
+        }
+        dx_config cfg;
+        int rc = build_config(&cfg, k, args, world, NULL, 0) || dx_plan_print(&cfg, world, gib);
+        if (rc) fprintf(stderr, "dissect: error: %s\n", dx_last_error());
+        free(args);
+        return rc ? 1 : 0;
+    }
     if (argc < 2 || (strcmp(argv[1], "train") && strcmp(argv[1], "dump"))) {
         fprintf(stderr, "dissect: error: %s\n", argc < 2 ? "missing command" : "unknown command");
         usage(stderr);

@@ -9,6 +9,7 @@
 
 #include "checkpoints/checkpoint.h"
 #include "comm/grid.h"
+#include "plan/plan.h"
 #include "pp/schedule.h"
 #include "common/common.h"
 #include "trace/tracer.h"
@@ -113,6 +114,27 @@ int dx_run_train(const dx_config *c, dx_comm *world)
     dx_worker *w = NULL;
     if (world->gather(world, host, hosts, sizeof host, 0)) rc = -1;
 
+    /* the memory plan, before anything is allocated: a run that cannot fit stops here with the
+     * shortfall and what would make it fit (not in the kernel's OOM killer half-way) */
+    const char *device = strcmp(c->device, "auto") ? c->device : dx_cuda_devices() > 0 ? "cuda" : "cpu";
+    dx_plan_rank mine_plan;
+    if (!rc && dx_plan_rank_bytes(c, rank, device, &mine_plan)) rc = -1;
+    int64_t avail = rc ? -1 : dx_device_memory_available(device);
+    if (!rc && avail > 0 && mine_plan.peak > avail) {
+        char advice[256];
+        dx_plan_advice(c, device, avail, advice, sizeof advice);
+        const double G = 1 << 30;
+        rc = dx_fail("memory plan: rank %d (pp %d, dp %d, tp %d) needs %.2f GiB (params %.2f, grads %.2f, "
+                     "optimizer states %.2f, activations %.2f GiB) but %.2f GiB are available on its %s; "
+                     "it would fit with %s",
+                     rank, mine_plan.pp, mine_plan.dp, mine_plan.tp, (double)mine_plan.peak / G,
+                     (double)mine_plan.bytes[DX_PLAN_PARAMS] / G, (double)mine_plan.bytes[DX_PLAN_GRADS] / G,
+                     (double)mine_plan.bytes[DX_PLAN_OPTIM] / G, (double)mine_plan.bytes[DX_PLAN_ACTIVATIONS] / G,
+                     (double)avail / G, !strcmp(device, "cuda") ? "GPU" : "host (MemAvailable / ranks on the node)",
+                     advice);
+    }
+    if (dx_agree_and_report(world, rc)) goto out_err;
+
     if (!rc) w = dx_worker_create(c, world, &rc);
     if (dx_agree_and_report(world, rc)) goto out_err;
 
@@ -140,7 +162,16 @@ int dx_run_train(const dx_config *c, dx_comm *world)
                               .pipeline_schedule = c->pp > 1 ? dx_pp_schedule_names[c->pp_schedule] : "none",
                               .pipeline_bubble_theory = c->pp > 1 ? dx_pp_bubble_fraction(c->pp_schedule, c->pp, c->grad_accum, v) : 0.0,
                               .grid = coords};
+        int64_t *plan = calloc((size_t)P * 6, sizeof *plan);
+        for (int r = 0; plan && r < P; r++) {
+            dx_plan_rank pr;
+            if (dx_plan_rank_bytes(c, r, device, &pr)) continue;
+            memcpy(plan + 6 * r, pr.bytes, sizeof pr.bytes);
+            plan[6 * r + 5] = pr.peak;
+        }
+        meta.plan = plan;
         tw = hp && coords ? dx_trace_create(c->trace_path, &meta) : NULL;
+        free(plan);
         free(coords);
         if (!tw) { dx_fail_prefix("key 'trace.path'"); rc = -1; }
         free(hp);

@@ -70,6 +70,33 @@ int dx_local_rank(void)
     return 0;
 }
 
+int64_t dx_device_memory_available(const char *device)
+{
+    if (!strcmp(device, "cuda")) {
+#ifdef DX_HAVE_CUDA
+        int n = dx_cuda_devices();
+        size_t fr = 0, tot = 0;
+        if (n <= 0 || cudaSetDevice(dx_local_rank() % n) != cudaSuccess || cudaMemGetInfo(&fr, &tot) != cudaSuccess)
+            return -1;
+        return (int64_t)fr;
+#else
+        return -1;
+#endif
+    }
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (!f) return -1;
+    char line[256];
+    long long kb = -1;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "MemAvailable: %lld kB", &kb) == 1) break;
+    fclose(f);
+    if (kb < 0) return -1;
+    const char *ls = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+    if (!ls) ls = getenv("SLURM_NTASKS_PER_NODE");
+    long local = ls ? atol(ls) : 1;
+    return kb * 1024 / (local < 1 ? 1 : local);
+}
+
 int dx_default_threads(void)
 {
     const char *omp = getenv("OMP_NUM_THREADS");

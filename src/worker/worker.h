@@ -90,6 +90,11 @@ int dx_cuda_devices(void);
  * SLURM_LOCALID, MPICH's MPI_LOCALRANKID or LOCAL_RANK; 0 if none is set. Picks the GPU. */
 int dx_local_rank(void);
 
+/* Bytes this rank may allocate on `device` ("cpu": /proc/meminfo's MemAvailable divided by the
+ * ranks of this node (OMPI_COMM_WORLD_LOCAL_SIZE / SLURM_NTASKS_PER_NODE); "cuda": the free
+ * memory of the rank's GPU, cudaMemGetInfo); -1 when it cannot be read. */
+int64_t dx_device_memory_available(const char *device);
+
 /* Number of OpenMP threads a rank should use: cores / ranks on this node (at least 1), unless
  * OMP_NUM_THREADS is set. */
 int dx_default_threads(void);

@@ -1,0 +1,172 @@
+/* The memory plan; see plan.h. Each formula names the allocation it mirrors. */
+#include "plan.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm/grid.h"
+#include "common/common.h"
+#include "pp/schedule.h"
+
+/* The layers of the rank's model chunks (worker.c's open_data_and_model). */
+static int chunks_of(const dx_config *c, int pp_rank, int *first, int *num)
+{
+    if (c->pp_schedule == DX_PP_INTERLEAVED && c->pp > 1) {
+        int v = c->model.num_hidden_layers / (c->pp * c->layers_per_virtual_stage);
+        for (int k = 0; k < v; k++) {
+            num[k] = c->layers_per_virtual_stage;
+            first[k] = (k * c->pp + pp_rank) * c->layers_per_virtual_stage;
+        }
+        return v;
+    }
+    num[0] = dx_stage_layers(c, pp_rank, &first[0]);
+    return 1;
+}
+
+/* The pipeline's activation slots (pipeline.c: the schedule's most micro-batches in flight). */
+static int slots_of(const dx_config *c, int pp_rank, int v)
+{
+    if (c->pp < 2) return 1;
+    dx_pp_action *a = calloc((size_t)2 * c->grad_accum * v, sizeof *a);
+    if (!a) return -1;
+    int n = dx_pp_schedule_build(c->pp_schedule, c->pp, pp_rank, c->grad_accum, v, a);
+    int s = n < 0 ? -1 : dx_pp_slots(a, n, v);
+    free(a);
+    return s;
+}
+
+int dx_plan_rank_bytes(const dx_config *c, int rank, const char *device, dx_plan_rank *out)
+{
+    memset(out, 0, sizeof *out);
+    const dx_model_config *mc = &c->model;
+    const int64_t xs = !strcmp(device, "cuda") ? 2 : 4, as = 4;
+    int tpr, dpr, ppr;
+    dx_grid_coords(rank, c->tp, c->dp, &tpr, &dpr, &ppr);
+    out->pp = ppr;
+    out->dp = dpr;
+    out->tp = tpr;
+    const int64_t tp = c->tp, D = mc->hidden_size, H = mc->num_attention_heads, Hkv = mc->num_key_value_heads;
+    const int64_t Dh = D / H, Hl = H / tp, I = mc->intermediate_size, Il = I / tp, V = mc->vocab_size, Vl = V / tp;
+    const int kv_repl = Hkv % tp != 0;
+    const int64_t KVl = kv_repl ? 1 : Hkv / tp, KDl = KVl * Dh, KDh = kv_repl ? Hkv * Dh : KVl * Dh, HDl = Hl * Dh;
+    const int sp = c->sequence_parallel && tp > 1;
+    const int64_t N = (int64_t)c->micro_batch * c->seq_length, Nr = sp ? N / tp : N;
+    int first[64], num[64];
+    if (mc->num_hidden_layers / (c->pp > 0 ? c->pp : 1) > 64 * 1024) return dx_fail("plan: too many layers");
+    const int v = chunks_of(c, ppr, first, num);
+    const int slots = slots_of(c, ppr, v);
+    if (slots < 1) return -1;
+    const int has_emb = first[0] == 0, has_head = first[v - 1] + num[v - 1] == mc->num_hidden_layers;
+
+    /* ---- groups (model.c) and ZeRO (zero.c) ---- */
+    const int64_t P = c->dp, st = c->zero_stage;
+    const int64_t layer_n = 2 * D + HDl * D + 2 * KDh * D + D * HDl + 3 * Il * D;
+    int64_t ng = 0, max_pad = 0, params = 0, grads = 0, optim = 0;
+    int64_t gn[3] = {has_emb ? Vl * D : 0, layer_n, has_head ? D + Vl * D : 0};
+    int64_t gcount[3] = {has_emb, 0, has_head};
+    for (int k = 0; k < v; k++) gcount[1] += num[k];
+    for (int t = 0; t < 3; t++) {
+        if (!gcount[t]) continue;
+        const int64_t n = gn[t], n_pad = (n + P - 1) / P * P, shard = n_pad / P, own = st == 0 ? n : shard;
+        const int64_t z1 = 1; /* zalloc(0) allocates 1 byte */
+        params += gcount[t] * (st == 3 ? (shard ? shard * xs : z1) : n_pad * xs);
+        grads += gcount[t] * ((st < 2 ? n_pad : shard) * as);
+        optim += gcount[t] * 3 * (own ? own * as : z1);
+        if (n_pad > max_pad) max_pad = n_pad;
+        ng += gcount[t];
+    }
+    if (st >= 2) grads += 2 * max_pad * as;  /* the two gradient buckets */
+    if (st == 3) params += 2 * max_pad * xs; /* the two gather slots */
+    (void)ng;
+
+    /* ---- activations (model.c dx_model_create_part) ---- */
+    const int full = c->recompute == DX_RECOMPUTE_FULL, block = full && c->recompute_method == DX_RECOMPUTE_BLOCK;
+    const int64_t dropped = N * D * xs * 2 + N * HDl * xs + N * Hl * as + N * Il * xs;     /* xn1, xn2, att, lse, a */
+    const int64_t gemm_out = 2 * Nr * as + N * HDl * xs + 2 * N * KDl * xs + Nr * D * xs + 2 * N * Il * xs; /* rstd1/2, q, k, v, h, g, u */
+    int64_t acts = 0;
+    int any_rc = 0;
+    for (int k = 0; k < v; k++) {
+        int64_t per_slot = (int64_t)(num[k] + 1) * Nr * D * xs; /* the residual stream */
+        for (int li = 0; li < num[k]; li++) {
+            int r = c->recompute;
+            if (block && li >= c->recompute_num_layers) r = DX_RECOMPUTE_NONE;
+            any_rc |= r != DX_RECOMPUTE_NONE;
+            per_slot += (r != DX_RECOMPUTE_FULL ? gemm_out : 0) + (r == DX_RECOMPUTE_NONE ? dropped : 0);
+        }
+        if (k == 0 && has_emb) per_slot += N * 4; /* the ids */
+        if (k == v - 1 && has_head) per_slot += N * D * xs + Nr * as + N * Vl * as + (xs != as ? N * Vl * xs : 0);
+        acts += per_slot * slots;
+    }
+    if (any_rc) acts += gemm_out + dropped + Nr * D * xs;                        /* scratch + rx */
+    acts += Nr * D * xs + N * D * xs + 2 * N * HDl * xs + 2 * N * KDl * xs + 3 * N * Il * xs; /* dres..da */
+    if (sp) acts += N * D * xs + Nr * D * xs;                                    /* full, shard */
+    if (tp > 1 && has_head) acts += N * 2 * as + tp * N * 2 * as;               /* stats, gstats */
+
+    out->bytes[DX_PLAN_PARAMS] = params;
+    out->bytes[DX_PLAN_GRADS] = grads;
+    out->bytes[DX_PLAN_OPTIM] = optim;
+    out->bytes[DX_PLAN_ACTIVATIONS] = acts;
+    out->bytes[DX_PLAN_OTHER] = 2 * N * 4 + as /* worker: ids, targets, loss */ + as /* zero: scalar */;
+    for (int k = 0; k < DX_PLAN_NCAT; k++) out->peak += out->bytes[k];
+    return 0;
+}
+
+/* The largest peak over the ranks (ranks of one (pp, tp) position differ only by padding). */
+static int64_t max_peak(const dx_config *c, const char *device)
+{
+    int64_t worst = 0;
+    const int world = c->tp * c->dp * c->pp;
+    for (int r = 0; r < world; r++) {
+        dx_plan_rank pr;
+        if (dx_plan_rank_bytes(c, r, device, &pr)) return -1;
+        if (pr.peak > worst) worst = pr.peak;
+    }
+    return worst;
+}
+
+int dx_plan_max_micro_batch(const dx_config *c, const char *device, int64_t limit, int max_micro)
+{
+    dx_config t = *c;
+    int best = 0;
+    for (int mb = 1; mb <= max_micro; mb++) {
+        t.micro_batch = mb;
+        if (t.sequence_parallel && t.tp > 1 && ((long)mb * t.seq_length) % t.tp) continue;
+        int64_t p = max_peak(&t, device);
+        if (p < 0 || p > limit) break;
+        best = mb;
+    }
+    return best;
+}
+
+void dx_plan_advice(const dx_config *c, const char *device, int64_t limit, char *buf, size_t cap)
+{
+    dx_config t = *c;
+    int mb = dx_plan_max_micro_batch(c, device, limit, c->micro_batch);
+    if (mb >= 1) {
+        snprintf(buf, cap, "train_micro_batch_size_per_gpu %d (with gradient_accumulation_steps x %d for the same batch)",
+                 mb, (c->micro_batch + mb - 1) / mb);
+        return;
+    }
+    t.recompute = DX_RECOMPUTE_FULL;
+    t.recompute_method = DX_RECOMPUTE_UNIFORM;
+    t.recompute_method_set = 1;
+    t.recompute_num_layers = 0;
+    int64_t p = max_peak(&t, device);
+    if (p >= 0 && p <= limit) {
+        snprintf(buf, cap, "recompute_granularity \"full\" (peak %.2f GiB)", (double)p / (1 << 30));
+        return;
+    }
+    for (int s = c->zero_stage + 1; s <= 3; s++) {
+        if (s == 3 && c->pp > 1) break;
+        t = *c;
+        t.zero_stage = s;
+        p = max_peak(&t, device);
+        if (p >= 0 && p <= limit) {
+            snprintf(buf, cap, "zero_optimization.stage %d (peak %.2f GiB)", s, (double)p / (1 << 30));
+            return;
+        }
+    }
+    snprintf(buf, cap, "more ranks (ZeRO-3 over more data-parallel ranks, tensor or pipeline parallelism): "
+                       "on these ranks even ZeRO-3 with full recomputation at micro-batch 1 does not fit");
+}

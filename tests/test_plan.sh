@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# The memory plan (src/plan, `dissect plan`) against the allocator: for a grid of configs on the
+# CPU (DP 1 and 2 with ZeRO 0-3, TP 2 with and without sequence parallelism, TP 4 over 2 KV heads,
+# PP 2 with each schedule, recomputation selective / full), every rank's planned bytes per
+# category and peak (/metadata/plan_bytes) are within 5% of what its allocator held (/steps:
+# params, grads, optimizer states and activations bytes at the end of each step, and the peak);
+# `dissect plan` prints the same peak; and a run that cannot fit (llama2-70b on any host
+# memory) stops before allocating, with one error line naming the shortfall.
+set -euo pipefail
+: "${DISSECT:?path to the dissect binary}" "${SRCDIR:=.}" "${PYTHON3:=/usr/bin/python3}"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+"$PYTHON3" "$SRCDIR/tests/make_synthetic.py" "$tmp/ids.txt" --vocab 64 --tokens 20000
+"$PYTHON3" "$SRCDIR/examples/make_shards.py" "$tmp/ids.txt" "$tmp/train.bin" --vocab-size 64 >/dev/null
+common=(--model tiny --num-layers 8 --seq-length 32 --grad-accum 4 --device cpu)
+train=(train "${common[@]}" --train-data "$tmp/train.bin" --train-iters 2 --eval-interval 0 --sample-tokens 0 --log-interval 100)
+configs=("dp1_z0:1:--micro-batch 4" "dp2_z1:2:--micro-batch 2 --zero-stage 1" "dp2_z2:2:--micro-batch 2 --zero-stage 2"
+         "dp2_z3:2:--micro-batch 2 --zero-stage 3" "tp2:2:--micro-batch 4 --tp 2" "tp2_sp:2:--micro-batch 4 --tp 2 --sequence-parallel"
+         "tp4_kv:4:--micro-batch 4 --tp 4" "pp2_1f1b:2:--micro-batch 4 --pp 2" "pp2_gpipe:2:--micro-batch 4 --pp 2 --pipeline-schedule gpipe"
+         "pp2_int:2:--micro-batch 4 --pp 2 --pipeline-schedule interleaved-1f1b --num-layers-per-virtual-pipeline-stage 2"
+         "sel:1:--micro-batch 4 --recompute-granularity selective"
+         "full_tp2_pp2:4:--micro-batch 4 --tp 2 --pp 2 --zero-stage 1 --recompute-granularity full --recompute-method block --recompute-num-layers 2")
+fail=0
+for cf in "${configs[@]}"; do
+  IFS=: read -r name np flags <<<"$cf"
+  # shellcheck disable=SC2086
+  OMP_NUM_THREADS=1 mpirun -np "$np" "$DISSECT" "${train[@]}" $flags --trace "$tmp/$name.h5" > "$tmp/$name.log" 2>&1 \
+    || { echo "FAIL $name: dissect exited with an error"; cat "$tmp/$name.log"; exit 1; }
+  # shellcheck disable=SC2086
+  "$DISSECT" plan "${common[@]}" $flags --world "$np" --memory-gib 1 > "$tmp/$name.plan.txt" 2>&1 || { cat "$tmp/$name.plan.txt"; fail=1; }
+done
+"$PYTHON3" - "$tmp" "${configs[@]}" <<'PY' || fail=1
+import sys, h5py, numpy as np
+tmp, cfgs = sys.argv[1], sys.argv[2:]
+passed = failed = 0
+for cf in cfgs:
+    name = cf.split(":")[0]
+    with h5py.File(f"{tmp}/{name}.h5") as f:
+        plan = np.asarray(f["metadata/plan_bytes"], dtype=np.float64)
+        s = f["steps"]
+        meas = np.stack([np.asarray(s[k], dtype=np.float64)[-1] for k in
+                         ("params_bytes", "grads_bytes", "optim_bytes", "activations_bytes")], axis=1)
+        peak = np.max(np.asarray(s["peak_mem_bytes"], dtype=np.float64), axis=0)
+    rel_cat = np.abs(plan[:, :4] - meas) / np.maximum(meas, 1)
+    rel_peak = np.abs(plan[:, 5] - peak) / peak
+    # `dissect plan` prints each rank's peak in GiB with 3 decimals
+    printed = [float(l.split()[-1].rstrip("G")) for l in open(f"{tmp}/{name}.plan.txt")
+               if l.strip() and l.split()[0].isdigit()]
+    same = len(printed) == len(plan) and all(abs(p - q / 2**30) < 6e-4 for p, q in zip(printed, plan[:, 5]))
+    ok = rel_cat.max() <= 0.05 and rel_peak.max() <= 0.05 and same
+    print(f"{'ok  ' if ok else 'FAIL'} {name}: {len(plan)} ranks, plan vs allocator: worst category {rel_cat.max():.2e}, "
+          f"worst peak {rel_peak.max():.2e} (peak {plan[0, 5] / 2**20:.3f} MiB planned, {peak[0] / 2**20:.3f} MiB measured "
+          f"on rank 0); dissect plan prints the same peaks: {same}")
+    passed += ok
+    failed += not ok
+print(f"{passed} passed, {failed} failed")
+sys.exit(1 if failed else 0)
+PY
+# a run that cannot fit stops before it allocates
+out=$(OMP_NUM_THREADS=1 timeout 120 mpirun -np 2 "$DISSECT" train --model llama2-70b --seq-length 64 --micro-batch 1 \
+      --train-data "$tmp/train.bin" --device cpu 2>&1) && rc=0 || rc=$?
+if [[ $rc -ne 0 && $out == *"memory plan: rank 0 (pp 0, dp 0, tp 0) needs"* && $out == *"GiB are available"* &&
+      $(grep -c "dissect: error" <<<"$out") -eq 1 ]]; then
+  echo "ok   llama2-70b on this host's memory: exit $rc: $(grep "dissect: error" <<<"$out" | cut -c1-160)..."
+else
+  echo "FAIL llama2-70b run not refused by the plan (exit $rc):"; echo "$out" | head -5; fail=1
+fi
+exit $fail
