@@ -287,8 +287,23 @@ static const key_spec optimizer_keys[] = {
     END,
 };
 
+static int set_offload_device(dx_config *c, const char *value, const char *source, const char *path)
+{
+    if (strcmp(value, "cpu") && strcmp(value, "none"))
+        return dx_fail("%s: key '%s': must be \"cpu\" or \"none\", got '%s'", source, path, value);
+    c->offload_optimizer = !strcmp(value, "cpu");
+    return 0;
+}
+
+static const key_spec offload_optimizer_keys[] = {
+    {"device", K_ENUM, 0, 0, 0, 0, 0, NULL, set_offload_device},
+    {"pin_memory", K_BOOL, OFF(offload_pin_memory), 0, 0, 0, 0, NULL, NULL},
+    END,
+};
+
 static const key_spec zero_keys[] = {
     {"stage", K_INT, OFF(zero_stage), 0, R_LO | R_HI, 0, 3, NULL, NULL},
+    {"offload_optimizer", K_OBJECT, 0, 0, 0, 0, 0, offload_optimizer_keys, NULL},
     END,
 };
 
@@ -844,6 +859,9 @@ int dx_config_finalize(dx_config *c, int world)
         return dx_fail("%s: key 'seq_length' = %d: exceeds model.max_position_embeddings (%d)",
                        src, c->seq_length, m->max_position_embeddings);
     if (dx_config_check_grid(c) < 0) return -1;
+    if (c->offload_optimizer && c->zero_stage < 1)
+        return dx_fail("%s: key 'zero_optimization.offload_optimizer.device' = \"cpu\": needs ZeRO stage 1, 2 "
+                       "or 3 (zero_optimization.stage is 0), as in DeepSpeed", src);
     if (c->recompute == DX_RECOMPUTE_SELECTIVE && (c->recompute_method_set || c->recompute_num_layers))
         return dx_fail("%s: key '%s': only with recompute_granularity \"full\" (selective recomputation "
                        "covers every layer)", src, c->recompute_method_set ? "recompute_method" : "recompute_num_layers");
@@ -992,6 +1010,12 @@ char *dx_config_to_json(const dx_config *c)
     cJSON *zero = cJSON_AddObjectToObject(root, "zero_optimization");
     CHK(zero);
     if (ok) CHK(add_int(zero, "stage", (long long)c->zero_stage));
+    cJSON *off = ok ? cJSON_AddObjectToObject(zero, "offload_optimizer") : NULL;
+    CHK(off);
+    if (ok) {
+        CHK(cJSON_AddStringToObject(off, "device", c->offload_optimizer ? "cpu" : "none"));
+        CHK(cJSON_AddBoolToObject(off, "pin_memory", c->offload_pin_memory));
+    }
     CHK(add_int(root, "tensor_model_parallel_size", (long long)c->tp));
     CHK(add_int(root, "pipeline_model_parallel_size", (long long)c->pp));
     CHK(cJSON_AddBoolToObject(root, "sequence_parallel", c->sequence_parallel));

@@ -91,6 +91,11 @@ typedef struct {
     int first_stage_layers;       /* decoder_first_pipeline_num_layers (0 = even split) */
     int last_stage_layers;        /* decoder_last_pipeline_num_layers (0 = even split) */
 
+    /* CPU offload (DeepSpeed's zero_optimization.offload_optimizer): the fp32 master weights and
+     * AdamW moments of the rank's shard in host memory, AdamW on the host */
+    int offload_optimizer;  /* offload_optimizer.device == "cpu" */
+    int offload_pin_memory; /* offload_optimizer.pin_memory */
+
     /* activation recomputation */
     dx_recompute recompute;              /* recompute_granularity */
     dx_recompute_method recompute_method; /* recompute_method (full) */

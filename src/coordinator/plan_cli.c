@@ -20,21 +20,21 @@ int dx_plan_print(const dx_config *c, int world, double memory_gib)
            c->tp, c->zero_stage, c->micro_batch, c->seq_length,
            c->recompute == DX_RECOMPUTE_FULL ? "full" : c->recompute == DX_RECOMPUTE_SELECTIVE ? "selective" : "none",
            device);
-    printf("%6s %14s %10s %10s %12s %12s %10s %10s\n", "rank", "(pp, dp, tp)", "params", "grads",
-           "optim states", "activations", "other", "peak");
+    printf("%6s %14s %10s %10s %12s %12s %10s %10s %10s\n", "rank", "(pp, dp, tp)", "params", "grads",
+           "optim states", "activations", "other", "peak", "host");
     int64_t worst = 0;
     for (int r = 0; r < world; r++) {
         dx_plan_rank pr;
         if (dx_plan_rank_bytes(c, r, device, &pr)) return -1;
         char co[32];
         snprintf(co, sizeof co, "(%d, %d, %d)", pr.pp, pr.dp, pr.tp);
-        printf("%6d %14s %9.3fG %9.3fG %11.3fG %11.3fG %9.3fG %9.3fG\n", r, co, (double)pr.bytes[0] / G,
+        printf("%6d %14s %9.3fG %9.3fG %11.3fG %11.3fG %9.3fG %9.3fG %9.3fG\n", r, co, (double)pr.bytes[0] / G,
                (double)pr.bytes[1] / G, (double)pr.bytes[2] / G, (double)pr.bytes[3] / G,
-               (double)pr.bytes[4] / G, (double)pr.peak / G);
+               (double)pr.bytes[4] / G, (double)pr.peak / G, (double)pr.host / G);
         if (pr.peak > worst) worst = pr.peak;
     }
-    printf("bytes in GiB (2^30); host memory 0 (no offload); communication buffers are the ZeRO buckets and "
-           "gather slots in grads / params%s\n",
+    printf("bytes in GiB (2^30) of the compute device (peak) and of the host (offloaded optimizer states); "
+           "communication buffers are the ZeRO buckets and gather slots in grads / params%s\n",
            !strcmp(device, "cuda") ? "; the CUDA backend's own workspaces are not included" : "");
     if (limit > 0) {
         int mb = dx_plan_max_micro_batch(c, device, limit, 1024);

@@ -16,6 +16,7 @@
 #include "trace/trace.h"
 #include "worker/tokenizer.h"
 #include "worker/worker.h"
+#include "zero/zero.h"
 
 int dx_agree_and_report(dx_comm *c, int rc)
 {
@@ -119,17 +120,27 @@ int dx_run_train(const dx_config *c, dx_comm *world)
     const char *device = strcmp(c->device, "auto") ? c->device : dx_cuda_devices() > 0 ? "cuda" : "cpu";
     dx_plan_rank mine_plan;
     if (!rc && dx_plan_rank_bytes(c, rank, device, &mine_plan)) rc = -1;
+    const int on_cpu = !strcmp(device, "cpu");
     int64_t avail = rc ? -1 : dx_device_memory_available(device);
-    if (!rc && avail > 0 && mine_plan.peak > avail) {
+    int64_t host_avail = rc || on_cpu ? -1 : dx_device_memory_available("cpu");
+    /* on the CPU backend the offloaded states share the host memory with everything else */
+    const int64_t need = mine_plan.peak + (on_cpu ? mine_plan.host : 0);
+    if (!rc && host_avail > 0 && mine_plan.host > host_avail)
+        rc = dx_fail("memory plan: rank %d (pp %d, dp %d, tp %d) needs %.2f GiB of host memory for its offloaded "
+                     "optimizer states but %.2f GiB are available (MemAvailable / ranks on the node)",
+                     rank, mine_plan.pp, mine_plan.dp, mine_plan.tp, (double)mine_plan.host / (1 << 30),
+                     (double)host_avail / (1 << 30));
+    if (!rc && avail > 0 && need > avail) {
         char advice[256];
         dx_plan_advice(c, device, avail, advice, sizeof advice);
         const double G = 1 << 30;
         rc = dx_fail("memory plan: rank %d (pp %d, dp %d, tp %d) needs %.2f GiB (params %.2f, grads %.2f, "
                      "optimizer states %.2f, activations %.2f GiB) but %.2f GiB are available on its %s; "
                      "it would fit with %s",
-                     rank, mine_plan.pp, mine_plan.dp, mine_plan.tp, (double)mine_plan.peak / G,
+                     rank, mine_plan.pp, mine_plan.dp, mine_plan.tp, (double)need / G,
                      (double)mine_plan.bytes[DX_PLAN_PARAMS] / G, (double)mine_plan.bytes[DX_PLAN_GRADS] / G,
-                     (double)mine_plan.bytes[DX_PLAN_OPTIM] / G, (double)mine_plan.bytes[DX_PLAN_ACTIVATIONS] / G,
+                     (double)(mine_plan.bytes[DX_PLAN_OPTIM] + (on_cpu ? mine_plan.host : 0)) / G,
+                     (double)mine_plan.bytes[DX_PLAN_ACTIVATIONS] / G,
                      (double)avail / G, !strcmp(device, "cuda") ? "GPU" : "host (MemAvailable / ranks on the node)",
                      advice);
     }
@@ -162,12 +173,13 @@ int dx_run_train(const dx_config *c, dx_comm *world)
                               .pipeline_schedule = c->pp > 1 ? dx_pp_schedule_names[c->pp_schedule] : "none",
                               .pipeline_bubble_theory = c->pp > 1 ? dx_pp_bubble_fraction(c->pp_schedule, c->pp, c->grad_accum, v) : 0.0,
                               .grid = coords};
-        int64_t *plan = calloc((size_t)P * 6, sizeof *plan);
+        int64_t *plan = calloc((size_t)P * 7, sizeof *plan);
         for (int r = 0; plan && r < P; r++) {
             dx_plan_rank pr;
             if (dx_plan_rank_bytes(c, r, device, &pr)) continue;
-            memcpy(plan + 6 * r, pr.bytes, sizeof pr.bytes);
-            plan[6 * r + 5] = pr.peak;
+            memcpy(plan + 7 * r, pr.bytes, sizeof pr.bytes);
+            plan[7 * r + 5] = pr.peak;
+            plan[7 * r + 6] = pr.host;
         }
         meta.plan = plan;
         tw = hp && coords ? dx_trace_create(c->trace_path, &meta) : NULL;
@@ -266,8 +278,11 @@ int dx_run_train(const dx_config *c, dx_comm *world)
         if (step == 1) {
             char b[4][32];
             for (int f = 0; f < 4; f++) fmt_bytes(b[f], sizeof b[f], all[F_PARAMS + f]);
-            printf("memory held by rank 0 (allocator): params %s | grads %s | optimizer states %s | activations %s\n",
-                   b[0], b[1], b[2], b[3]);
+            size_t hb = dx_zero_host_bytes(dx_worker_zero(w));
+            char hs[32] = "";
+            if (hb) fmt_bytes(hs, sizeof hs, (double)hb);
+            printf("memory held by rank 0 (allocator): params %s | grads %s | optimizer states %s | activations %s%s%s\n",
+                   b[0], b[1], b[2], b[3], hb ? " | host (offloaded optimizer states) " : "", hs);
         }
         if (do_eval && !isnan(val_loss))
             printf("step %5ld | validation loss %.4f | perplexity %.2f\n", step, val_loss, exp(val_loss));

@@ -62,7 +62,7 @@ int dx_plan_rank_bytes(const dx_config *c, int rank, const char *device, dx_plan
     /* ---- groups (model.c) and ZeRO (zero.c) ---- */
     const int64_t P = c->dp, st = c->zero_stage;
     const int64_t layer_n = 2 * D + HDl * D + 2 * KDh * D + D * HDl + 3 * Il * D;
-    int64_t ng = 0, max_pad = 0, params = 0, grads = 0, optim = 0;
+    int64_t ng = 0, max_pad = 0, max_shard = 0, params = 0, grads = 0, optim = 0;
     int64_t gn[3] = {has_emb ? Vl * D : 0, layer_n, has_head ? D + Vl * D : 0};
     int64_t gcount[3] = {has_emb, 0, has_head};
     for (int k = 0; k < v; k++) gcount[1] += num[k];
@@ -74,6 +74,7 @@ int dx_plan_rank_bytes(const dx_config *c, int rank, const char *device, dx_plan
         grads += gcount[t] * ((st < 2 ? n_pad : shard) * as);
         optim += gcount[t] * 3 * (own ? own * as : z1);
         if (n_pad > max_pad) max_pad = n_pad;
+        if (shard > max_shard) max_shard = shard;
         ng += gcount[t];
     }
     if (st >= 2) grads += 2 * max_pad * as;  /* the two gradient buckets */
@@ -105,7 +106,9 @@ int dx_plan_rank_bytes(const dx_config *c, int rank, const char *device, dx_plan
 
     out->bytes[DX_PLAN_PARAMS] = params;
     out->bytes[DX_PLAN_GRADS] = grads;
-    out->bytes[DX_PLAN_OPTIM] = optim;
+    out->bytes[DX_PLAN_OPTIM] = c->offload_optimizer ? 0 : optim;
+    /* offload: the states in host memory, and one parameter's gradient copied there */
+    if (c->offload_optimizer) out->host = optim + (max_shard ? max_shard : 1) * 4;
     out->bytes[DX_PLAN_ACTIVATIONS] = acts;
     out->bytes[DX_PLAN_OTHER] = 2 * N * 4 + as /* worker: ids, targets, loss */ + as /* zero: scalar */;
     for (int k = 0; k < DX_PLAN_NCAT; k++) out->peak += out->bytes[k];

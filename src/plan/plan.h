@@ -4,7 +4,8 @@
  * The prediction follows the allocations of src/model (activations per in-flight micro-batch
  * under the recomputation policy, backward scratch, the TP / SP buffers), src/zero (working
  * parameters, gradients and AdamW states per ZeRO stage over the DP axis, padded groups, the
- * stage-2/3 gradient buckets and stage-3 gather slots) and src/worker (batch buffers), for the
+ * stage-2/3 gradient buckets and stage-3 gather slots; with optimizer offload the master weights
+ * and moments on the host instead) and src/worker (batch buffers), for the
  * rank's pipeline stage (or interleaved chunks) and TP slice. Element sizes: CPU backend fp32
  * everywhere; CUDA bf16 activations and working parameters, fp32 gradients and states. The CUDA
  * backend's own workspaces (cuBLAS, attention accumulators, RoPE tables) are not modelled: on a
@@ -24,6 +25,7 @@ typedef struct {
     int pp, dp, tp;                /* the rank's grid coordinates */
     int64_t bytes[DX_PLAN_NCAT];   /* per category (kernels.h's dx_mem_cat order) */
     int64_t peak;                  /* their sum: everything is held through the step */
+    int64_t host;                  /* host bytes: offloaded master weights, moments, gradient buffer */
 } dx_plan_rank;
 
 /* The plan of world rank `rank` of config c (finalised for c->tp x c->dp x c->pp ranks) on

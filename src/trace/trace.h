@@ -11,8 +11,9 @@
  *                           num_model_chunks (per pipeline rank), num_micro_batches (per step),
  *                           pipeline_bubble_theory (f64: the schedule's (p-1)/(v m + p-1))
  *   /metadata/grid          int32 dataset [world_size, 3]: (pp, dp, tp) of each rank
- *   /metadata/plan_bytes    int64 dataset [world_size, 6]: the memory plan of each rank (src/plan:
- *                           params, grads, optimizer states, activations, other, peak), beside
+ *   /metadata/plan_bytes    int64 dataset [world_size, 7]: the memory plan of each rank (src/plan:
+ *                           params, grads, optimizer states, activations, other, peak on the
+ *                           compute device, host bytes of offloaded optimizer states), beside
  *                           the measured /steps peak_mem_bytes
  *   /metadata/hosts         string dataset [world_size]: host name of each rank
  *   /metadata/clock_offset_ns  int64 dataset [world_size] (dx_trace_set_clock_offsets): the
@@ -66,7 +67,7 @@ typedef struct {
     const char *pipeline_schedule;
     double pipeline_bubble_theory;
     const int32_t *grid; /* [world_size][3]: (pp, dp, tp) of each rank */
-    const int64_t *plan; /* [world_size][6]: the memory plan (NULL: not written) */
+    const int64_t *plan; /* [world_size][7]: the memory plan (NULL: not written) */
 } dx_trace_meta;
 
 /* Creates (truncates) the trace file at `path` and writes the metadata; rows are flushed by

@@ -294,7 +294,7 @@ dx_trace_writer *dx_trace_create(const char *path, const dx_trace_meta *meta)
             }
             if (ok && meta->plan) {
                 what = "/metadata/plan_bytes";
-                hsize_t dims[2] = {(hsize_t)w->world, 6};
+                hsize_t dims[2] = {(hsize_t)w->world, 7};
                 hid_t sp = H5Screate_simple(2, dims, NULL);
                 hid_t d = sp >= 0 ? H5Dcreate2(g, "plan_bytes", H5T_STD_I64LE, sp, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT) : -1;
                 ok = d >= 0 && H5Dwrite(d, H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, meta->plan) >= 0;

@@ -14,7 +14,7 @@ typedef struct {
     void *work;             /* X: full [n_pad] (stages 0-2) */
     void *work_shard;       /* X: [shard] (stage 3) */
     void *grad;             /* A: full [n_pad] (stages 0-1) or shard [shard] (stages 2-3) */
-    void *master, *m, *v;   /* A: [n] (stage 0) or [shard] (stages 1-3) */
+    void *master, *m, *v;   /* A: [n] (stage 0) or [shard] (stages 1-3); host fp32 with offload */
     int last_param;         /* index of the group's last parameter in the model's table; -1 none */
     int grad_zero;          /* stages 2-3: the gradient shard is all zeros (no reduce-scatter
                              * into it since dx_zero_zero_grad) */
@@ -44,6 +44,11 @@ struct dx_zero {
     int cur_slot;
     void *scalar;     /* A [1]: sum of squares */
     dx_zero_grid grid; /* the rest of the process grid (TP, the norm's group) */
+    /* CPU offload (ZeRO-Offload): master weights and moments live in host memory of the host
+     * CPU backend hb (its byte counters are the rank's host bytes); hgrad is a host fp32 buffer
+     * for one parameter's owned gradient, copied from the device for the host AdamW */
+    dx_backend *hb;
+    float *hgrad;
     uint64_t comm_ns;
     dx_tracer *tr;
 };
@@ -58,6 +63,7 @@ static int group_layer(const dx_zero *z, int gi) { return dx_model_group(z->mode
 static void *at(const void *p, size_t e, size_t es) { return (char *)p + e * es; }
 
 int dx_zero_stage(const dx_zero *z) { return z->stage; }
+size_t dx_zero_host_bytes(const dx_zero *z) { return z->hb ? z->hb->mem.current_total : 0; }
 
 double dx_zero_take_comm_seconds(dx_zero *z)
 {
@@ -214,8 +220,24 @@ static void zfree_gathered(dx_zero *z, void *p)
     else z->be->free(z->be, p);
 }
 
+/* Optimizer state: on the backend, or on the host backend when offloaded. */
+static void *state_alloc(dx_zero *z, size_t bytes, int *fail)
+{
+    if (!z->hb) return zalloc(z, bytes, DX_MEM_OPTIM, fail);
+    if (*fail) return NULL;
+    void *p = z->hb->alloc(z->hb, bytes ? bytes : 1, DX_MEM_OPTIM);
+    if (!p) *fail = 1;
+    else memset(p, 0, bytes ? bytes : 1);
+    return p;
+}
+static void state_free(dx_zero *z, void *p)
+{
+    if (z->hb) z->hb->free(z->hb, p);
+    else z->be->free(z->be, p);
+}
+
 dx_zero *dx_zero_create(dx_model *m, dx_backend *be, dx_comm *dp, dx_comm *dp_host, int stage,
-                        uint64_t seed, int *rc)
+                        int offload, uint64_t seed, int *rc)
 {
     *rc = -1;
     if (stage < 0 || stage > 3) {
@@ -238,6 +260,15 @@ dx_zero *dx_zero_create(dx_model *m, dx_backend *be, dx_comm *dp, dx_comm *dp_ho
     z->ngroups = dx_model_num_groups(m);
     z->xs = dx_dtype_size(be->act);
     z->as = dx_dtype_size(be->acc);
+    if (offload) {
+        if (stage < 1) {
+            free(z);
+            dx_fail("zero_optimization.offload_optimizer: needs ZeRO stage 1-3, not %d", stage);
+            *rc = dx_comm_agree(dp_host, -1);
+            return NULL;
+        }
+        z->hb = dx_backend_cpu_create(be->nthreads > 0 ? be->nthreads : 1); /* the host AdamW */
+    }
     z->g = calloc((size_t)z->ngroups, sizeof *z->g);
     if (!z->g) {
         free(z);
@@ -283,9 +314,9 @@ dx_zero *dx_zero_create(dx_model *m, dx_backend *be, dx_comm *dp, dx_comm *dp_ho
         else g->work_shard = zalloc(z, g->shard * xs, DX_MEM_PARAMS, &fail);
         g->grad = zalloc(z, (stage < 2 ? g->n_pad : g->shard) * as, DX_MEM_GRADS, &fail);
         g->grad_zero = 1;
-        g->master = zalloc(z, own * as, DX_MEM_OPTIM, &fail);
-        g->m = zalloc(z, own * as, DX_MEM_OPTIM, &fail);
-        g->v = zalloc(z, own * as, DX_MEM_OPTIM, &fail);
+        g->master = state_alloc(z, own * as, &fail);
+        g->m = state_alloc(z, own * as, &fail);
+        g->v = state_alloc(z, own * as, &fail);
         if (g->n_pad > max_pad) max_pad = g->n_pad;
         if (g->shard > max_shard) max_shard = g->shard;
     }
@@ -297,6 +328,11 @@ dx_zero *dx_zero_create(dx_model *m, dx_backend *be, dx_comm *dp, dx_comm *dp_ho
     z->cur_slot = 1;
     z->rs_group = -1;
     z->scalar = zalloc(z, as, DX_MEM_OTHER, &fail);
+    if (offload && !z->hb) fail = 1;
+    if (z->hb && !fail) {
+        z->hgrad = z->hb->alloc(z->hb, (max_shard ? max_shard : 1) * sizeof(float), DX_MEM_GRADS);
+        if (!z->hgrad) fail = 1;
+    }
     float *host = fail ? NULL : malloc((stage == 0 ? max_pad : max_shard) * sizeof(float) + 1);
     if (fail || !host) dx_fail_prefix("rank %d: ZeRO stage %d state", dp->rank, stage);
     /* the initialisation below is collective (stages 1-2): agree first, so no rank waits there */
@@ -312,11 +348,20 @@ dx_zero *dx_zero_create(dx_model *m, dx_backend *be, dx_comm *dp, dx_comm *dp_ho
         zgroup *g = &z->g[i];
         size_t cnt = g->hi - g->lo;
         dx_model_init_values(m, i, g->lo, cnt, seed, host);
-        if (be->upload_f32(be, g->master, be->acc, host, cnt)) { fail = 1; break; }
+        if (z->hb) { /* host master; the working copy converted on upload */
+            memcpy(g->master, host, cnt * sizeof(float));
+            if (be->upload_f32(be, stage == 3 ? g->work_shard : at(g->work, g->lo, xs), be->act, host, cnt)) {
+                fail = 1;
+                break;
+            }
+        } else if (be->upload_f32(be, g->master, be->acc, host, cnt)) {
+            fail = 1;
+            break;
+        }
         if (stage == 3) {
-            be->acc_to_act(be, g->work_shard, g->master, cnt);
+            if (!z->hb) be->acc_to_act(be, g->work_shard, g->master, cnt);
         } else {
-            be->acc_to_act(be, at(g->work, g->lo, xs), g->master, cnt);
+            if (!z->hb) be->acc_to_act(be, at(g->work, g->lo, xs), g->master, cnt);
             if (stage >= 1 && dp->all_gather(dp, at(g->work, (size_t)z->r * g->shard, xs), g->work,
                                              g->shard, be->act)) { fail = 1; break; }
         }
@@ -347,15 +392,19 @@ void dx_zero_destroy(dx_zero *z)
         else be->free(be, g->work);
         be->free(be, g->work_shard);
         be->free(be, g->grad);
-        be->free(be, g->master);
-        be->free(be, g->m);
-        be->free(be, g->v);
+        state_free(z, g->master);
+        state_free(z, g->m);
+        state_free(z, g->v);
     }
     for (int s = 0; s < 2; s++) {
         be->free(be, z->bucket[s]);
         zfree_gathered(z, z->gather[s]);
     }
     be->free(be, z->scalar);
+    if (z->hb) {
+        z->hb->free(z->hb, z->hgrad);
+        z->hb->destroy(z->hb);
+    }
     if (z->model) dx_model_set_hook(z->model, NULL, NULL);
     free(z->has_tp_replicated);
     free(z->g);
@@ -478,10 +527,27 @@ int dx_zero_step(dx_zero *z, const dx_adamw_hparams *hp_in, double max_norm, dou
             size_t so = lo - g->lo; /* offset in the owned state */
             void *work = z->stage == 3 ? at(g->work_shard, so, z->xs) : at(g->work, lo, z->xs);
             int64_t n = (int64_t)(hi - lo);
-            DX_TRACE_OP(z->tr, DX_MOD_OPTIMIZER, group_layer(z, p->group), DX_OP_ADAMW, 12 * n,
-                        n * (7 * (int64_t)z->as + (int64_t)z->xs),
-                        be->adamw(be, at(g->master, so, z->as), work, grad_at(z, g, lo),
-                                  at(g->m, so, z->as), at(g->v, so, z->as), hi - lo, &hp));
+            if (z->hb) { /* offload: gradient to the host, AdamW there, parameters back */
+                float *hm = (float *)g->master + so;
+                int rc1 = 0, rc2 = 0;
+                DX_TRACE_OP(z->tr, DX_MOD_OPTIMIZER, group_layer(z, p->group), DX_OP_MEMCPY, 0, n * (int64_t)(z->as + 4),
+                            rc1 = be->download_f32(be, z->hgrad, grad_at(z, g, lo), be->acc, hi - lo));
+                {
+                    uint64_t t0 = dx_now_ns();
+                    z->hb->adamw(z->hb, hm, NULL, z->hgrad, (float *)g->m + so, (float *)g->v + so, hi - lo, &hp);
+                    if (dx_tr_on(z->tr, 2))
+                        dx_tr_record(z->tr, t0, dx_now_ns(), DX_MOD_OPTIMIZER, group_layer(z, p->group), DX_OP_ADAMW,
+                                     DX_STREAM_HOST, n * 7 * 4, 12 * n);
+                }
+                DX_TRACE_OP(z->tr, DX_MOD_OPTIMIZER, group_layer(z, p->group), DX_OP_MEMCPY, 0, n * (int64_t)(4 + z->xs),
+                            rc2 = be->upload_f32(be, work, be->act, hm, hi - lo));
+                if (rc1 || rc2) return -1;
+            } else {
+                DX_TRACE_OP(z->tr, DX_MOD_OPTIMIZER, group_layer(z, p->group), DX_OP_ADAMW, 12 * n,
+                            n * (7 * (int64_t)z->as + (int64_t)z->xs),
+                            be->adamw(be, at(g->master, so, z->as), work, grad_at(z, g, lo),
+                                      at(g->m, so, z->as), at(g->v, so, z->as), hi - lo, &hp));
+            }
         }
         if (gather && pi == g->last_param)
             COMM(z, p->group, DX_OP_ALL_GATHER, g->n_pad * z->xs,
@@ -501,7 +567,14 @@ int dx_zero_get_master(dx_zero *z, int gi, size_t start, size_t count, float *ou
     if (z->stage == 0) return be->download_f32(be, out, at(g->master, start, z->as), be->acc, count);
     void *full = be->alloc(be, g->n_pad * z->as, DX_MEM_OTHER);
     if (!full) return -1;
-    int rc = z->dp->all_gather(z->dp, g->master, full, g->shard, be->acc);
+    void *shard = g->master;
+    int rc = 0;
+    if (z->hb) { /* the host shard goes through the backend for the all-gather */
+        shard = be->alloc(be, (g->shard ? g->shard : 1) * z->as, DX_MEM_OTHER);
+        rc = !shard ? -1 : be->upload_f32(be, shard, be->acc, g->master, g->hi - g->lo);
+    }
+    if (!rc) rc = z->dp->all_gather(z->dp, shard, full, g->shard, be->acc);
+    if (z->hb) be->free(be, shard);
     if (!rc) rc = be->download_f32(be, out, at(full, start, z->as), be->acc, count);
     be->free(be, full);
     return rc;
@@ -518,9 +591,14 @@ int dx_zero_set_master(dx_zero *z, int gi, size_t start, size_t count, const flo
     if (z->dp->wait(z->dp, &g->work_req)) return -1; /* the step's all-gather still writing work */
     if (hi > lo) {
         size_t so = z->stage == 0 ? lo : lo - g->lo;
-        if (be->upload_f32(be, at(g->master, so, z->as), be->acc, src + (lo - start), hi - lo)) return -1;
         void *work = z->stage == 3 ? at(g->work_shard, lo - g->lo, z->xs) : at(g->work, lo, z->xs);
-        be->acc_to_act(be, work, at(g->master, so, z->as), hi - lo);
+        if (z->hb) {
+            memcpy((float *)g->master + so, src + (lo - start), (hi - lo) * sizeof(float));
+            if (be->upload_f32(be, work, be->act, src + (lo - start), hi - lo)) return -1;
+        } else {
+            if (be->upload_f32(be, at(g->master, so, z->as), be->acc, src + (lo - start), hi - lo)) return -1;
+            be->acc_to_act(be, work, at(g->master, so, z->as), hi - lo);
+        }
     }
     if ((z->stage == 1 || z->stage == 2) && z->P > 1)
         COMM(z, gi, DX_OP_ALL_GATHER, g->n_pad * z->xs,

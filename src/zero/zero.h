@@ -36,7 +36,17 @@ typedef struct dx_zero dx_zero;
  * collective. Returns NULL + dx_fail on failure, *rc = -1 where this rank failed (the message
  * names the stage or the allocation) or -2 where another rank did (see dx_comm_agree). */
 dx_zero *dx_zero_create(dx_model *m, dx_backend *be, dx_comm *dp, dx_comm *dp_host, int stage,
-                        uint64_t seed, int *rc);
+                        int offload, uint64_t seed, int *rc);
+
+/* With offload (DeepSpeed's offload_optimizer.device "cpu", Ren et al. 2021, ZeRO-Offload; stages
+ * 1-3 only): the fp32 master weights and AdamW moments of the rank's shard live in host memory
+ * (a host CPU backend's allocations); in dx_zero_step each parameter's owned gradient is copied
+ * to the host (fp32), AdamW runs there (the CPU backend's vectorised, OpenMP kernel, the same
+ * arithmetic as on the device), and the updated parameters are uploaded into the working copy
+ * (converted to the act dtype), then all-gathered as without offload. The copies and the host
+ * update run after the backward, not yet overlapped with it. dx_zero_host_bytes gives the host
+ * bytes held. */
+size_t dx_zero_host_bytes(const dx_zero *z);
 void dx_zero_destroy(dx_zero *z);
 
 /* Clears the gradients (the full buffers or the local shards) before a step's first micro-batch. */
