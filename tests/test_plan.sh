@@ -43,8 +43,8 @@ for cf in cfgs:
         peak = np.max(np.asarray(s["peak_mem_bytes"], dtype=np.float64), axis=0)
     rel_cat = np.abs(plan[:, :4] - meas) / np.maximum(meas, 1)
     rel_peak = np.abs(plan[:, 5] - peak) / peak
-    # `dissect plan` prints each rank's peak in GiB with 3 decimals
-    printed = [float(l.split()[-1].rstrip("G")) for l in open(f"{tmp}/{name}.plan.txt")
+    # `dissect plan` prints each rank's peak (then its host bytes) in GiB with 3 decimals
+    printed = [float(l.split()[-2].rstrip("G")) for l in open(f"{tmp}/{name}.plan.txt")
                if l.strip() and l.split()[0].isdigit()]
     same = len(printed) == len(plan) and all(abs(p - q / 2**30) < 6e-4 for p, q in zip(printed, plan[:, 5]))
     ok = rel_cat.max() <= 0.05 and rel_peak.max() <= 0.05 and same
