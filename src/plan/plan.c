@@ -170,6 +170,17 @@ void dx_plan_advice(const dx_config *c, const char *device, int64_t limit, char 
             return;
         }
     }
+    if (strcmp(device, "cpu") && !c->offload_optimizer) { /* on a GPU, the states can go to the host */
+        t = *c;
+        t.offload_optimizer = 1;
+        if (t.zero_stage < 1) t.zero_stage = 1;
+        p = max_peak(&t, device);
+        if (p >= 0 && p <= limit) {
+            snprintf(buf, cap, "zero_optimization.offload_optimizer.device \"cpu\" (ZeRO stage %d; peak %.2f GiB "
+                               "on the GPU)", t.zero_stage, (double)p / (1 << 30));
+            return;
+        }
+    }
     snprintf(buf, cap, "more ranks (ZeRO-3 over more data-parallel ranks, tensor or pipeline parallelism): "
                        "on these ranks even ZeRO-3 with full recomputation at micro-batch 1 does not fit");
 }

@@ -37,7 +37,8 @@ int dx_plan_rank_bytes(const dx_config *c, int rank, const char *device, dx_plan
 int dx_plan_max_micro_batch(const dx_config *c, const char *device, int64_t limit, int max_micro);
 
 /* What would make a plan that exceeds `limit` fit, as text for an error message (the first of:
- * a smaller micro-batch, full recomputation, a higher ZeRO stage, more DP ranks), into
+ * a smaller micro-batch, full recomputation, a higher ZeRO stage, optimizer offload on a GPU,
+ * more ranks), into
  * buf[cap]. */
 void dx_plan_advice(const dx_config *c, const char *device, int64_t limit, char *buf, size_t cap);
 
