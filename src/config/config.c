@@ -800,6 +800,9 @@ int dx_config_check_grid(const dx_config *c)
                            "model.num_hidden_layers (%d) must be a multiple of "
                            "pipeline_model_parallel_size x it (%d) with at least 2 model chunks "
                            "per stage", src, v, L, pp * v);
+        if (L / (pp * v) > DX_PP_MAX_CHUNKS)
+            return dx_fail("%s: key 'num_layers_per_virtual_pipeline_stage' = %d: %d model chunks per "
+                           "stage, at most %d", src, v, L / (pp * v), DX_PP_MAX_CHUNKS);
         if (c->grad_accum % pp)
             return dx_fail("%s: key 'gradient_accumulation_steps' = %d: the interleaved schedule "
                            "needs a multiple of pipeline_model_parallel_size (%d) micro-batches",

@@ -44,6 +44,8 @@ typedef enum { DX_TRACE_STEP = 0, DX_TRACE_MODULE = 1, DX_TRACE_OP = 2 } dx_trac
  * Megatron-LM's default), GPipe (all forwards, then all backwards; Huang et al. 2019), and
  * interleaved 1F1B over virtual stages (Narayanan et al. 2021, sec. 2.2). */
 typedef enum { DX_PP_1F1B = 0, DX_PP_GPIPE = 1, DX_PP_INTERLEAVED = 2 } dx_pp_schedule;
+/* The most model chunks one pipeline rank holds (interleaved schedule). */
+#define DX_PP_MAX_CHUNKS 16
 extern const char *const dx_pp_schedule_names[3];
 
 /* Activation recomputation (Megatron-LM's keys; Korthikanti et al. 2022): recompute_granularity

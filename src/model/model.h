@@ -54,7 +54,7 @@
 #include "kernels.h"
 #include "trace/tracer.h"
 
-#define DX_MODEL_MAX_CHUNKS 16
+#define DX_MODEL_MAX_CHUNKS DX_PP_MAX_CHUNKS
 
 typedef struct {
     char name[96];   /* HF name, e.g. "model.layers.3.self_attn.q_proj.weight" */

@@ -52,8 +52,10 @@ int dx_plan_rank_bytes(const dx_config *c, int rank, const char *device, dx_plan
     const int64_t KVl = kv_repl ? 1 : Hkv / tp, KDl = KVl * Dh, KDh = kv_repl ? Hkv * Dh : KVl * Dh, HDl = Hl * Dh;
     const int sp = c->sequence_parallel && tp > 1;
     const int64_t N = (int64_t)c->micro_batch * c->seq_length, Nr = sp ? N / tp : N;
-    int first[64], num[64];
-    if (mc->num_hidden_layers / (c->pp > 0 ? c->pp : 1) > 64 * 1024) return dx_fail("plan: too many layers");
+    int first[DX_PP_MAX_CHUNKS], num[DX_PP_MAX_CHUNKS];
+    if (c->pp_schedule == DX_PP_INTERLEAVED && c->pp > 1 &&
+        mc->num_hidden_layers / (c->pp * c->layers_per_virtual_stage) > DX_PP_MAX_CHUNKS)
+        return dx_fail("plan: more than %d model chunks per stage", DX_PP_MAX_CHUNKS);
     const int v = chunks_of(c, ppr, first, num);
     const int slots = slots_of(c, ppr, v);
     if (slots < 1) return -1;
@@ -62,7 +64,7 @@ int dx_plan_rank_bytes(const dx_config *c, int rank, const char *device, dx_plan
     /* ---- groups (model.c) and ZeRO (zero.c) ---- */
     const int64_t P = c->dp, st = c->zero_stage;
     const int64_t layer_n = 2 * D + HDl * D + 2 * KDh * D + D * HDl + 3 * Il * D;
-    int64_t ng = 0, max_pad = 0, max_shard = 0, params = 0, grads = 0, optim = 0;
+    int64_t max_pad = 0, max_shard = 0, params = 0, grads = 0, optim = 0;
     int64_t gn[3] = {has_emb ? Vl * D : 0, layer_n, has_head ? D + Vl * D : 0};
     int64_t gcount[3] = {has_emb, 0, has_head};
     for (int k = 0; k < v; k++) gcount[1] += num[k];
@@ -75,11 +77,9 @@ int dx_plan_rank_bytes(const dx_config *c, int rank, const char *device, dx_plan
         optim += gcount[t] * 3 * (own ? own * as : z1);
         if (n_pad > max_pad) max_pad = n_pad;
         if (shard > max_shard) max_shard = shard;
-        ng += gcount[t];
     }
     if (st >= 2) grads += 2 * max_pad * as;  /* the two gradient buckets */
     if (st == 3) params += 2 * max_pad * xs; /* the two gather slots */
-    (void)ng;
 
     /* ---- activations (model.c dx_model_create_part) ---- */
     const int full = c->recompute == DX_RECOMPUTE_FULL, block = full && c->recompute_method == DX_RECOMPUTE_BLOCK;
