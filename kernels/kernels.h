@@ -93,6 +93,28 @@ struct dx_backend {
     /* Waits until all work queued on the backend has finished (no-op on CPU). */
     void (*sync)(dx_backend *be);
 
+    /* ---- host staging and asynchronous copies (CPU offload, ZeRO-Offload) ----
+     * host_alloc: `bytes` of host memory the copies below may use at full speed (CUDA:
+     * page-locked, cudaHostAlloc; CPU: ordinary 64-byte aligned memory), uninitialised; NULL +
+     * dx_fail naming the size. host_free releases it (NULL: no-op). Not counted in be->mem (the
+     * caller counts host bytes).
+     * download_async: queues a copy of `bytes` from backend memory src to host dst that starts
+     * after all work queued on the compute stream so far, on a device-to-host copy stream, and
+     * returns a ticket >= 0 (-1 + dx_fail). upload_async: queues a copy from host src to backend
+     * dst on a host-to-device copy stream (after the compute stream's work queued so far); the
+     * compute stream's later work waits for it. copy_wait blocks until the copy of `ticket` has
+     * finished (0, or -1 + dx_fail on a CUDA error); a host buffer may be reused only after that.
+     * At most DX_COPY_TICKETS copies may be in flight: issuing more first waits for the oldest.
+     * CPU: the copies are memcpy, done before the call returns. */
+    void *(*host_alloc)(dx_backend *be, size_t bytes);
+    void (*host_free)(dx_backend *be, void *p);
+    int (*download_async)(dx_backend *be, void *host_dst, const void *src, size_t bytes);
+    int (*upload_async)(dx_backend *be, void *dst, const void *host_src, size_t bytes);
+    int (*copy_wait)(dx_backend *be, int ticket);
+    /* The copy streams (cudaStream_t) for timing marks (mark()): dir 0 device-to-host, 1
+     * host-to-device; NULL where copies are synchronous. */
+    void *(*copy_stream)(dx_backend *be, int dir);
+
     /* ---- math ---- */
     /* C[M,N] = alpha * op(A) @ op(B) + beta * C, row-major; op(A) is [M,K] (A is [K,M] when
      * trans_a), op(B) is [K,N] (B is [N,K] when trans_b); lda/ldb/ldc are row strides in
@@ -219,6 +241,19 @@ struct dx_backend {
     /* Releases the backend and everything it holds. */
     void (*destroy)(dx_backend *be);
 };
+
+/* Copies in flight at most on a backend's copy streams (see download_async). */
+#define DX_COPY_TICKETS 64
+
+/* AdamW for offloaded optimizer states (ZeRO-Offload's CPU-Adam, Ren et al. 2021), in host
+ * memory: master, m, v f32[n] updated in place from grad f32[n] (scaled by hp->grad_scale), and
+ * the updated master written to out[n] in dtype out_dt (DX_F32, DX_F64, or DX_BF16 rounded to
+ * nearest even, as the CUDA backend's conversion). The arithmetic is that of the backends'
+ * adamw op (fp64 per element, hyper-parameters of dx_adamw_hparams), so on the CPU backend the
+ * result is bitwise the non-offloaded update. Vectorised (omp simd) and split statically over
+ * nthreads OpenMP threads (>= 1); bitwise the same for any thread count. */
+void dx_host_adamw(float *master, float *m, float *v, const float *grad, void *out, dx_dtype out_dt,
+                   size_t n, const dx_adamw_hparams *hp, int nthreads);
 
 /* CPU backends. nthreads >= 1 sets OpenMP and OpenBLAS threads. Return NULL + dx_fail. */
 dx_backend *dx_backend_cpu_create(int nthreads);   /* act = acc = f32 */

@@ -3,7 +3,9 @@
 # CPU backend runs the same code path as a GPU run (gradients copied to host fp32 buffers, AdamW
 # on a host backend, parameters uploaded back), so the per-step losses and final weights equal
 # the run without offload bitwise (rtol 0) for ZeRO 1, 2 and 3 at DP 1 and 2, with TP 2 + SP, with
-# PP 2, and with full recomputation; the device holds no optimizer states (/steps optim_bytes
+# PP 2, with full recomputation, and with parameters cut into many staging chunks (the knob
+# DX_OFFLOAD_CHUNK_ELEMS=1000: several chunks per parameter, ring slots reused within a
+# parameter and across steps); the device holds no optimizer states (/steps optim_bytes
 # 0, as the plan says); offload with ZeRO stage 0 is refused naming the key.
 set -euo pipefail
 : "${DISSECT:?path to the dissect binary}" "${SRCDIR:=.}" "${PYTHON3:=/usr/bin/python3}"
@@ -17,13 +19,14 @@ common=(train --model tiny --num-layers 8 --train-data "$tmp/train.bin" --seq-le
 layouts=("dp1z1:1:--micro-batch 4 --zero-stage 1" "dp2z1:2:--micro-batch 2 --zero-stage 1"
          "dp2z2:2:--micro-batch 2 --zero-stage 2" "dp2z3:2:--micro-batch 2 --zero-stage 3"
          "tp2sp:2:--micro-batch 4 --tp 2 --sequence-parallel --zero-stage 1" "pp2:2:--micro-batch 4 --pp 2 --zero-stage 2"
-         "dp2z3full:2:--micro-batch 2 --zero-stage 3 --recompute-granularity full --recompute-method uniform")
+         "dp2z3full:2:--micro-batch 2 --zero-stage 3 --recompute-granularity full --recompute-method uniform"
+         "dp2z2chunks:2:--micro-batch 2 --zero-stage 2:1000" "dp1z3chunks:1:--micro-batch 4 --zero-stage 3:1000")
 fail=0
 for lay in "${layouts[@]}"; do
-  IFS=: read -r name np flags <<<"$lay"
+  IFS=: read -r name np flags chunk <<<"$lay"
   for off in none cpu; do
     # shellcheck disable=SC2086
-    OMP_NUM_THREADS=1 mpirun -np "$np" "$DISSECT" "${common[@]}" $flags --offload-optimizer "$off" \
+    DX_OFFLOAD_CHUNK_ELEMS=${chunk:-0} OMP_NUM_THREADS=1 mpirun -np "$np" "$DISSECT" "${common[@]}" $flags --offload-optimizer "$off" \
       --trace "$tmp/${name}_$off.h5" --save "$tmp/${name}_$off.ck.h5" > "$tmp/${name}_$off.log" 2>&1 \
       || { echo "FAIL ${name}_$off:"; cat "$tmp/${name}_$off.log"; exit 1; }
   done

@@ -115,6 +115,46 @@ static int cpu_download(dx_backend *be, void *host_dst, const void *src, size_t 
     return 0;
 }
 
+/* Host staging and "asynchronous" copies: host memory is backend memory, so each copy is done
+ * before the call returns and every ticket is complete. */
+static void *cpu_host_alloc(dx_backend *be, size_t bytes)
+{
+    size_t total = ((bytes ? bytes : 1) + DX_ALIGN - 1) / DX_ALIGN * DX_ALIGN;
+    void *p = bytes > SIZE_MAX - DX_ALIGN ? NULL : aligned_alloc(DX_ALIGN, total);
+    if (!p) dx_fail("%s backend: cannot allocate %zu bytes of host staging memory", be->name, bytes);
+    return p;
+}
+
+static void cpu_host_free(dx_backend *be, void *p)
+{
+    (void)be;
+    free(p);
+}
+
+static int cpu_download_async(dx_backend *be, void *host_dst, const void *src, size_t bytes)
+{
+    return cpu_download(be, host_dst, src, bytes);
+}
+
+static int cpu_upload_async(dx_backend *be, void *dst, const void *host_src, size_t bytes)
+{
+    return cpu_upload(be, dst, host_src, bytes);
+}
+
+static int cpu_copy_wait(dx_backend *be, int ticket)
+{
+    (void)be;
+    (void)ticket;
+    return 0;
+}
+
+static void *cpu_copy_stream(dx_backend *be, int dir)
+{
+    (void)be;
+    (void)dir;
+    return NULL;
+}
+
 static uint16_t f32_to_bf16(float f)
 {
     uint32_t u;
@@ -193,6 +233,12 @@ static dx_backend *cpu_create(int nthreads, int f64)
     be->upload_f32 = cpu_upload_f32;
     be->download_f32 = cpu_download_f32;
     be->sync = cpu_sync;
+    be->host_alloc = cpu_host_alloc;
+    be->host_free = cpu_host_free;
+    be->download_async = cpu_download_async;
+    be->upload_async = cpu_upload_async;
+    be->copy_wait = cpu_copy_wait;
+    be->copy_stream = cpu_copy_stream;
     be->destroy = cpu_destroy;
     if (f64) DX_CPU_OPS_FILL(be, dx_cpu_f64_);
     else DX_CPU_OPS_FILL(be, dx_cpu_f32_);

@@ -253,6 +253,92 @@ static int cuda_download_f32(dx_backend *be, float *dst, const void *src, dx_dty
     return 0;
 }
 
+/* ---- CPU offload: pinned host memory and copies on the two copy streams ---- */
+
+static void *cuda_host_alloc(dx_backend *be, size_t bytes)
+{
+    void *p = NULL;
+    cudaError_t e = cudaSetDevice(dxc(be)->device);
+    if (e == cudaSuccess) e = cudaHostAlloc(&p, bytes ? bytes : 1, cudaHostAllocPortable);
+    if (e != cudaSuccess || !p) {
+        (void)cudaGetLastError();
+        dx_fail("cuda backend: cannot allocate %zu bytes of page-locked host memory: %s", bytes,
+                cudaGetErrorString(e));
+        return NULL;
+    }
+    return p;
+}
+
+static void cuda_host_free(dx_backend *be, void *p)
+{
+    (void)be;
+    if (p) cudaFreeHost(p);
+}
+
+/* Lazily creates the copy streams and events; returns the CUDA error. */
+static cudaError_t copy_setup(dxc_impl *im)
+{
+    if (im->copy_stream[0]) return cudaSuccess;
+    cudaError_t e = cudaEventCreateWithFlags(&im->copy_before, cudaEventDisableTiming);
+    for (int i = 0; e == cudaSuccess && i < DX_COPY_TICKETS; i++)
+        e = cudaEventCreateWithFlags(&im->copy_ev[i], cudaEventDisableTiming);
+    for (int d = 0; e == cudaSuccess && d < 2; d++)
+        e = cudaStreamCreateWithFlags(&im->copy_stream[d], cudaStreamNonBlocking);
+    return e;
+}
+
+/* Queues a copy on copy stream `dir` after the compute stream's queued work; returns the ticket. */
+static int copy_async(dx_backend *be, int dir, void *dst, const void *src, size_t bytes)
+{
+    dxc_impl *im = dxc(be);
+    const char *what = dir ? "upload_async" : "download_async";
+    cudaError_t e = cudaSetDevice(im->device);
+    if (e == cudaSuccess) e = copy_setup(im);
+    int t = im->copy_next;
+    cudaEvent_t ev = im->copy_ev[t % DX_COPY_TICKETS];
+    /* the event's previous copy (DX_COPY_TICKETS tickets ago) must be over before reuse */
+    if (e == cudaSuccess && t >= DX_COPY_TICKETS) e = cudaEventSynchronize(ev);
+    if (e == cudaSuccess) e = cudaEventRecord(im->copy_before, im->stream);
+    if (e == cudaSuccess) e = cudaStreamWaitEvent(im->copy_stream[dir], im->copy_before, 0);
+    if (e == cudaSuccess && bytes)
+        e = cudaMemcpyAsync(dst, src, bytes, dir ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost,
+                            im->copy_stream[dir]);
+    if (e == cudaSuccess) e = cudaEventRecord(ev, im->copy_stream[dir]);
+    if (e == cudaSuccess && dir) e = cudaStreamWaitEvent(im->stream, ev, 0); /* later compute waits */
+    if (e != cudaSuccess)
+        return dx_fail("cuda backend: %s of %zu bytes: %s", what, bytes, cudaGetErrorString(e));
+    im->copy_next = t + 1 < (1 << 30) ? t + 1 : DX_COPY_TICKETS; /* stays >= DX_COPY_TICKETS */
+    return t;
+}
+
+static int cuda_download_async(dx_backend *be, void *host_dst, const void *src, size_t bytes)
+{
+    return copy_async(be, 0, host_dst, src, bytes);
+}
+
+static int cuda_upload_async(dx_backend *be, void *dst, const void *host_src, size_t bytes)
+{
+    return copy_async(be, 1, dst, host_src, bytes);
+}
+
+static int cuda_copy_wait(dx_backend *be, int ticket)
+{
+    dxc_impl *im = dxc(be);
+    if (ticket < 0 || ticket >= im->copy_next || !im->copy_stream[0]) return 0;
+    if (im->copy_next - ticket > DX_COPY_TICKETS) return 0; /* its event was reused: it is over */
+    cudaError_t e = cudaEventSynchronize(im->copy_ev[ticket % DX_COPY_TICKETS]);
+    if (e != cudaSuccess) return dx_fail("cuda backend: copy_wait: %s", cudaGetErrorString(e));
+    return 0;
+}
+
+static void *cuda_copy_stream(dx_backend *be, int dir)
+{
+    dxc_impl *im = dxc(be);
+    if (dir < 0 || dir > 1 || cudaSetDevice(im->device) != cudaSuccess || copy_setup(im) != cudaSuccess)
+        return NULL;
+    return (void *)im->copy_stream[dir];
+}
+
 static void cuda_sync(dx_backend *be)
 {
     DXC_ENTER(be, "sync");
@@ -1566,6 +1652,14 @@ static void cuda_destroy(dx_backend *be)
             dx_mem_account(&be->mem, (dx_mem_cat)im->slots[i].cat,
                            -(long long)im->slots[i].bytes);
         }
+        for (int d = 0; d < 2; d++)
+            if (im->copy_stream[d]) {
+                cudaStreamSynchronize(im->copy_stream[d]);
+                cudaStreamDestroy(im->copy_stream[d]);
+            }
+        for (int i = 0; i < DX_COPY_TICKETS; i++)
+            if (im->copy_ev[i]) cudaEventDestroy(im->copy_ev[i]);
+        if (im->copy_before) cudaEventDestroy(im->copy_before);
         if (im->stream) cudaStreamDestroy(im->stream);
         free(im->slots);
         free(im);
@@ -1649,6 +1743,12 @@ extern "C" dx_backend *dx_backend_cuda_create(int device, int nthreads)
     be->upload_f32 = cuda_upload_f32;
     be->download_f32 = cuda_download_f32;
     be->sync = cuda_sync;
+    be->host_alloc = cuda_host_alloc;
+    be->host_free = cuda_host_free;
+    be->download_async = cuda_download_async;
+    be->upload_async = cuda_upload_async;
+    be->copy_wait = cuda_copy_wait;
+    be->copy_stream = cuda_copy_stream;
     be->gemm = cuda_gemm;
     be->rmsnorm_fwd = cuda_rmsnorm_fwd;
     be->rmsnorm_bwd = cuda_rmsnorm_bwd;

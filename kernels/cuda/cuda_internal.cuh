@@ -33,6 +33,12 @@ struct dxc_impl {
     int attn_simple;    /* DX_CUDA_ATTENTION=simple: CUDA-core attention kernels only */
     int attn_det;       /* DX_CUDA_DETERMINISTIC=1: two-kernel attention backward (no atomics) */
     cudaStream_t stream;
+    /* CPU offload copies: device-to-host [0] and host-to-device [1] streams, and a ring of
+     * DX_COPY_TICKETS events, one per copy in flight (ticket t uses event t % DX_COPY_TICKETS) */
+    cudaStream_t copy_stream[2];
+    cudaEvent_t copy_ev[DX_COPY_TICKETS];
+    cudaEvent_t copy_before; /* compute-stream position a copy starts after */
+    int copy_next;           /* next ticket */
     cublasHandle_t blas;
     void *blas_ws;      /* cuBLAS workspace (via the backend allocator) */
     size_t blas_ws_bytes;

@@ -96,7 +96,7 @@ typedef struct {
     /* CPU offload (DeepSpeed's zero_optimization.offload_optimizer): the fp32 master weights and
      * AdamW moments of the rank's shard in host memory, AdamW on the host */
     int offload_optimizer;  /* offload_optimizer.device == "cpu" */
-    int offload_pin_memory; /* offload_optimizer.pin_memory: accepted; host memory is not pinned yet */
+    int offload_pin_memory; /* offload_optimizer.pin_memory: page-locked host states (cudaHostAlloc) */
 
     /* activation recomputation */
     dx_recompute recompute;              /* recompute_granularity */

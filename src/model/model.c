@@ -471,6 +471,8 @@ void dx_model_init_values(const dx_model *m, int g, size_t start, size_t count, 
         size_t lo = p->offset > start ? p->offset : start;
         size_t hi = p->offset + p->numel < end ? p->offset + p->numel : end;
         const size_t cols = p->cols ? (size_t)p->cols : 1, fcols = p->cols ? (size_t)p->full_cols : 1;
+        /* counter-based: each element independent of the others (billions for a 7B model) */
+#pragma omp parallel for schedule(static) if (hi - lo >= ((size_t)1 << 16))
         for (size_t e = lo; e < hi; e++) {
             /* the element's index in the logical tensor */
             size_t le = e - p->offset, r = le / cols, c = le % cols;

@@ -8,6 +8,7 @@
 #include "comm/grid.h"
 #include "common/common.h"
 #include "pp/schedule.h"
+#include "zero/zero.h"
 
 /* The layers of the rank's model chunks (worker.c's open_data_and_model). */
 static int chunks_of(const dx_config *c, int pp_rank, int *first, int *num)
@@ -107,8 +108,9 @@ int dx_plan_rank_bytes(const dx_config *c, int rank, const char *device, dx_plan
     out->bytes[DX_PLAN_PARAMS] = params;
     out->bytes[DX_PLAN_GRADS] = grads;
     out->bytes[DX_PLAN_OPTIM] = c->offload_optimizer ? 0 : optim;
-    /* offload: the states in host memory, and one parameter's gradient copied there */
-    if (c->offload_optimizer) out->host = optim + (max_shard ? max_shard : 1) * 4;
+    /* offload: the states in host memory, and the staging slots the step streams through */
+    if (c->offload_optimizer)
+        out->host = optim + (int64_t)DX_ZERO_OFFLOAD_SLOTS * (int64_t)dx_zero_offload_chunk((size_t)max_shard) * (4 + xs);
     out->bytes[DX_PLAN_ACTIVATIONS] = acts;
     out->bytes[DX_PLAN_OTHER] = 2 * N * 4 + as /* worker: ids, targets, loss */ + as /* zero: scalar */;
     for (int k = 0; k < DX_PLAN_NCAT; k++) out->peak += out->bytes[k];

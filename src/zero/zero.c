@@ -8,6 +8,15 @@
 #include "common/common.h"
 #include "trace/tracer.h"
 
+#define OFF_SLOTS DX_ZERO_OFFLOAD_SLOTS
+
+/* A piece of the owned range of one parameter, updated by the host AdamW as one unit. */
+typedef struct {
+    int param;     /* index in the model's parameter table */
+    size_t lo, hi; /* group coordinates */
+    int last;      /* the last chunk of its group */
+} ochunk;
+
 typedef struct {
     size_t n, n_pad, shard; /* elements, padded elements, elements per rank */
     size_t lo, hi;          /* owned range [lo, hi) (hi may equal lo on trailing ranks) */
@@ -44,16 +53,34 @@ struct dx_zero {
     int cur_slot;
     void *scalar;     /* A [1]: sum of squares */
     dx_zero_grid grid; /* the rest of the process grid (TP, the norm's group) */
-    /* CPU offload (ZeRO-Offload): master weights and moments live in host memory of the host
-     * CPU backend hb (its byte counters are the rank's host bytes); hgrad is a host fp32 buffer
-     * for one parameter's owned gradient, copied from the device for the host AdamW */
-    dx_backend *hb;
-    float *hgrad;
+    /* CPU offload (ZeRO-Offload): master weights and moments live in host memory (page-locked
+     * with pin_memory); the step streams the owned gradients through a ring of OFF_SLOTS
+     * staging slots of chunk_elems elements (page-locked): device -> host copy, host AdamW,
+     * host -> device copy of the updated parameters, each chunk's three stages overlapping the
+     * neighbouring chunks' */
+    int offload, pin;
+    size_t host_bytes;
+    int nthreads;
+    ochunk *chunk;
+    int nchunks;
+    size_t chunk_elems; /* staging slot size in elements */
+    float *st_grad[OFF_SLOTS];
+    void *st_work[OFF_SLOTS];
+    int st_d2h[OFF_SLOTS], st_h2d[OFF_SLOTS]; /* tickets of the slot's copies in flight; -1 none */
+    int st_mark[OFF_SLOTS][2];                /* trace marks around the slot's device -> host copy */
     uint64_t comm_ns;
     dx_tracer *tr;
 };
 
 void dx_zero_set_tracer(dx_zero *z, dx_tracer *tr) { z->tr = tr; }
+
+size_t dx_zero_offload_chunk(size_t max_shard)
+{
+    size_t ce = DX_ZERO_OFFLOAD_CHUNK;
+    const char *env = getenv("DX_OFFLOAD_CHUNK_ELEMS");
+    if (env && atol(env) > 0) ce = (size_t)atol(env);
+    return max_shard && max_shard < ce ? max_shard : ce;
+}
 void dx_zero_set_grid(dx_zero *z, const dx_zero_grid *grid) { z->grid = *grid; }
 
 /* Trace coordinates of a group: embedding, decoder layer l, or the head. */
@@ -63,7 +90,7 @@ static int group_layer(const dx_zero *z, int gi) { return dx_model_group(z->mode
 static void *at(const void *p, size_t e, size_t es) { return (char *)p + e * es; }
 
 int dx_zero_stage(const dx_zero *z) { return z->stage; }
-size_t dx_zero_host_bytes(const dx_zero *z) { return z->hb ? z->hb->mem.current_total : 0; }
+size_t dx_zero_host_bytes(const dx_zero *z) { return z->host_bytes; }
 
 double dx_zero_take_comm_seconds(dx_zero *z)
 {
@@ -220,25 +247,53 @@ static void zfree_gathered(dx_zero *z, void *p)
     else z->be->free(z->be, p);
 }
 
-/* Optimizer state: on the backend, or on the host backend when offloaded. */
+/* Host memory of the offload: page-locked (the backend's host_alloc) for the staging slots
+ * and, with pin_memory, the states; else ordinary aligned memory. Counted in host_bytes; the
+ * size is kept in a 64-byte header. Zero-filled by `nthreads` threads (first touch). */
+static void *host_alloc(dx_zero *z, size_t bytes, int pinned, int *fail)
+{
+    if (*fail) return NULL;
+    size_t total = 64 + (bytes + 63) / 64 * 64;
+    unsigned char *base = pinned ? z->be->host_alloc(z->be, total) : aligned_alloc(64, total);
+    if (!base) {
+        if (!pinned) dx_fail("cannot allocate %zu bytes of host memory for the offloaded optimizer", bytes);
+        *fail = 1;
+        return NULL;
+    }
+    ((size_t *)base)[0] = total;
+    ((size_t *)base)[1] = (size_t)pinned;
+    unsigned char *p = base + 64;
+    size_t nb = total - 64;
+#pragma omp parallel for num_threads(z->nthreads) schedule(static) if (nb >= ((size_t)1 << 24))
+    for (size_t c = 0; c < nb; c += (size_t)1 << 20) memset(p + c, 0, nb - c < ((size_t)1 << 20) ? nb - c : ((size_t)1 << 20));
+    z->host_bytes += total;
+    return p;
+}
+static void host_free(dx_zero *z, void *p)
+{
+    if (!p) return;
+    unsigned char *base = (unsigned char *)p - 64;
+    z->host_bytes -= ((size_t *)base)[0];
+    if (((size_t *)base)[1]) z->be->host_free(z->be, base);
+    else free(base);
+}
+
+/* Optimizer state: on the backend, or in host memory when offloaded. */
 static void *state_alloc(dx_zero *z, size_t bytes, int *fail)
 {
-    if (!z->hb) return zalloc(z, bytes, DX_MEM_OPTIM, fail);
-    if (*fail) return NULL;
-    void *p = z->hb->alloc(z->hb, bytes ? bytes : 1, DX_MEM_OPTIM);
-    if (!p) *fail = 1;
-    else memset(p, 0, bytes ? bytes : 1);
-    return p;
+    if (!z->offload) return zalloc(z, bytes, DX_MEM_OPTIM, fail);
+    return host_alloc(z, bytes ? bytes : 1, z->pin, fail);
 }
 static void state_free(dx_zero *z, void *p)
 {
-    if (z->hb) z->hb->free(z->hb, p);
+    if (z->offload) host_free(z, p);
     else z->be->free(z->be, p);
 }
 
 dx_zero *dx_zero_create(dx_model *m, dx_backend *be, dx_comm *dp, dx_comm *dp_host, int stage,
-                        int offload, uint64_t seed, int *rc)
+                        int offload_flags, uint64_t seed, int *rc)
 {
+    const int offload = (offload_flags & DX_ZERO_OFFLOAD_OPTIMIZER) != 0;
     *rc = -1;
     if (stage < 0 || stage > 3) {
         dx_fail("zero_optimization.stage: %d is not a ZeRO stage (0, 1, 2 or 3)", stage);
@@ -267,8 +322,18 @@ dx_zero *dx_zero_create(dx_model *m, dx_backend *be, dx_comm *dp, dx_comm *dp_ho
             *rc = dx_comm_agree(dp_host, -1);
             return NULL;
         }
-        z->hb = dx_backend_cpu_create(be->nthreads > 0 ? be->nthreads : 1); /* the host AdamW */
+        if (be->acc != DX_F32 || !be->host_alloc) {
+            free(z);
+            dx_fail("zero_optimization.offload_optimizer: the %s backend's accumulators are %s; the "
+                    "host AdamW keeps fp32 states", be->name, dx_dtype_name(be->acc));
+            *rc = dx_comm_agree(dp_host, -1);
+            return NULL;
+        }
+        z->offload = 1;
+        z->pin = (offload_flags & DX_ZERO_OFFLOAD_PIN) != 0;
     }
+    z->nthreads = be->nthreads > 0 ? be->nthreads : 1;
+    for (int s = 0; s < OFF_SLOTS; s++) z->st_d2h[s] = z->st_h2d[s] = -1;
     z->g = calloc((size_t)z->ngroups, sizeof *z->g);
     if (!z->g) {
         free(z);
@@ -328,10 +393,38 @@ dx_zero *dx_zero_create(dx_model *m, dx_backend *be, dx_comm *dp, dx_comm *dp_ho
     z->cur_slot = 1;
     z->rs_group = -1;
     z->scalar = zalloc(z, as, DX_MEM_OTHER, &fail);
-    if (offload && !z->hb) fail = 1;
-    if (z->hb && !fail) {
-        z->hgrad = z->hb->alloc(z->hb, (max_shard ? max_shard : 1) * sizeof(float), DX_MEM_GRADS);
-        if (!z->hgrad) fail = 1;
+    if (z->offload && !fail) {
+        z->chunk_elems = dx_zero_offload_chunk(max_shard);
+        for (int s = 0; s < OFF_SLOTS; s++) {
+            z->st_grad[s] = host_alloc(z, z->chunk_elems * sizeof(float), 1, &fail);
+            z->st_work[s] = host_alloc(z, z->chunk_elems * xs, 1, &fail);
+        }
+        /* the chunks: each parameter's owned range, in table order, cut into OFF_CHUNK pieces */
+        const int np = dx_model_num_params_table(m);
+        for (int pass = 0; pass < 2 && !fail; pass++) {
+            int k = 0;
+            for (int pi = 0; pi < np; pi++) {
+                const dx_param *p = dx_model_param(m, pi);
+                zgroup *g = &z->g[p->group];
+                size_t lo = p->offset > g->lo ? p->offset : g->lo;
+                size_t hi = p->offset + p->numel < g->hi ? p->offset + p->numel : g->hi;
+                const size_t ce = z->chunk_elems;
+                for (size_t c = lo; c < hi; c += ce, k++)
+                    if (pass) z->chunk[k] = (ochunk){pi, c, hi - c < ce ? hi : c + ce, 0};
+                /* a group whose owned range is empty here still ends (all-gathers) at its last param */
+                if (pi == g->last_param) {
+                    if (lo >= hi) {
+                        if (pass) z->chunk[k] = (ochunk){pi, 0, 0, 1};
+                        k++;
+                    } else if (pass) z->chunk[k - 1].last = 1;
+                }
+            }
+            if (!pass) {
+                z->nchunks = k;
+                z->chunk = calloc((size_t)(k ? k : 1), sizeof *z->chunk);
+                if (!z->chunk) fail = 1;
+            }
+        }
     }
     float *host = fail ? NULL : malloc((stage == 0 ? max_pad : max_shard) * sizeof(float) + 1);
     if (fail || !host) dx_fail_prefix("rank %d: ZeRO stage %d state", dp->rank, stage);
@@ -348,7 +441,7 @@ dx_zero *dx_zero_create(dx_model *m, dx_backend *be, dx_comm *dp, dx_comm *dp_ho
         zgroup *g = &z->g[i];
         size_t cnt = g->hi - g->lo;
         dx_model_init_values(m, i, g->lo, cnt, seed, host);
-        if (z->hb) { /* host master; the working copy converted on upload */
+        if (z->offload) { /* host master; the working copy converted on upload */
             memcpy(g->master, host, cnt * sizeof(float));
             if (be->upload_f32(be, stage == 3 ? g->work_shard : at(g->work, g->lo, xs), be->act, host, cnt)) {
                 fail = 1;
@@ -359,9 +452,9 @@ dx_zero *dx_zero_create(dx_model *m, dx_backend *be, dx_comm *dp, dx_comm *dp_ho
             break;
         }
         if (stage == 3) {
-            if (!z->hb) be->acc_to_act(be, g->work_shard, g->master, cnt);
+            if (!z->offload) be->acc_to_act(be, g->work_shard, g->master, cnt);
         } else {
-            if (!z->hb) be->acc_to_act(be, at(g->work, g->lo, xs), g->master, cnt);
+            if (!z->offload) be->acc_to_act(be, at(g->work, g->lo, xs), g->master, cnt);
             if (stage >= 1 && dp->all_gather(dp, at(g->work, (size_t)z->r * g->shard, xs), g->work,
                                              g->shard, be->act)) { fail = 1; break; }
         }
@@ -401,10 +494,13 @@ void dx_zero_destroy(dx_zero *z)
         zfree_gathered(z, z->gather[s]);
     }
     be->free(be, z->scalar);
-    if (z->hb) {
-        z->hb->free(z->hb, z->hgrad);
-        z->hb->destroy(z->hb);
+    for (int s = 0; s < OFF_SLOTS; s++) { /* no copy may still use a staging slot */
+        if (z->st_d2h[s] >= 0) be->copy_wait(be, z->st_d2h[s]);
+        if (z->st_h2d[s] >= 0) be->copy_wait(be, z->st_h2d[s]);
+        host_free(z, z->st_grad[s]);
+        host_free(z, z->st_work[s]);
     }
+    free(z->chunk);
     if (z->model) dx_model_set_hook(z->model, NULL, NULL);
     free(z->has_tp_replicated);
     free(z->g);
@@ -437,6 +533,102 @@ int dx_zero_reduce_grads(dx_zero *z)
 static void *grad_at(dx_zero *z, zgroup *g, size_t e)
 {
     return z->stage < 2 ? at(g->grad, e, z->as) : at(g->grad, e - g->lo, z->as);
+}
+
+/* After group gi's last parameter is updated: stages 1-2 start the all-gather of its working
+ * parameters (when `gather`), stage 3 the gather of the next forward's first two groups. */
+static int group_updated(dx_zero *z, int gi, int gather)
+{
+    zgroup *g = &z->g[gi];
+    if (gather)
+        COMM(z, gi, DX_OP_ALL_GATHER, g->n_pad * z->xs,
+             z->dp->all_gather_start(z->dp, at(g->work, (size_t)z->r * g->shard, z->xs), g->work,
+                                     g->shard, z->be->act, &g->work_req));
+    if (z->stage == 3 && gi < 2 && gather_start(z, gi, gi)) return -1;
+    return 0;
+}
+
+/* Offload, chunk k of the step: queues the device -> host copy of its owned gradient into
+ * staging slot k % OFF_SLOTS (traced between marks on the copy stream). */
+static int offload_d2h(dx_zero *z, int k)
+{
+    const ochunk *c = &z->chunk[k];
+    int s = k % OFF_SLOTS;
+    z->st_mark[s][0] = z->st_mark[s][1] = -1;
+    if (c->hi <= c->lo) return 0;
+    dx_backend *be = z->be;
+    zgroup *g = &z->g[dx_model_param(z->model, c->param)->group];
+    void *cs = be->copy_stream(be, 0);
+    int tr = dx_tr_on(z->tr, 2) && cs && be->mark;
+    if (tr) z->st_mark[s][0] = be->mark(be, cs);
+    z->st_d2h[s] = be->download_async(be, z->st_grad[s], grad_at(z, g, c->lo), (c->hi - c->lo) * sizeof(float));
+    if (tr) z->st_mark[s][1] = be->mark(be, cs);
+    return z->st_d2h[s] < 0 ? -1 : 0;
+}
+
+/* The offloaded update (ZeRO-Offload, Ren et al. 2021): the owned gradients stream to the host
+ * chunk by chunk, AdamW runs on the host states, the updated parameters stream back. Three
+ * stages in a ring of OFF_SLOTS staging slots: while the host updates chunk k, the copy engines
+ * move chunks k+1.. k+OFF_SLOTS-1 down and chunk k-1 up, so the step costs about the slowest of
+ * the three (the host AdamW, memory-bound, on a typical host), not their sum. The compute stream
+ * waits for each upload before its next use of the parameters (upload_async). */
+static int offload_update(dx_zero *z, const dx_adamw_hparams *hp_in, double clip, int gather)
+{
+    dx_backend *be = z->be;
+    dx_adamw_hparams hp = *hp_in;
+    hp.grad_scale = clip;
+    const int nc = z->nchunks, trace = dx_tr_on(z->tr, 2);
+    void *up = be->copy_stream(be, 1);
+    int next = 0;
+    for (; next < nc && next < OFF_SLOTS; next++) {
+        /* the slot's upload from the previous step reads its parameters buffer: over first */
+        int s = next % OFF_SLOTS;
+        if (z->st_h2d[s] >= 0 && be->copy_wait(be, z->st_h2d[s])) return -1;
+        z->st_h2d[s] = -1;
+        if (offload_d2h(z, next)) return -1;
+    }
+    for (int k = 0; k < nc; k++) {
+        const ochunk *c = &z->chunk[k];
+        const dx_param *p = dx_model_param(z->model, c->param);
+        zgroup *g = &z->g[p->group];
+        const int s = k % OFF_SLOTS, layer = group_layer(z, p->group);
+        if (c->hi > c->lo) {
+            const size_t n = c->hi - c->lo, so = c->lo - g->lo;
+            uint64_t t0 = dx_now_ns();
+            /* the gradient on the host, and the slot's last upload done with its buffer */
+            if (be->copy_wait(be, z->st_d2h[s])) return -1;
+            if (z->st_h2d[s] >= 0 && be->copy_wait(be, z->st_h2d[s])) return -1;
+            uint64_t t1 = dx_now_ns();
+            if (trace) {
+                if (z->st_mark[s][0] >= 0 && z->st_mark[s][1] >= 0)
+                    dx_tr_record_marks(z->tr, z->st_mark[s][0], z->st_mark[s][1], DX_MOD_OPTIMIZER, layer,
+                                       DX_OP_MEMCPY, DX_STREAM_COPY, (int64_t)(n * sizeof(float)), 0);
+                if (t1 - t0 > 1000) /* the host waited for the copy engines (exposed copy time) */
+                    dx_tr_record(z->tr, t0, t1, DX_MOD_OPTIMIZER, layer, DX_OP_MEMCPY, DX_STREAM_HOST, 0, 0);
+            }
+            hp.weight_decay = p->decay ? hp_in->weight_decay : 0.0;
+            dx_host_adamw((float *)g->master + so, (float *)g->m + so, (float *)g->v + so, z->st_grad[s],
+                          z->st_work[s], be->act, n, &hp, z->nthreads);
+            uint64_t t2 = dx_now_ns();
+            if (trace)
+                dx_tr_record(z->tr, t1, t2, DX_MOD_OPTIMIZER, layer, DX_OP_ADAMW, DX_STREAM_HOST,
+                             (int64_t)n * (7 * 4 + 4 + (int64_t)z->xs), 12 * (int64_t)n);
+            void *work = z->stage == 3 ? at(g->work_shard, so, z->xs) : at(g->work, c->lo, z->xs);
+            int m0 = trace && up && be->mark ? be->mark(be, up) : -1;
+            z->st_h2d[s] = be->upload_async(be, work, z->st_work[s], n * z->xs);
+            if (z->st_h2d[s] < 0) return -1;
+            if (m0 >= 0) {
+                int m1 = be->mark(be, up);
+                if (m1 >= 0)
+                    dx_tr_record_marks(z->tr, m0, m1, DX_MOD_OPTIMIZER, layer, DX_OP_MEMCPY, DX_STREAM_COPY,
+                                       (int64_t)(n * z->xs), 0);
+            }
+        }
+        /* the slot's gradient buffer is free: the next chunk down into it */
+        if (next < nc && next % OFF_SLOTS == s && offload_d2h(z, next++)) return -1;
+        if (c->last && group_updated(z, p->group, gather)) return -1;
+    }
+    return 0;
 }
 
 int dx_zero_step(dx_zero *z, const dx_adamw_hparams *hp_in, double max_norm, double *grad_norm)
@@ -517,6 +709,7 @@ int dx_zero_step(dx_zero *z, const dx_adamw_hparams *hp_in, double max_norm, dou
      * AdamW is about to write); the next forward's first two groups are all-gathered into the
      * two slots as soon as their update is queued, so they arrive during the other updates */
     if (z->stage == 3 && gather_invalidate(z)) return -1;
+    if (z->offload) return offload_update(z, hp_in, clip, gather);
     for (int pi = 0; pi < np; pi++) {
         const dx_param *p = dx_model_param(z->model, pi);
         zgroup *g = &z->g[p->group];
@@ -527,34 +720,12 @@ int dx_zero_step(dx_zero *z, const dx_adamw_hparams *hp_in, double max_norm, dou
             size_t so = lo - g->lo; /* offset in the owned state */
             void *work = z->stage == 3 ? at(g->work_shard, so, z->xs) : at(g->work, lo, z->xs);
             int64_t n = (int64_t)(hi - lo);
-            if (z->hb) { /* offload: gradient to the host, AdamW there, parameters back */
-                float *hm = (float *)g->master + so;
-                int rc1 = 0, rc2 = 0;
-                DX_TRACE_OP(z->tr, DX_MOD_OPTIMIZER, group_layer(z, p->group), DX_OP_MEMCPY, 0, n * (int64_t)(z->as + 4),
-                            rc1 = be->download_f32(be, z->hgrad, grad_at(z, g, lo), be->acc, hi - lo));
-                {
-                    uint64_t t0 = dx_now_ns();
-                    z->hb->adamw(z->hb, hm, NULL, z->hgrad, (float *)g->m + so, (float *)g->v + so, hi - lo, &hp);
-                    if (dx_tr_on(z->tr, 2))
-                        dx_tr_record(z->tr, t0, dx_now_ns(), DX_MOD_OPTIMIZER, group_layer(z, p->group), DX_OP_ADAMW,
-                                     DX_STREAM_HOST, n * 7 * 4, 12 * n);
-                }
-                DX_TRACE_OP(z->tr, DX_MOD_OPTIMIZER, group_layer(z, p->group), DX_OP_MEMCPY, 0, n * (int64_t)(4 + z->xs),
-                            rc2 = be->upload_f32(be, work, be->act, hm, hi - lo));
-                if (rc1 || rc2) return -1;
-            } else {
-                DX_TRACE_OP(z->tr, DX_MOD_OPTIMIZER, group_layer(z, p->group), DX_OP_ADAMW, 12 * n,
-                            n * (7 * (int64_t)z->as + (int64_t)z->xs),
-                            be->adamw(be, at(g->master, so, z->as), work, grad_at(z, g, lo),
-                                      at(g->m, so, z->as), at(g->v, so, z->as), hi - lo, &hp));
-            }
+            DX_TRACE_OP(z->tr, DX_MOD_OPTIMIZER, group_layer(z, p->group), DX_OP_ADAMW, 12 * n,
+                        n * (7 * (int64_t)z->as + (int64_t)z->xs),
+                        be->adamw(be, at(g->master, so, z->as), work, grad_at(z, g, lo),
+                                  at(g->m, so, z->as), at(g->v, so, z->as), hi - lo, &hp));
         }
-        if (gather && pi == g->last_param)
-            COMM(z, p->group, DX_OP_ALL_GATHER, g->n_pad * z->xs,
-                 z->dp->all_gather_start(z->dp, at(g->work, (size_t)z->r * g->shard, z->xs),
-                                         g->work, g->shard, be->act, &g->work_req));
-        if (z->stage == 3 && pi == g->last_param && p->group < 2)
-            if (gather_start(z, p->group, p->group)) return -1;
+        if (pi == g->last_param && group_updated(z, p->group, gather)) return -1;
     }
     return 0;
 }
@@ -569,12 +740,12 @@ int dx_zero_get_master(dx_zero *z, int gi, size_t start, size_t count, float *ou
     if (!full) return -1;
     void *shard = g->master;
     int rc = 0;
-    if (z->hb) { /* the host shard goes through the backend for the all-gather */
+    if (z->offload) { /* the host shard goes through the backend for the all-gather */
         shard = be->alloc(be, (g->shard ? g->shard : 1) * z->as, DX_MEM_OTHER);
         rc = !shard ? -1 : be->upload_f32(be, shard, be->acc, g->master, g->hi - g->lo);
     }
     if (!rc) rc = z->dp->all_gather(z->dp, shard, full, g->shard, be->acc);
-    if (z->hb) be->free(be, shard);
+    if (z->offload) be->free(be, shard);
     if (!rc) rc = be->download_f32(be, out, at(full, start, z->as), be->acc, count);
     be->free(be, full);
     return rc;
@@ -592,7 +763,7 @@ int dx_zero_set_master(dx_zero *z, int gi, size_t start, size_t count, const flo
     if (hi > lo) {
         size_t so = z->stage == 0 ? lo : lo - g->lo;
         void *work = z->stage == 3 ? at(g->work_shard, lo - g->lo, z->xs) : at(g->work, lo, z->xs);
-        if (z->hb) {
+        if (z->offload) {
             memcpy((float *)g->master + so, src + (lo - start), (hi - lo) * sizeof(float));
             if (be->upload_f32(be, work, be->act, src + (lo - start), hi - lo)) return -1;
         } else {

@@ -28,24 +28,45 @@
 
 typedef struct dx_zero dx_zero;
 
+/* Offload flags for dx_zero_create. */
+#define DX_ZERO_OFFLOAD_OPTIMIZER 1 /* offload_optimizer.device "cpu" */
+#define DX_ZERO_OFFLOAD_PIN 2       /* offload_optimizer.pin_memory: page-locked host states */
+
 /* Allocates the state for `stage` (0..3) over the DP group and initialises the parameters with
  * dx_model_init_values(seed) (identical whatever the DP size or stage). `dp` carries collectives
  * on backend buffers (MPI on the CPU backend, NCCL on CUDA); `dp_host` is the same ranks over
- * host memory (MPI; may equal dp), used for scalars such as the gradient norm. Installs the
- * model's group hook. Collective: the ranks agree on allocation failures before the first
- * collective. Returns NULL + dx_fail on failure, *rc = -1 where this rank failed (the message
- * names the stage or the allocation) or -2 where another rank did (see dx_comm_agree). */
+ * host memory (MPI; may equal dp), used for scalars such as the gradient norm. `offload` holds
+ * DX_ZERO_OFFLOAD_* flags (0: none). Installs the model's group hook. Collective: the ranks
+ * agree on allocation failures before the first collective. Returns NULL + dx_fail on failure,
+ * *rc = -1 where this rank failed (the message names the stage or the allocation) or -2 where
+ * another rank did (see dx_comm_agree). */
 dx_zero *dx_zero_create(dx_model *m, dx_backend *be, dx_comm *dp, dx_comm *dp_host, int stage,
                         int offload, uint64_t seed, int *rc);
 
+/* Offload staging: DX_ZERO_OFFLOAD_SLOTS page-locked slots, each of dx_zero_offload_chunk()
+ * elements (fp32 gradient + act-dtype parameters). */
+#define DX_ZERO_OFFLOAD_SLOTS 4
+#define DX_ZERO_OFFLOAD_CHUNK ((size_t)1 << 23) /* 8 Mi elements: 32 MiB of fp32 gradient */
+
+/* Elements per offload chunk for a rank whose largest owned group shard is max_shard elements:
+ * min(DX_ZERO_OFFLOAD_CHUNK, max_shard), or the environment's DX_OFFLOAD_CHUNK_ELEMS (a test
+ * knob, to cut small parameters into several chunks) in place of the constant. */
+size_t dx_zero_offload_chunk(size_t max_shard);
+
 /* With offload (DeepSpeed's offload_optimizer.device "cpu", Ren et al. 2021, ZeRO-Offload; stages
- * 1-3 only): the fp32 master weights and AdamW moments of the rank's shard live in host memory
- * (a host CPU backend's allocations); in dx_zero_step each parameter's owned gradient is copied
- * to the host (fp32), AdamW runs there (the CPU backend's vectorised, OpenMP kernel, the same
- * arithmetic as on the device), and the updated parameters are uploaded into the working copy
- * (converted to the act dtype), then all-gathered as without offload. The copies and the host
- * update run after the backward, not yet overlapped with it. dx_zero_host_bytes gives the host
- * bytes held. */
+ * 1-3, backends with fp32 accumulators): the fp32 master weights and AdamW moments of the rank's
+ * shard live in host memory (page-locked with DX_ZERO_OFFLOAD_PIN). dx_zero_step streams the
+ * owned gradients to the host in chunks (dx_zero_offload_chunk) through a ring of
+ * DX_ZERO_OFFLOAD_SLOTS page-locked staging slots (the backend's download_async), runs dx_host_adamw on each chunk (vectorised,
+ * OpenMP over the backend's host threads; the arithmetic of the on-device AdamW) and streams
+ * the updated parameters back in the act dtype (upload_async), then all-gathers them as without
+ * offload. The three stages of neighbouring chunks overlap; the update itself starts only once
+ * the backward and the gradient norm are done (clipping needs the global norm first, as in
+ * DeepSpeed without its delayed parameter update). On the CPU backend the copies are memcpy
+ * and the result equals the run without offload bitwise. The trace shows each chunk's copies
+ * (stream "copy", between marks on the copy streams), its host AdamW (stream "host") and any
+ * time the host waited for a copy (memcpy on "host"). dx_zero_host_bytes gives the host bytes
+ * held (states and staging). */
 size_t dx_zero_host_bytes(const dx_zero *z);
 void dx_zero_destroy(dx_zero *z);
 

@@ -1,0 +1,102 @@
+/* dx_host_adamw: AdamW over offloaded optimizer states in host memory; see kernels.h.
+ *
+ * ZeRO-Offload's CPU-Adam (Ren et al. 2021, Sec. 4.2) is fast because it makes one pass over
+ * memory (read grad, master, m, v; write master, m, v and the low-precision parameter copy) with
+ * SIMD arithmetic on every core, where a framework's optimizer makes one pass per tensor op. This
+ * is the same idea: one fused loop per thread over a contiguous range, vectorised with omp simd;
+ * the range loop is compiled for AVX-512, AVX2 and baseline x86-64 (target_clones) and the CPU
+ * picks at load time. The per-element arithmetic is the backends' adamw op (kernels/cpu/cpu_ops.c,
+ * fp64), so the offloaded update equals the on-device one bitwise on the CPU backend.
+ */
+#include "kernels.h"
+
+#include <math.h>
+#include <omp.h>
+#include <string.h>
+
+typedef struct {
+    double b1, b2, eps, gs, decay, step1, ibc2;
+} adamw_c;
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define DX_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define DX_CLONES
+#endif
+
+/* bf16 with round-to-nearest-even (NaN stays a quiet NaN), as the backends convert */
+static inline uint16_t to_bf16(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+
+#define ADAMW_BODY                                                                             \
+    double g = (double)grad[i] * c->gs;                                                        \
+    double pi = (double)p[i] * c->decay;                                                       \
+    double mi = c->b1 * (double)m[i] + (1.0 - c->b1) * g;                                      \
+    double vi = c->b2 * (double)v[i] + (1.0 - c->b2) * g * g;                                  \
+    pi -= c->step1 * mi / (sqrt(vi * c->ibc2) + c->eps);                                       \
+    p[i] = (float)pi;                                                                          \
+    m[i] = (float)mi;                                                                          \
+    v[i] = (float)vi;
+
+DX_CLONES static void range_f32(float *restrict p, float *restrict m, float *restrict v,
+                                const float *restrict grad, float *restrict out, size_t i0,
+                                size_t i1, const adamw_c *c)
+{
+#pragma omp simd
+    for (size_t i = i0; i < i1; i++) {
+        ADAMW_BODY
+        out[i] = p[i];
+    }
+}
+
+DX_CLONES static void range_bf16(float *restrict p, float *restrict m, float *restrict v,
+                                 const float *restrict grad, uint16_t *restrict out, size_t i0,
+                                 size_t i1, const adamw_c *c)
+{
+#pragma omp simd
+    for (size_t i = i0; i < i1; i++) {
+        ADAMW_BODY
+        out[i] = to_bf16(p[i]);
+    }
+}
+
+DX_CLONES static void range_f64(float *restrict p, float *restrict m, float *restrict v,
+                                const float *restrict grad, double *restrict out, size_t i0,
+                                size_t i1, const adamw_c *c)
+{
+#pragma omp simd
+    for (size_t i = i0; i < i1; i++) {
+        ADAMW_BODY
+        out[i] = (double)p[i];
+    }
+}
+
+void dx_host_adamw(float *master, float *m, float *v, const float *grad, void *out, dx_dtype out_dt,
+                   size_t n, const dx_adamw_hparams *hp, int nthreads)
+{
+    if (!n) return;
+    const double b1 = hp->beta1, b2 = hp->beta2;
+    const double bc1 = 1.0 - pow(b1, (double)hp->step), bc2 = 1.0 - pow(b2, (double)hp->step);
+    const adamw_c c = {b1, b2, hp->eps, hp->grad_scale, 1.0 - hp->lr * hp->weight_decay,
+                       hp->lr / bc1, 1.0 / bc2};
+    int nt = nthreads >= 1 ? nthreads : 1;
+    if (n < ((size_t)1 << 15)) nt = 1; /* not worth waking the team */
+    /* contiguous ranges, multiples of 16 elements (whole cache lines of the fp32 arrays) */
+    size_t per = ((n + (size_t)nt - 1) / (size_t)nt + 15) / 16 * 16;
+#pragma omp parallel num_threads(nt) if (nt > 1)
+    {
+        int t = omp_get_thread_num();
+        size_t i0 = (size_t)t * per, i1 = i0 + per < n ? i0 + per : n;
+        if (i0 < n) {
+            if (out_dt == DX_BF16) range_bf16(master, m, v, grad, out, i0, i1, &c);
+            else if (out_dt == DX_F64) range_f64(master, m, v, grad, out, i0, i1, &c);
+            else range_f32(master, m, v, grad, out, i0, i1, &c);
+        }
+    }
+}
