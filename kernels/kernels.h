@@ -248,10 +248,11 @@ struct dx_backend {
 /* AdamW for offloaded optimizer states (ZeRO-Offload's CPU-Adam, Ren et al. 2021), in host
  * memory: master, m, v f32[n] updated in place from grad f32[n] (scaled by hp->grad_scale), and
  * the updated master written to out[n] in dtype out_dt (DX_F32, DX_F64, or DX_BF16 rounded to
- * nearest even, as the CUDA backend's conversion). The arithmetic is that of the backends'
- * adamw op (fp64 per element, hyper-parameters of dx_adamw_hparams), so on the CPU backend the
- * result is bitwise the non-offloaded update. Vectorised (omp simd) and split statically over
- * nthreads OpenMP threads (>= 1); bitwise the same for any thread count. */
+ * nearest even, as the CUDA backend's conversion). fp32 arithmetic in the expression order of
+ * the CPU backend's adamw op (dx_adamw_hparams), so on the CPU backend the result is bitwise the
+ * non-offloaded update (the CUDA op computes in fp64: equal to fp32 rounding). Vectorised (omp
+ * simd) and split statically over nthreads OpenMP threads (>= 1); bitwise the same for any
+ * thread count. */
 void dx_host_adamw(float *master, float *m, float *v, const float *grad, void *out, dx_dtype out_dt,
                    size_t n, const dx_adamw_hparams *hp, int nthreads);
 

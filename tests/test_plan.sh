@@ -65,4 +65,14 @@ if [[ $rc -ne 0 && $out == *"memory plan: rank 0 (pp 0, dp 0, tp 0) needs"* && $
 else
   echo "FAIL llama2-70b run not refused by the plan (exit $rc):"; echo "$out" | head -5; fail=1
 fi
+# offload with too little host memory: the plan refuses it before anything is allocated or written
+out=$(OMP_NUM_THREADS=1 timeout 120 mpirun -np 1 "$DISSECT" train --model llama2-13b --seq-length 64 --micro-batch 1 \
+      --zero-stage 1 --offload-optimizer cpu --train-data "$tmp/train.bin" --device cpu \
+      --trace "$tmp/off.h5" --save "$tmp/off.ck.h5" 2>&1) && rc=0 || rc=$?
+if [[ $rc -ne 0 && $out == *"memory plan: rank 0 (pp 0, dp 0, tp 0) needs"* && $out == *"optimizer states"* &&
+      ! -e "$tmp/off.h5" && ! -e "$tmp/off.ck.h5" ]]; then
+  echo "ok   llama2-13b with optimizer offload on this host's memory: exit $rc, no trace or checkpoint written: $(grep "dissect: error" <<<"$out" | cut -c1-140)..."
+else
+  echo "FAIL offload beyond the host memory not refused, or files written (exit $rc):"; echo "$out" | head -5; ls "$tmp"; fail=1
+fi
 exit $fail

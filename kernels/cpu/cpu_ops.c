@@ -25,10 +25,12 @@
 typedef float real;
 #define DX_OP(name) dx_cpu_f32_##name
 #define R_LOG logf
+#define R_SQRT sqrtf
 #elif defined(DX_REAL_F64)
 typedef double real;
 #define DX_OP(name) dx_cpu_f64_##name
 #define R_LOG log
+#define R_SQRT sqrt
 #else
 #error "compile cpu_ops.c with -DDX_REAL_F32 or -DDX_REAL_F64"
 #endif
@@ -729,20 +731,24 @@ void DX_OP(adamw)(dx_backend *be, void *master_, void *work_, const void *grad_,
 {
     real *p = master_, *work = work_, *m = m_, *v = v_;
     const real *grad = grad_;
-    const double lr = hp->lr, b1 = hp->beta1, b2 = hp->beta2, eps = hp->eps;
-    const double gs = hp->grad_scale, decay = 1.0 - hp->lr * hp->weight_decay;
+    /* arithmetic in `real` (fp32 in the engine, fp64 in the reference build), as
+     * torch.optim.AdamW on parameters of that dtype; the constants rounded once from fp64. The
+     * host AdamW of optimizer offload (host_adamw.c) uses the same expressions in fp32. */
+    const double b1 = hp->beta1, b2 = hp->beta2;
     const double bc1 = 1.0 - pow(b1, (double)hp->step), bc2 = 1.0 - pow(b2, (double)hp->step);
-    const double step1 = lr / bc1, ibc2 = 1.0 / bc2;
+    const real cb1 = (real)b1, cb2 = (real)b2, omb1 = (real)(1.0 - b1), omb2 = (real)(1.0 - b2);
+    const real eps = (real)hp->eps, gs = (real)hp->grad_scale, decay = (real)(1.0 - hp->lr * hp->weight_decay);
+    const real step1 = (real)(hp->lr / bc1), ibc2 = (real)(1.0 / bc2);
 #pragma omp parallel for simd num_threads(NT(be)) schedule(static) if (n >= DX_PAR_MIN)
     for (size_t i = 0; i < n; i++) {
-        double g = (double)grad[i] * gs;
-        double pi = (double)p[i] * decay;
-        double mi = b1 * (double)m[i] + (1.0 - b1) * g;
-        double vi = b2 * (double)v[i] + (1.0 - b2) * g * g;
-        pi -= step1 * mi / (sqrt(vi * ibc2) + eps);
-        p[i] = (real)pi;
-        m[i] = (real)mi;
-        v[i] = (real)vi;
+        real g = grad[i] * gs;
+        real pi = p[i] * decay;
+        real mi = cb1 * m[i] + omb1 * g;
+        real vi = cb2 * v[i] + omb2 * g * g;
+        pi -= step1 * mi / (R_SQRT(vi * ibc2) + eps);
+        p[i] = pi;
+        m[i] = mi;
+        v[i] = vi;
     }
     if (work) /* act == acc on the CPU: the cast is a copy */
 #pragma omp parallel for simd num_threads(NT(be)) schedule(static) if (n >= DX_PAR_MIN)

@@ -69,6 +69,9 @@ typedef struct {
      * (all phases; forward + backward only), send spans, bytes sent */
     double busy, recv, recv_fb, send, send_bytes;
     double rec; /* compute in phase "recompute" (activation recomputation, inside backward) */
+    /* optimizer offload: host AdamW, device -> host and host -> device copies (stream "copy"),
+     * host time spent waiting for a copy */
+    double hadam, d2h, h2d, cwait;
 } group_stats;
 
 /* ------------------------------------------------------------------------------------------ */
@@ -770,6 +773,11 @@ static int analyse(report *r, analysis *a)
                 a->module_used[ev->module] = 1;
             }
             if (t <= s) continue;
+            if (ev->stream == DX_STREAM_HOST && ev->op == DX_OP_ADAMW) g->hadam += (double)(t - s);
+            if (ev->stream == DX_STREAM_HOST && ev->op == DX_OP_MEMCPY && ev->module == DX_MOD_OPTIMIZER)
+                g->cwait += (double)(t - s);
+            if (ev->op == DX_OP_MEMCPY_D2H) g->d2h += (double)(t - s);
+            if (ev->op == DX_OP_MEMCPY_H2D) g->h2d += (double)(t - s);
             all[na++] = (ival){s, t};
             int comm = is_comm_unit(ev);
             if (comm) {
@@ -1226,6 +1234,20 @@ static void print_breakdown(const report *r, const analysis *a)
             printf("  recomputation (phase 'recompute', inside backward): %.3f ms per step on rank 0 "
                    "(%.1f%% of its step), %.3f ms max over ranks\n",
                    rec0 / (double)n * 1e-6, span0 > 0 ? 100.0 * rec0 / span0 : 0.0, recm / (double)n * 1e-6);
+        /* optimizer offload (rank 0, mean per step) */
+        double o[4] = {0, 0, 0, 0};
+        for (size_t i = 0; i < n; i++) {
+            const group_stats *g = &a->g[i * W];
+            o[0] += g->hadam;
+            o[1] += g->d2h;
+            o[2] += g->h2d;
+            o[3] += g->cwait;
+        }
+        if (o[0] + o[1] + o[2] > 0)
+            printf("  optimizer offload (rank 0, per step): host AdamW %.3f ms, copies device->host %.3f ms and "
+                   "host->device %.3f ms (copy streams), host waiting for copies %.3f ms (%.1f%% of its step)\n",
+                   o[0] / (double)n * 1e-6, o[1] / (double)n * 1e-6, o[2] / (double)n * 1e-6, o[3] / (double)n * 1e-6,
+                   span0 > 0 ? 100.0 * o[3] / span0 : 0.0);
     }
     printf("\n");
     free(v0);

@@ -59,6 +59,8 @@ typedef enum {
     DX_OP_GRAD_NORM,  /* sum of squares for the global gradient norm */
     DX_OP_MODULE,     /* a module-level span (trace.level "module") */
     DX_OP_STEP,       /* the step span */
+    DX_OP_MEMCPY_D2H, /* optimizer offload: gradient chunk device -> host (stream "copy") */
+    DX_OP_MEMCPY_H2D, /* optimizer offload: updated parameters host -> device (stream "copy") */
     DX_OP_COUNT
 } dx_op;
 

@@ -602,7 +602,7 @@ static int offload_update(dx_zero *z, const dx_adamw_hparams *hp_in, double clip
             if (trace) {
                 if (z->st_mark[s][0] >= 0 && z->st_mark[s][1] >= 0)
                     dx_tr_record_marks(z->tr, z->st_mark[s][0], z->st_mark[s][1], DX_MOD_OPTIMIZER, layer,
-                                       DX_OP_MEMCPY, DX_STREAM_COPY, (int64_t)(n * sizeof(float)), 0);
+                                       DX_OP_MEMCPY_D2H, DX_STREAM_COPY, (int64_t)(n * sizeof(float)), 0);
                 if (t1 - t0 > 1000) /* the host waited for the copy engines (exposed copy time) */
                     dx_tr_record(z->tr, t0, t1, DX_MOD_OPTIMIZER, layer, DX_OP_MEMCPY, DX_STREAM_HOST, 0, 0);
             }
@@ -620,7 +620,7 @@ static int offload_update(dx_zero *z, const dx_adamw_hparams *hp_in, double clip
             if (m0 >= 0) {
                 int m1 = be->mark(be, up);
                 if (m1 >= 0)
-                    dx_tr_record_marks(z->tr, m0, m1, DX_MOD_OPTIMIZER, layer, DX_OP_MEMCPY, DX_STREAM_COPY,
+                    dx_tr_record_marks(z->tr, m0, m1, DX_MOD_OPTIMIZER, layer, DX_OP_MEMCPY_H2D, DX_STREAM_COPY,
                                        (int64_t)(n * z->xs), 0);
             }
         }
