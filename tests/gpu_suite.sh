@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The GPU checks of dissect, for a GPU host (see ../shared/gpu/README.md: `. .gpu/env.sh` first):
-#   tests/gpu_suite.sh [sections...]       sections: build kernels sanitizer hf zero grid trace brown
+#   tests/gpu_suite.sh [sections...]       sections: build kernels sanitizer hf zero grid offload trace brown
 # Builds build-gpu (-Dcuda=enabled), then: CUDA kernels vs their CPU twins (table);
 # compute-sanitizer memcheck over that test; logits/loss/gradients against Hugging Face's
 # LlamaForCausalLM (bf16 on the GPU, fp32 on the CPU backend); ZeRO stages 0-3 on all visible
@@ -13,7 +13,7 @@ cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/dissect-gpu}; mkdir -p "$OUT"
 export PYTHON3=${PYTHON3:-python3} SRCDIR=$PWD DISSECT=$PWD/build-gpu/dissect PYTHONUNBUFFERED=1
 ngpu=$(nvidia-smi -L 2>/dev/null | wc -l)
-sections=("$@"); [ ${#sections[@]} -gt 0 ] || sections=(build kernels sanitizer hf zero grid trace brown)
+sections=("$@"); [ ${#sections[@]} -gt 0 ] || sections=(build kernels sanitizer hf zero grid offload trace brown)
 declare -A result
 mpi=(mpirun -x LD_LIBRARY_PATH -x NCCL_NVLS_ENABLE -x PATH)
 run() { # name command...: runs, logs to $OUT/name.log, records ok/FAIL
@@ -39,6 +39,9 @@ if want zero && [ "$ngpu" -ge 2 ]; then
 fi
 if want grid && [ "$ngpu" -ge 2 ]; then
   GT_DEVICE=cuda GT_MAXNP=2 GT_RTOL=${GT_RTOL:-2e-2} GT_MODEL=brown-small run grid bash tests/test_grid_equivalence.sh
+fi
+if want offload; then # optimizer offload on the GPU against the same run without it (bf16 bounds)
+  OFF_DEVICE=cuda OFF_RTOL=${OFF_RTOL:-2e-2} OFF_MAXNP=$ngpu OFF_MODEL=brown-small run offload bash tests/test_offload.sh
 fi
 if want trace; then
   t=$OUT/trace; mkdir -p "$t"

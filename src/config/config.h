@@ -49,8 +49,8 @@ typedef enum { DX_PP_1F1B = 0, DX_PP_GPIPE = 1, DX_PP_INTERLEAVED = 2 } dx_pp_sc
 extern const char *const dx_pp_schedule_names[3];
 
 /* Activation recomputation (Megatron-LM's keys; Korthikanti et al. 2022): recompute_granularity
- * null (none), "selective" (keep the GEMM outputs; the attention core, the RMSNorm outputs and
- * the SwiGLU product are recomputed in backward) or "full" (keep each recomputed layer's input;
+ * null (none), "selective" (keep the GEMM outputs and the fused attention's output and
+ * log-sum-exp; the RMSNorm outputs and the SwiGLU product are recomputed in backward) or "full" (keep each recomputed layer's input;
  * the whole layer's forward runs again in its backward). recompute_method (full only):
  * "uniform" (every layer; recompute_num_layers = 1: each layer's input is kept) or "block" (the
  * first recompute_num_layers layers of each pipeline stage's model chunk). */

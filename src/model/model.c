@@ -108,10 +108,10 @@ static void *act_alloc(dx_model *m, size_t elems, size_t es, int *fail)
     return p;
 }
 
-/* Allocates a layer's activations for N tokens (Nr residual rows): the GEMM outputs, residual
- * and norm statistics (gemm_out) and the parts selective recomputation drops (dropped: the
- * RMSNorm outputs, the attention output and log-sum-exp, the SwiGLU product); the other pointers
- * are left as they are (the shared recomputation scratch). */
+/* Allocates a layer's activations for N tokens (Nr residual rows): the GEMM outputs, the fused
+ * attention's output and log-sum-exp, residual and norm statistics (gemm_out) and the parts
+ * selective recomputation drops (dropped: the RMSNorm outputs and the SwiGLU product); the other
+ * pointers are left as they are (the shared recomputation scratch). */
 static void layer_acts_alloc(dx_model *m, layer_acts *a, int gemm_out, int dropped, size_t N,
                              size_t Nr, int *f)
 {
@@ -119,8 +119,6 @@ static void layer_acts_alloc(dx_model *m, layer_acts *a, int gemm_out, int dropp
     const size_t Il = (size_t)m->Il, xs = m->xs, as = m->as;
     if (dropped) {
         a->xn1 = act_alloc(m, N * D, xs, f);
-        a->att = act_alloc(m, N * HDl, xs, f);
-        a->lse = act_alloc(m, N * (size_t)m->Hl, as, f);
         a->xn2 = act_alloc(m, N * D, xs, f);
         a->a = act_alloc(m, N * Il, xs, f);
     }
@@ -129,6 +127,8 @@ static void layer_acts_alloc(dx_model *m, layer_acts *a, int gemm_out, int dropp
         a->q = act_alloc(m, N * HDl, xs, f);
         a->k = act_alloc(m, N * KDl, xs, f);
         a->v = act_alloc(m, N * KDl, xs, f);
+        a->att = act_alloc(m, N * HDl, xs, f);
+        a->lse = act_alloc(m, N * (size_t)m->Hl, as, f);
         a->h = act_alloc(m, Nr * D, xs, f);
         a->rstd2 = act_alloc(m, Nr, as, f);
         a->g = act_alloc(m, N * Il, xs, f);
@@ -641,7 +641,11 @@ static chunk *chunk_at(dx_model *m, int c, int s, const char *what)
 }
 
 /* What layer_fwd computes: the whole layer, or only the parts selective recomputation drops
- * (the RMSNorm outputs, the attention core, the SwiGLU product) from the kept GEMM outputs. */
+ * (the RMSNorm outputs, the SwiGLU product) from the kept GEMM and attention outputs. The
+ * fused attention keeps no T x T scores (the memory-heavy part Korthikanti et al. recompute);
+ * its output and log-sum-exp are as small as a GEMM output and costly to recompute (a full
+ * attention forward), so selective recomputation keeps them, as Megatron-LM does with flash
+ * attention. */
 enum { LAYER_ALL = 0, LAYER_DROPPED = 1 };
 
 /* Forward of local layer li of chunk C on slot S: the output (x of the next layer) goes to out. */
@@ -671,8 +675,9 @@ static int layer_fwd(dx_model *m, chunk *C, slot_acts *S, int li, void *out, int
             OP(DX_MOD_ATTENTION, l, DX_OP_ROPE, 6 * (int64_t)N * (HDl + KDl), 2 * (int64_t)N * (HDl + KDl) * xsz,
                be->rope_fwd(be, a->q, B, T, Hl, Dh, theta); be->rope_fwd(be, a->k, B, T, KVl, Dh, theta));
         }
-        OP(DX_MOD_ATTENTION, l, DX_OP_ATTENTION, att_flops, att_bytes,
-           be->attention_fwd(be, a->att, a->lse, a->q, a->k, a->v, B, T, Hl, KVl, Dh));
+        if (all)
+            OP(DX_MOD_ATTENTION, l, DX_OP_ATTENTION, att_flops, att_bytes,
+               be->attention_fwd(be, a->att, a->lse, a->q, a->k, a->v, B, T, Hl, KVl, Dh));
         if (all && row_parallel_fwd(m, DX_MOD_ATTENTION, l, a->h, S->x[li], a->att, at(W, m->o_o, xs), N, HDl))
             return -1;
         MOD_END(m, DX_MOD_ATTENTION, l);

@@ -84,8 +84,9 @@ int dx_plan_rank_bytes(const dx_config *c, int rank, const char *device, dx_plan
 
     /* ---- activations (model.c dx_model_create_part) ---- */
     const int full = c->recompute == DX_RECOMPUTE_FULL, block = full && c->recompute_method == DX_RECOMPUTE_BLOCK;
-    const int64_t dropped = N * D * xs * 2 + N * HDl * xs + N * Hl * as + N * Il * xs;     /* xn1, xn2, att, lse, a */
-    const int64_t gemm_out = 2 * Nr * as + N * HDl * xs + 2 * N * KDl * xs + Nr * D * xs + 2 * N * Il * xs; /* rstd1/2, q, k, v, h, g, u */
+    const int64_t dropped = N * D * xs * 2 + N * Il * xs;                                  /* xn1, xn2, a */
+    const int64_t gemm_out = 2 * Nr * as + N * HDl * xs + 2 * N * KDl * xs + Nr * D * xs + 2 * N * Il * xs
+                             + N * HDl * xs + N * Hl * as; /* rstd1/2, q, k, v, h, g, u, att, lse */
     int64_t acts = 0;
     int any_rc = 0;
     for (int k = 0; k < v; k++) {
