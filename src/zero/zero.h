@@ -64,8 +64,9 @@ size_t dx_zero_offload_chunk(size_t max_shard);
  * the backward and the gradient norm are done (clipping needs the global norm first, as in
  * DeepSpeed without its delayed parameter update). On the CPU backend the copies are memcpy
  * and the result equals the run without offload bitwise. The trace shows each chunk's copies
- * (stream "copy", between marks on the copy streams), its host AdamW (stream "host") and any
- * time the host waited for a copy (memcpy on "host"). dx_zero_host_bytes gives the host bytes
+ * (ops memcpy_d2h / memcpy_h2d on stream "copy", between marks on the copy streams; none on the
+ * CPU backend), its host AdamW (adamw on stream "host") and any time the host waited for a copy
+ * (memcpy on "host"). dx_zero_host_bytes gives the host bytes
  * held (states and staging). */
 size_t dx_zero_host_bytes(const dx_zero *z);
 void dx_zero_destroy(dx_zero *z);
