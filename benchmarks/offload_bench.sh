@@ -92,7 +92,6 @@ br = {k: float(np.median(v)) for k, v in br.items()}
 gpu_adamw_ms = float("nan")
 try:
     e8, n8 = events(f"{out}/gpu8_op.h5")
-    with h5py.File(f"{out}/gpu8_op.h5") as f: pass
     p8 = 8 * (2 * D + D * D + 2 * D * Hkv * Dh + D * D + 3 * D * I) + D + 2 * V * D
     sel = [(x["end_ns"] - x["start_ns"]) / 1e6 for x in e8 if n8["op"][x["op"]] == "adamw" and x["step"] >= 2]
     gpu_adamw_ms = sum(sel) / max(1, len(set(int(x["step"]) for x in e8 if x["step"] >= 2))) * params / p8

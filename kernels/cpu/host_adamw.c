@@ -48,38 +48,23 @@ static inline uint16_t to_bf16(float f)
     m[i] = mi;                                                                                 \
     v[i] = vi;
 
-DX_CLONES static void range_f32(float *restrict p, float *restrict m, float *restrict v,
-                                const float *restrict grad, float *restrict out, size_t i0,
-                                size_t i1, const adamw_c *c)
-{
-#pragma omp simd
-    for (size_t i = i0; i < i1; i++) {
-        ADAMW_BODY
-        out[i] = p[i];
+/* One thread's range [i0, i1), storing the updated master into out as STORE(p[i]). */
+#define DEF_RANGE(name, T, STORE)                                                              \
+    DX_CLONES static void name(float *restrict p, float *restrict m, float *restrict v,       \
+                               const float *restrict grad, T *restrict out, size_t i0,         \
+                               size_t i1, const adamw_c *c)                                    \
+    {                                                                                          \
+        _Pragma("omp simd") for (size_t i = i0; i < i1; i++)                                   \
+        {                                                                                      \
+            ADAMW_BODY                                                                         \
+            out[i] = STORE(p[i]);                                                              \
+        }                                                                                      \
     }
-}
-
-DX_CLONES static void range_bf16(float *restrict p, float *restrict m, float *restrict v,
-                                 const float *restrict grad, uint16_t *restrict out, size_t i0,
-                                 size_t i1, const adamw_c *c)
-{
-#pragma omp simd
-    for (size_t i = i0; i < i1; i++) {
-        ADAMW_BODY
-        out[i] = to_bf16(p[i]);
-    }
-}
-
-DX_CLONES static void range_f64(float *restrict p, float *restrict m, float *restrict v,
-                                const float *restrict grad, double *restrict out, size_t i0,
-                                size_t i1, const adamw_c *c)
-{
-#pragma omp simd
-    for (size_t i = i0; i < i1; i++) {
-        ADAMW_BODY
-        out[i] = (double)p[i];
-    }
-}
+#define AS_F32(x) (x)
+#define AS_F64(x) ((double)(x))
+DEF_RANGE(range_f32, float, AS_F32)
+DEF_RANGE(range_bf16, uint16_t, to_bf16)
+DEF_RANGE(range_f64, double, AS_F64)
 
 void dx_host_adamw(float *master, float *m, float *v, const float *grad, void *out, dx_dtype out_dt,
                    size_t n, const dx_adamw_hparams *hp, int nthreads)

@@ -440,10 +440,11 @@ dx_zero *dx_zero_create(dx_model *m, dx_backend *be, dx_comm *dp, dx_comm *dp_ho
     for (int i = 0; i < z->ngroups; i++) {
         zgroup *g = &z->g[i];
         size_t cnt = g->hi - g->lo;
-        dx_model_init_values(m, i, g->lo, cnt, seed, host);
-        if (z->offload) { /* host master; the working copy converted on upload */
-            memcpy(g->master, host, cnt * sizeof(float));
-            if (be->upload_f32(be, stage == 3 ? g->work_shard : at(g->work, g->lo, xs), be->act, host, cnt)) {
+        /* offload: straight into the host master; the working copy converted on upload */
+        float *init = z->offload ? (float *)g->master : host;
+        dx_model_init_values(m, i, g->lo, cnt, seed, init);
+        if (z->offload) {
+            if (be->upload_f32(be, stage == 3 ? g->work_shard : at(g->work, g->lo, xs), be->act, init, cnt)) {
                 fail = 1;
                 break;
             }
