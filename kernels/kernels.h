@@ -256,6 +256,11 @@ struct dx_backend {
 void dx_host_adamw(float *master, float *m, float *v, const float *grad, void *out, dx_dtype out_dt,
                    size_t n, const dx_adamw_hparams *hp, int nthreads);
 
+/* out[n] (host) = src[n] converted to out_dt (DX_F32, DX_F64, or DX_BF16 rounded to nearest
+ * even, as dx_host_adamw writes it): the host-resident working parameters of ZeRO-3 parameter
+ * offload (zero.c). */
+void dx_host_convert_f32(void *out, dx_dtype out_dt, const float *src, size_t n);
+
 /* CPU backends. nthreads >= 1 sets OpenMP and OpenBLAS threads. Return NULL + dx_fail. */
 dx_backend *dx_backend_cpu_create(int nthreads);   /* act = acc = f32 */
 dx_backend *dx_backend_cpu64_create(int nthreads); /* act = acc = f64 */

@@ -90,3 +90,16 @@ void dx_host_adamw(float *master, float *m, float *v, const float *grad, void *o
         }
     }
 }
+
+void dx_host_convert_f32(void *out, dx_dtype out_dt, const float *src, size_t n)
+{
+    if (out_dt == DX_BF16) {
+        uint16_t *o = out;
+        for (size_t i = 0; i < n; i++) o[i] = to_bf16(src[i]);
+    } else if (out_dt == DX_F64) {
+        double *o = out;
+        for (size_t i = 0; i < n; i++) o[i] = src[i];
+    } else if (n) {
+        memcpy(out, src, n * sizeof(float));
+    }
+}

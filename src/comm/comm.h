@@ -28,6 +28,8 @@ struct dx_comm {
      * in its own stream; -1 when the comm runs synchronously on the host (MPI), whose callers
      * time it with the host clock. */
     int last_mark[2];
+    /* Marks around the host-to-device copy of the last all_gather_host_start; -1 where none. */
+    int last_copy_mark[2];
 
     /* buf[count] of dt summed over the group, in place. */
     int (*all_reduce_sum)(dx_comm *c, void *buf, size_t count, dx_dtype dt);
@@ -45,6 +47,15 @@ struct dx_comm {
                             dx_comm_req *req);
     int (*reduce_scatter_start)(dx_comm *c, const void *send, void *recv, size_t count,
                                 dx_dtype dt, dx_comm_req *req);
+    /* all_gather_start whose own part comes from host memory (ZeRO-Infinity's parameter
+     * offload): copies host_send[send_bytes] (page-locked for an asynchronous copy; send_bytes <=
+     * count elements) into this rank's slot of recv (recv + rank * count elements) on the
+     * collective's own stream, after the compute stream's work queued so far (so recv may still
+     * be in use until then), then all-gathers recv in place. The host buffer may be written
+     * again only after a wait and a backend sync. NULL where the comm has no such form (MPI:
+     * the caller copies, then calls all_gather_start in place). */
+    int (*all_gather_host_start)(dx_comm *c, const void *host_send, size_t send_bytes, void *recv,
+                                 size_t count, dx_dtype dt, dx_comm_req *req);
     int (*wait)(dx_comm *c, dx_comm_req *req);
     /* buf[bytes] from root to every rank. */
     int (*broadcast)(dx_comm *c, void *buf, size_t bytes, int root);

@@ -195,6 +195,7 @@ static dx_comm *wrap(MPI_Comm comm, int owns)
     m->owns = owns;
     c->impl = m;
     c->last_mark[0] = c->last_mark[1] = -1;
+    c->last_copy_mark[0] = c->last_copy_mark[1] = -1;
     MPI_Comm_rank(comm, &c->rank);
     MPI_Comm_size(comm, &c->size);
     c->all_reduce_sum = m_all_reduce_sum;

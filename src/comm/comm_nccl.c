@@ -160,6 +160,27 @@ static int n_all_gather_start(dx_comm *c, const void *send, void *recv, size_t c
     return finish_async(c, l, "all-gather", req);
 }
 
+static int n_all_gather_host_start(dx_comm *c, const void *host_send, size_t send_bytes, void *recv,
+                                   size_t count, dx_dtype dt, dx_comm_req *req)
+{
+    ncclDataType_t t;
+    if (ntype(dt, &t)) return -1;
+    nccl_impl *n = I(c);
+    const size_t es = dx_dtype_size(dt);
+    char *own = (char *)recv + (size_t)c->rank * count * es;
+    lane *l = gather_lane(n, recv, count * (size_t)c->size * es);
+    if (begin(c, l, "all-gather (host)")) return -1;
+    /* the copy, between marks of its own; the all-gather's first mark follows it */
+    c->last_copy_mark[0] = c->last_mark[0];
+    if (send_bytes &&
+        ck_cuda(cudaMemcpyAsync(own, host_send, send_bytes, cudaMemcpyHostToDevice, l->stream), "all-gather (host)", c->rank))
+        return -1;
+    c->last_copy_mark[1] = c->last_mark[0] = n->be->mark ? n->be->mark(n->be, l->stream) : -1;
+    if (c->last_copy_mark[1] < 0) c->last_copy_mark[0] = -1;
+    if (ck_nccl(ncclAllGather(own, recv, count, t, l->comm, l->stream), "all-gather", c->rank)) return -1;
+    return finish_async(c, l, "all-gather", req);
+}
+
 static int n_reduce_scatter_start(dx_comm *c, const void *send, void *recv, size_t count,
                                   dx_dtype dt, dx_comm_req *req)
 {
@@ -335,6 +356,7 @@ dx_comm *dx_comm_nccl_create(dx_comm *host, dx_backend *be)
         n->host = host;
         n->be = be;
         c->last_mark[0] = c->last_mark[1] = -1;
+        c->last_copy_mark[0] = c->last_copy_mark[1] = -1;
         n->compute = (cudaStream_t)dx_cuda_stream(be);
     }
     if (!rc) rc = ck_cuda(cudaEventCreateWithFlags(&n->before, cudaEventDisableTiming), "event", host->rank);
@@ -369,6 +391,7 @@ dx_comm *dx_comm_nccl_create(dx_comm *host, dx_backend *be)
     c->all_gather = n_all_gather;
     c->reduce_scatter_sum = n_reduce_scatter;
     c->all_gather_start = n_all_gather_start;
+    c->all_gather_host_start = n_all_gather_host_start;
     c->reduce_scatter_start = n_reduce_scatter_start;
     c->wait = n_wait;
     c->broadcast = n_broadcast;

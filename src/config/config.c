@@ -295,6 +295,20 @@ static int set_offload_device(dx_config *c, const char *value, const char *sourc
     return 0;
 }
 
+static int set_offload_param_device(dx_config *c, const char *value, const char *source, const char *path)
+{
+    if (strcmp(value, "cpu") && strcmp(value, "none"))
+        return dx_fail("%s: key '%s': must be \"cpu\" or \"none\", got '%s'", source, path, value);
+    c->offload_param = !strcmp(value, "cpu");
+    return 0;
+}
+
+static const key_spec offload_param_keys[] = {
+    {"device", K_ENUM, 0, 0, 0, 0, 0, NULL, set_offload_param_device},
+    {"pin_memory", K_BOOL, OFF(offload_param_pin_memory), 0, 0, 0, 0, NULL, NULL},
+    END,
+};
+
 static const key_spec offload_optimizer_keys[] = {
     {"device", K_ENUM, 0, 0, 0, 0, 0, NULL, set_offload_device},
     {"pin_memory", K_BOOL, OFF(offload_pin_memory), 0, 0, 0, 0, NULL, NULL},
@@ -304,6 +318,7 @@ static const key_spec offload_optimizer_keys[] = {
 static const key_spec zero_keys[] = {
     {"stage", K_INT, OFF(zero_stage), 0, R_LO | R_HI, 0, 3, NULL, NULL},
     {"offload_optimizer", K_OBJECT, 0, 0, 0, 0, 0, offload_optimizer_keys, NULL},
+    {"offload_param", K_OBJECT, 0, 0, 0, 0, 0, offload_param_keys, NULL},
     END,
 };
 
@@ -865,6 +880,13 @@ int dx_config_finalize(dx_config *c, int world)
     if (c->offload_optimizer && c->zero_stage < 1)
         return dx_fail("%s: key 'zero_optimization.offload_optimizer.device' = \"cpu\": needs ZeRO stage 1, 2 "
                        "or 3 (zero_optimization.stage is 0), as in DeepSpeed", src);
+    if (c->offload_param && c->zero_stage != 3)
+        return dx_fail("%s: key 'zero_optimization.offload_param.device' = \"cpu\": needs ZeRO stage 3 "
+                       "(zero_optimization.stage is %d), as in DeepSpeed", src, c->zero_stage);
+    if (c->offload_param && !c->offload_optimizer)
+        return dx_fail("%s: key 'zero_optimization.offload_param.device' = \"cpu\": needs "
+                       "zero_optimization.offload_optimizer.device \"cpu\" too (dissect updates host-resident "
+                       "parameters with the host AdamW only)", src);
     if (c->recompute == DX_RECOMPUTE_SELECTIVE && (c->recompute_method_set || c->recompute_num_layers))
         return dx_fail("%s: key '%s': only with recompute_granularity \"full\" (selective recomputation "
                        "covers every layer)", src, c->recompute_method_set ? "recompute_method" : "recompute_num_layers");
@@ -1018,6 +1040,12 @@ char *dx_config_to_json(const dx_config *c)
     if (ok) {
         CHK(cJSON_AddStringToObject(off, "device", c->offload_optimizer ? "cpu" : "none"));
         CHK(cJSON_AddBoolToObject(off, "pin_memory", c->offload_pin_memory));
+    }
+    cJSON *offp = ok ? cJSON_AddObjectToObject(zero, "offload_param") : NULL;
+    CHK(offp);
+    if (ok) {
+        CHK(cJSON_AddStringToObject(offp, "device", c->offload_param ? "cpu" : "none"));
+        CHK(cJSON_AddBoolToObject(offp, "pin_memory", c->offload_param_pin_memory));
     }
     CHK(add_int(root, "tensor_model_parallel_size", (long long)c->tp));
     CHK(add_int(root, "pipeline_model_parallel_size", (long long)c->pp));

@@ -97,6 +97,10 @@ typedef struct {
      * AdamW moments of the rank's shard in host memory, AdamW on the host */
     int offload_optimizer;  /* offload_optimizer.device == "cpu" */
     int offload_pin_memory; /* offload_optimizer.pin_memory: page-locked host states (cudaHostAlloc) */
+    /* DeepSpeed's zero_optimization.offload_param (ZeRO-Infinity, ZeRO stage 3): the rank's shard
+     * of the working (bf16) parameters in host memory, copied up before each all-gather */
+    int offload_param;            /* offload_param.device == "cpu" */
+    int offload_param_pin_memory; /* offload_param.pin_memory: page-locked (asynchronous copies) */
 
     /* activation recomputation */
     dx_recompute recompute;              /* recompute_granularity */

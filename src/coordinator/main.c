@@ -61,6 +61,7 @@ static const struct {
     {"decoder-first-pipeline-num-layers", "decoder_first_pipeline_num_layers", "layers of the first stage (uneven split)", 0},
     {"decoder-last-pipeline-num-layers", "decoder_last_pipeline_num_layers", "layers of the last stage (uneven split)", 0},
     {"offload-optimizer", "zero_optimization.offload_optimizer.device", "cpu | none: fp32 master and AdamW states on the host", 0},
+    {"offload-param", "zero_optimization.offload_param.device", "cpu | none: ZeRO-3 parameter shards on the host", 0},
     {"recompute-granularity", "recompute_granularity", "activation recomputation: selective | full | none", 0},
     {"recompute-method", "recompute_method", "full recomputation: uniform | block", 0},
     {"recompute-num-layers", "recompute_num_layers", "block: recomputed layers per model chunk", 0},

@@ -65,7 +65,7 @@ int dx_plan_rank_bytes(const dx_config *c, int rank, const char *device, dx_plan
     /* ---- groups (model.c) and ZeRO (zero.c) ---- */
     const int64_t P = c->dp, st = c->zero_stage;
     const int64_t layer_n = 2 * D + HDl * D + 2 * KDh * D + D * HDl + 3 * Il * D;
-    int64_t max_pad = 0, max_shard = 0, params = 0, grads = 0, optim = 0;
+    int64_t max_pad = 0, max_shard = 0, params = 0, grads = 0, optim = 0, hparams = 0;
     int64_t gn[3] = {has_emb ? Vl * D : 0, layer_n, has_head ? D + Vl * D : 0};
     int64_t gcount[3] = {has_emb, 0, has_head};
     for (int k = 0; k < v; k++) gcount[1] += num[k];
@@ -73,7 +73,8 @@ int dx_plan_rank_bytes(const dx_config *c, int rank, const char *device, dx_plan
         if (!gcount[t]) continue;
         const int64_t n = gn[t], n_pad = (n + P - 1) / P * P, shard = n_pad / P, own = st == 0 ? n : shard;
         const int64_t z1 = 1; /* zalloc(0) allocates 1 byte */
-        params += gcount[t] * (st == 3 ? (shard ? shard * xs : z1) : n_pad * xs);
+        if (st == 3 && c->offload_param) hparams += gcount[t] * shard * xs; /* host shards */
+        else params += gcount[t] * (st == 3 ? (shard ? shard * xs : z1) : n_pad * xs);
         grads += gcount[t] * ((st < 2 ? n_pad : shard) * as);
         optim += gcount[t] * 3 * (own ? own * as : z1);
         if (n_pad > max_pad) max_pad = n_pad;
@@ -111,7 +112,9 @@ int dx_plan_rank_bytes(const dx_config *c, int rank, const char *device, dx_plan
     out->bytes[DX_PLAN_OPTIM] = c->offload_optimizer ? 0 : optim;
     /* offload: the states in host memory, and the staging slots the step streams through */
     if (c->offload_optimizer)
-        out->host = optim + (int64_t)DX_ZERO_OFFLOAD_SLOTS * (int64_t)dx_zero_offload_chunk((size_t)max_shard) * (4 + xs);
+        out->host = optim + hparams +
+                    (int64_t)DX_ZERO_OFFLOAD_SLOTS * (int64_t)dx_zero_offload_chunk((size_t)max_shard) *
+                        (4 + (c->offload_param ? 0 : xs)); /* staging: gradient (+ parameters) */
     out->bytes[DX_PLAN_ACTIVATIONS] = acts;
     out->bytes[DX_PLAN_OTHER] = 2 * N * 4 + as /* worker: ids, targets, loss */ + as /* zero: scalar */;
     for (int k = 0; k < DX_PLAN_NCAT; k++) out->peak += out->bytes[k];
@@ -181,6 +184,17 @@ void dx_plan_advice(const dx_config *c, const char *device, int64_t limit, char 
         if (p >= 0 && p <= limit) {
             snprintf(buf, cap, "zero_optimization.offload_optimizer.device \"cpu\" (ZeRO stage %d; peak %.2f GiB "
                                "on the GPU)", t.zero_stage, (double)p / (1 << 30));
+            return;
+        }
+    }
+    if (strcmp(device, "cpu") && !c->offload_param && c->pp == 1) { /* ZeRO-Infinity: parameters too */
+        t = *c;
+        t.offload_optimizer = t.offload_param = 1;
+        t.zero_stage = 3;
+        p = max_peak(&t, device);
+        if (p >= 0 && p <= limit) {
+            snprintf(buf, cap, "zero_optimization.stage 3 with offload_optimizer.device and offload_param.device "
+                               "\"cpu\" (peak %.2f GiB on the GPU)", (double)p / (1 << 30));
             return;
         }
     }

@@ -5,7 +5,7 @@
  * under the recomputation policy, backward scratch, the TP / SP buffers), src/zero (working
  * parameters, gradients and AdamW states per ZeRO stage over the DP axis, padded groups, the
  * stage-2/3 gradient buckets and stage-3 gather slots; with optimizer offload the master weights
- * and moments on the host instead) and src/worker (batch buffers), for the
+ * and moments on the host instead, with parameter offload the stage-3 parameter shards too) and src/worker (batch buffers), for the
  * rank's pipeline stage (or interleaved chunks) and TP slice. Element sizes: CPU backend fp32
  * everywhere; CUDA bf16 activations and working parameters, fp32 gradients and states. The CUDA
  * backend's own workspaces (cuBLAS, attention accumulators, RoPE tables) are not modelled: on a
@@ -25,7 +25,8 @@ typedef struct {
     int pp, dp, tp;                /* the rank's grid coordinates */
     int64_t bytes[DX_PLAN_NCAT];   /* per category (kernels.h's dx_mem_cat order) */
     int64_t peak;                  /* their sum: everything is held through the step */
-    int64_t host;                  /* host bytes: offloaded master weights, moments, gradient buffer */
+    int64_t host;                  /* host bytes: offloaded master weights, moments, parameter
+                                    * shards (offload_param) and the staging slots */
 } dx_plan_rank;
 
 /* The plan of world rank `rank` of config c (finalised for c->tp x c->dp x c->pp ranks) on

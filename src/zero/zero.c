@@ -21,7 +21,7 @@ typedef struct {
     size_t n, n_pad, shard; /* elements, padded elements, elements per rank */
     size_t lo, hi;          /* owned range [lo, hi) (hi may equal lo on trailing ranks) */
     void *work;             /* X: full [n_pad] (stages 0-2) */
-    void *work_shard;       /* X: [shard] (stage 3) */
+    void *work_shard;       /* X: [shard] (stage 3); host memory with offload_param */
     void *grad;             /* A: full [n_pad] (stages 0-1) or shard [shard] (stages 2-3) */
     void *master, *m, *v;   /* A: [n] (stage 0) or [shard] (stages 1-3); host fp32 with offload */
     int last_param;         /* index of the group's last parameter in the model's table; -1 none */
@@ -59,6 +59,7 @@ struct dx_zero {
      * host -> device copy of the updated parameters, each chunk's three stages overlapping the
      * neighbouring chunks' */
     int offload, pin;
+    int offload_param, pin_param; /* stage 3: work shards in host memory (ZeRO-Infinity) */
     size_t host_bytes;
     int nthreads;
     ochunk *chunk;
@@ -125,11 +126,42 @@ static void trace_comm(dx_zero *z, dx_comm *c, int gi, int op, int64_t bytes, ui
 /* ... on the DP group (gi < 0: its host form, for optimizer scalars) */
 #define COMM(z, gi, op, bytes, call) COMM_ON(z, (gi) < 0 ? (z)->dp_host : (z)->dp, gi, op, bytes, call)
 
+/* Parameter offload: the host shard up into the rank's own part of gather slot `slot`, then the
+ * all-gather in place (the copy on the collective's stream where the comm can, so it overlaps
+ * the current group's compute; else an upload and a host copy first). The padding tail of the
+ * last rank's part is sent but never read. */
+static int gather_start_host(dx_zero *z, int gi, int slot)
+{
+    zgroup *g = &z->g[gi];
+    dx_comm *dp = z->dp;
+    const size_t own = (g->hi - g->lo) * z->xs;
+    void *mine = at(z->gather[slot], (size_t)z->r * g->shard, z->xs);
+    const int module = group_module(z, gi), layer = group_layer(z, gi);
+    if (dp->all_gather_host_start) {
+        COMM(z, gi, DX_OP_ALL_GATHER, g->n_pad * z->xs,
+             dp->all_gather_host_start(dp, g->work_shard, own, z->gather[slot], g->shard, z->be->act,
+                                       &z->gather_req[slot]));
+        if (dx_tr_on(z->tr, 2) && dp->last_copy_mark[0] >= 0)
+            dx_tr_record_marks(z->tr, dp->last_copy_mark[0], dp->last_copy_mark[1], module, layer,
+                               DX_OP_MEMCPY_H2D, DX_STREAM_COMM, (int64_t)own, 0);
+        return 0;
+    }
+    uint64_t t0 = dx_now_ns();
+    int t = z->be->upload_async(z->be, mine, g->work_shard, own);
+    if (t < 0 || z->be->copy_wait(z->be, t)) return -1;
+    if (dx_tr_on(z->tr, 2))
+        dx_tr_record(z->tr, t0, dx_now_ns(), module, layer, DX_OP_MEMCPY_H2D, DX_STREAM_COPY, (int64_t)own, 0);
+    COMM(z, gi, DX_OP_ALL_GATHER, g->n_pad * z->xs,
+         dp->all_gather_start(dp, mine, z->gather[slot], g->shard, z->be->act, &z->gather_req[slot]));
+    return 0;
+}
+
 /* Starts the all-gather of group gi's parameters into gather slot `slot` (stage 3). */
 static int gather_start(dx_zero *z, int gi, int slot)
 {
     zgroup *g = &z->g[gi];
     z->gather_group[slot] = gi;
+    if (z->offload_param) return gather_start_host(z, gi, slot);
     /* the padding tail of the last rank's shard is sent but never read */
     COMM(z, gi, DX_OP_ALL_GATHER, g->n_pad * z->xs,
          z->dp->all_gather_start(z->dp, g->work_shard, z->gather[slot], g->shard, z->be->act,
@@ -332,6 +364,17 @@ dx_zero *dx_zero_create(dx_model *m, dx_backend *be, dx_comm *dp, dx_comm *dp_ho
         z->offload = 1;
         z->pin = (offload_flags & DX_ZERO_OFFLOAD_PIN) != 0;
     }
+    if (offload_flags & DX_ZERO_OFFLOAD_PARAM) {
+        if (stage != 3 || !offload) {
+            free(z);
+            dx_fail("zero_optimization.offload_param: needs ZeRO stage 3 (not %d) and offload_optimizer "
+                    "device \"cpu\"", stage);
+            *rc = dx_comm_agree(dp_host, -1);
+            return NULL;
+        }
+        z->offload_param = 1;
+        z->pin_param = (offload_flags & DX_ZERO_OFFLOAD_PARAM_PIN) != 0;
+    }
     z->nthreads = be->nthreads > 0 ? be->nthreads : 1;
     for (int s = 0; s < OFF_SLOTS; s++) z->st_d2h[s] = z->st_h2d[s] = -1;
     z->g = calloc((size_t)z->ngroups, sizeof *z->g);
@@ -376,6 +419,7 @@ dx_zero *dx_zero_create(dx_model *m, dx_backend *be, dx_comm *dp, dx_comm *dp_ho
         size_t own = stage == 0 ? g->n : g->shard;
         if (stage == 1 || stage == 2) g->work = zalloc_gathered(z, g->n_pad * xs, DX_MEM_PARAMS, &fail);
         else if (stage == 0) g->work = zalloc(z, g->n_pad * xs, DX_MEM_PARAMS, &fail);
+        else if (z->offload_param) g->work_shard = host_alloc(z, g->shard * xs, z->pin_param, &fail);
         else g->work_shard = zalloc(z, g->shard * xs, DX_MEM_PARAMS, &fail);
         g->grad = zalloc(z, (stage < 2 ? g->n_pad : g->shard) * as, DX_MEM_GRADS, &fail);
         g->grad_zero = 1;
@@ -397,7 +441,8 @@ dx_zero *dx_zero_create(dx_model *m, dx_backend *be, dx_comm *dp, dx_comm *dp_ho
         z->chunk_elems = dx_zero_offload_chunk(max_shard);
         for (int s = 0; s < OFF_SLOTS; s++) {
             z->st_grad[s] = host_alloc(z, z->chunk_elems * sizeof(float), 1, &fail);
-            z->st_work[s] = host_alloc(z, z->chunk_elems * xs, 1, &fail);
+            if (!z->offload_param) /* else the host AdamW writes the host shards directly */
+                z->st_work[s] = host_alloc(z, z->chunk_elems * xs, 1, &fail);
         }
         /* the chunks: each parameter's owned range, in table order, cut into OFF_CHUNK pieces */
         const int np = dx_model_num_params_table(m);
@@ -443,7 +488,9 @@ dx_zero *dx_zero_create(dx_model *m, dx_backend *be, dx_comm *dp, dx_comm *dp_ho
         /* offload: straight into the host master; the working copy converted on upload */
         float *init = z->offload ? (float *)g->master : host;
         dx_model_init_values(m, i, g->lo, cnt, seed, init);
-        if (z->offload) {
+        if (z->offload_param) {
+            dx_host_convert_f32(g->work_shard, be->act, init, cnt);
+        } else if (z->offload) {
             if (be->upload_f32(be, stage == 3 ? g->work_shard : at(g->work, g->lo, xs), be->act, init, cnt)) {
                 fail = 1;
                 break;
@@ -484,7 +531,8 @@ void dx_zero_destroy(dx_zero *z)
         zgroup *g = &z->g[i];
         if (z->stage == 1 || z->stage == 2) zfree_gathered(z, g->work);
         else be->free(be, g->work);
-        be->free(be, g->work_shard);
+        if (z->offload_param) host_free(z, g->work_shard);
+        else be->free(be, g->work_shard);
         be->free(be, g->grad);
         state_free(z, g->master);
         state_free(z, g->m);
@@ -608,12 +656,17 @@ static int offload_update(dx_zero *z, const dx_adamw_hparams *hp_in, double clip
                     dx_tr_record(z->tr, t0, t1, DX_MOD_OPTIMIZER, layer, DX_OP_MEMCPY, DX_STREAM_HOST, 0, 0);
             }
             hp.weight_decay = p->decay ? hp_in->weight_decay : 0.0;
+            /* parameter offload: the updated parameters straight into the host shard */
+            void *out = z->offload_param ? at(g->work_shard, so, z->xs) : z->st_work[s];
             dx_host_adamw((float *)g->master + so, (float *)g->m + so, (float *)g->v + so, z->st_grad[s],
-                          z->st_work[s], be->act, n, &hp, z->nthreads);
+                          out, be->act, n, &hp, z->nthreads);
             uint64_t t2 = dx_now_ns();
             if (trace)
                 dx_tr_record(z->tr, t1, t2, DX_MOD_OPTIMIZER, layer, DX_OP_ADAMW, DX_STREAM_HOST,
                              (int64_t)n * (7 * 4 + 4 + (int64_t)z->xs), 12 * (int64_t)n);
+        }
+        if (c->hi > c->lo && !z->offload_param) {
+            const size_t n = c->hi - c->lo, so = c->lo - g->lo;
             void *work = z->stage == 3 ? at(g->work_shard, so, z->xs) : at(g->work, c->lo, z->xs);
             int m0 = trace && up && be->mark ? be->mark(be, up) : -1;
             z->st_h2d[s] = be->upload_async(be, work, z->st_work[s], n * z->xs);
@@ -710,6 +763,8 @@ int dx_zero_step(dx_zero *z, const dx_adamw_hparams *hp_in, double max_norm, dou
      * AdamW is about to write); the next forward's first two groups are all-gathered into the
      * two slots as soon as their update is queued, so they arrive during the other updates */
     if (z->stage == 3 && gather_invalidate(z)) return -1;
+    /* parameter offload: no copy may still read the host shards the host AdamW writes */
+    if (z->offload_param) be->sync(be);
     if (z->offload) return offload_update(z, hp_in, clip, gather);
     for (int pi = 0; pi < np; pi++) {
         const dx_param *p = dx_model_param(z->model, pi);
@@ -761,10 +816,17 @@ int dx_zero_set_master(dx_zero *z, int gi, size_t start, size_t count, const flo
                        start + count, gi, g->n);
     size_t lo = start > g->lo ? start : g->lo, hi = start + count < g->hi ? start + count : g->hi;
     if (z->dp->wait(z->dp, &g->work_req)) return -1; /* the step's all-gather still writing work */
+    if (z->offload_param) { /* no copy may still read the host shard */
+        if (gather_invalidate(z)) return -1;
+        be->sync(be);
+    }
     if (hi > lo) {
         size_t so = z->stage == 0 ? lo : lo - g->lo;
         void *work = z->stage == 3 ? at(g->work_shard, lo - g->lo, z->xs) : at(g->work, lo, z->xs);
-        if (z->offload) {
+        if (z->offload_param) {
+            memcpy((float *)g->master + so, src + (lo - start), (hi - lo) * sizeof(float));
+            dx_host_convert_f32(work, be->act, src + (lo - start), hi - lo);
+        } else if (z->offload) {
             memcpy((float *)g->master + so, src + (lo - start), (hi - lo) * sizeof(float));
             if (be->upload_f32(be, work, be->act, src + (lo - start), hi - lo)) return -1;
         } else {

@@ -31,6 +31,8 @@ typedef struct dx_zero dx_zero;
 /* Offload flags for dx_zero_create. */
 #define DX_ZERO_OFFLOAD_OPTIMIZER 1 /* offload_optimizer.device "cpu" */
 #define DX_ZERO_OFFLOAD_PIN 2       /* offload_optimizer.pin_memory: page-locked host states */
+#define DX_ZERO_OFFLOAD_PARAM 4     /* offload_param.device "cpu" (stage 3, with OFFLOAD_OPTIMIZER) */
+#define DX_ZERO_OFFLOAD_PARAM_PIN 8 /* offload_param.pin_memory: page-locked parameter shards */
 
 /* Allocates the state for `stage` (0..3) over the DP group and initialises the parameters with
  * dx_model_init_values(seed) (identical whatever the DP size or stage). `dp` carries collectives
@@ -66,8 +68,16 @@ size_t dx_zero_offload_chunk(size_t max_shard);
  * and the result equals the run without offload bitwise. The trace shows each chunk's copies
  * (ops memcpy_d2h / memcpy_h2d on stream "copy", between marks on the copy streams; none on the
  * CPU backend), its host AdamW (adamw on stream "host") and any time the host waited for a copy
- * (memcpy on "host"). dx_zero_host_bytes gives the host bytes
- * held (states and staging). */
+ * (memcpy on "host").
+ * With DX_ZERO_OFFLOAD_PARAM too (DeepSpeed's offload_param.device "cpu", stage 3; Rajbhandari et
+ * al. 2021, ZeRO-Infinity): the rank's shard of the working parameters (act dtype) lives in host
+ * memory as well; each group's all-gather first copies the shard up into the rank's own slot of
+ * the gather buffer (dx_comm.all_gather_host_start: on the collective's stream, so the copy of
+ * the prefetched group runs while the current group computes; MPI: a memcpy then the in-place
+ * all-gather), and the host AdamW writes the updated parameters straight into the host shard
+ * (no upload in the step). The device keeps only the two gather slots of parameters. The trace
+ * shows the copies as memcpy_h2d on stream "comm". dx_zero_host_bytes gives the host bytes held
+ * (states, parameter shards and staging). */
 size_t dx_zero_host_bytes(const dx_zero *z);
 void dx_zero_destroy(dx_zero *z);
 
