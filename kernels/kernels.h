@@ -99,18 +99,27 @@ struct dx_backend {
      * dx_fail naming the size. host_free releases it (NULL: no-op). Not counted in be->mem (the
      * caller counts host bytes).
      * download_async: queues a copy of `bytes` from backend memory src to host dst that starts
-     * after all work queued on the compute stream so far, on a device-to-host copy stream, and
+     * after all work queued on the compute stream so far (fence -1) or after the compute-stream
+     * position a fence marked (fence(): an id >= 0, or -1 + dx_fail; the last DX_COPY_TICKETS
+     * fences stay distinct, an older one may stand for a later position), on a device-to-host
+     * copy stream, and
      * returns a ticket >= 0 (-1 + dx_fail). upload_async: queues a copy from host src to backend
      * dst on a host-to-device copy stream (after the compute stream's work queued so far); the
      * compute stream's later work waits for it. copy_wait blocks until the copy of `ticket` has
      * finished (0, or -1 + dx_fail on a CUDA error); a host buffer may be reused only after that.
      * At most DX_COPY_TICKETS copies may be in flight: issuing more first waits for the oldest.
+     * upload_async_detached: as upload_async, but the compute stream does not wait for it;
+     * copy_join(ticket) makes the compute stream's later work wait for that copy (and, the
+     * host-to-device stream being in order, for every upload queued before it).
      * CPU: the copies are memcpy, done before the call returns. */
     void *(*host_alloc)(dx_backend *be, size_t bytes);
     void (*host_free)(dx_backend *be, void *p);
-    int (*download_async)(dx_backend *be, void *host_dst, const void *src, size_t bytes);
+    int (*download_async)(dx_backend *be, void *host_dst, const void *src, size_t bytes, int fence);
     int (*upload_async)(dx_backend *be, void *dst, const void *host_src, size_t bytes);
     int (*copy_wait)(dx_backend *be, int ticket);
+    int (*upload_async_detached)(dx_backend *be, void *dst, const void *host_src, size_t bytes);
+    int (*copy_join)(dx_backend *be, int ticket);
+    int (*fence)(dx_backend *be);
     /* The copy streams (cudaStream_t) for timing marks (mark()): dir 0 device-to-host, 1
      * host-to-device; NULL where copies are synchronous. */
     void *(*copy_stream)(dx_backend *be, int dir);

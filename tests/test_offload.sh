@@ -11,6 +11,8 @@
 # the same equality at DP 1 and 2 (and in many chunks), the device holding only the two gather
 # slots of parameters (/steps params_bytes equal to the plan's, below the run without it);
 # offload_param at ZeRO stage 2 or without offload_optimizer is refused naming the key.
+# Without gradient clipping (--clip-grad 0) the host AdamW runs inside the last backward (early
+# update, zero.h): the same equality, and the trace holds host AdamW events of phase backward.
 # On a GPU host: OFF_DEVICE=cuda OFF_RTOL=2e-2 OFF_MAXNP=<GPUs> (bf16 runs; the on-device AdamW
 # computes in fp64, the host one in fp32, so equal within the bf16 bounds, not bitwise).
 set -euo pipefail
@@ -29,7 +31,10 @@ layouts=("dp1z1:1:--micro-batch 4 --zero-stage 1" "dp2z1:2:--micro-batch 2 --zer
          "dp2z3full:2:--micro-batch 2 --zero-stage 3 --recompute-granularity full --recompute-method uniform"
          "dp2z2chunks:2:--micro-batch 2 --zero-stage 2:1000" "dp1z3chunks:1:--micro-batch 4 --zero-stage 3:1000"
          "dp2z3param:2:--micro-batch 2 --zero-stage 3::--offload-param cpu"
-         "dp1z3paramchunks:1:--micro-batch 4 --zero-stage 3:1000:--offload-param cpu")
+         "dp1z3paramchunks:1:--micro-batch 4 --zero-stage 3:1000:--offload-param cpu"
+         "dp1z1early:1:--micro-batch 4 --zero-stage 1 --clip-grad 0 --trace-level op:1000"
+         "dp2z2early:2:--micro-batch 2 --zero-stage 2 --clip-grad 0 --trace-level op:1000"
+         "dp2z3paramearly:2:--micro-batch 2 --zero-stage 3 --clip-grad 0 --trace-level op:1000:--offload-param cpu")
 fail=0
 for lay in "${layouts[@]}"; do
   IFS=: read -r name np flags chunk offflags <<<"$lay"
@@ -47,7 +52,7 @@ for lay in "${layouts[@]}"; do
   if r=$(cd "$tmp" && "$PYTHON3" "$SRCDIR/tests/compare_checkpoints.py" --rtol "$rtol" "${name}_none.ck.h5" "${name}_cpu.ck.h5"); then
     echo "ok   $name: final weights with offload equal (rtol $rtol)"
   else echo "FAIL $name: weights differ with offload: $r"; fail=1; fi
-  "$PYTHON3" - "$tmp/${name}_cpu.h5" "$tmp/${name}_none.h5" "$name" "${offflags:-}" <<'PY' || fail=1
+  "$PYTHON3" - "$tmp/${name}_cpu.h5" "$tmp/${name}_none.h5" "$name" "${offflags:-}" "$flags" <<'PY' || fail=1
 import sys, h5py, numpy as np
 with h5py.File(sys.argv[1]) as f:
     optim = np.asarray(f["steps"]["optim_bytes"])
@@ -64,6 +69,18 @@ if "offload-param" in sys.argv[4]:
     print(f"{'ok  ' if pok else 'FAIL'} {sys.argv[3]}: device parameter bytes {params.max()} with offload_param "
           f"(plan {plan[:, 0].max()}), {params0.max()} without")
     ok = ok and pok
+if "--clip-grad 0" in sys.argv[5]:
+    with h5py.File(sys.argv[1]) as f:
+        ev = f["events"][:]
+        ph = h5py.check_enum_dtype(f["events"].dtype["phase"])
+        op = h5py.check_enum_dtype(f["events"].dtype["op"])
+        st = h5py.check_enum_dtype(f["events"].dtype["stream"])
+    ad = ev[(ev["op"] == op["adamw"]) & (ev["stream"] == st["host"])]
+    inb = int((ad["phase"] == ph["backward"]).sum())
+    eok = inb > 0 and inb < len(ad)
+    print(f"{'ok  ' if eok else 'FAIL'} {sys.argv[3]}: early update: {inb} of {len(ad)} host AdamW chunks ran inside "
+          f"the backward")
+    ok = ok and eok
 sys.exit(0 if ok else 1)
 PY
 done

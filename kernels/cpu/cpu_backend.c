@@ -131,14 +131,28 @@ static void cpu_host_free(dx_backend *be, void *p)
     free(p);
 }
 
-static int cpu_download_async(dx_backend *be, void *host_dst, const void *src, size_t bytes)
+static int cpu_fence(dx_backend *be)
 {
+    (void)be;
+    return 0;
+}
+
+static int cpu_download_async(dx_backend *be, void *host_dst, const void *src, size_t bytes, int fence)
+{
+    (void)fence;
     return cpu_download(be, host_dst, src, bytes);
 }
 
 static int cpu_upload_async(dx_backend *be, void *dst, const void *host_src, size_t bytes)
 {
     return cpu_upload(be, dst, host_src, bytes);
+}
+
+static int cpu_copy_join(dx_backend *be, int ticket)
+{
+    (void)be;
+    (void)ticket;
+    return 0;
 }
 
 static int cpu_copy_wait(dx_backend *be, int ticket)
@@ -238,6 +252,9 @@ static dx_backend *cpu_create(int nthreads, int f64)
     be->download_async = cpu_download_async;
     be->upload_async = cpu_upload_async;
     be->copy_wait = cpu_copy_wait;
+    be->upload_async_detached = cpu_upload_async; /* synchronous: nothing to join */
+    be->copy_join = cpu_copy_join;
+    be->fence = cpu_fence;
     be->copy_stream = cpu_copy_stream;
     be->destroy = cpu_destroy;
     if (f64) DX_CPU_OPS_FILL(be, dx_cpu_f64_);

@@ -282,13 +282,17 @@ static cudaError_t copy_setup(dxc_impl *im)
     cudaError_t e = cudaEventCreateWithFlags(&im->copy_before, cudaEventDisableTiming);
     for (int i = 0; e == cudaSuccess && i < DX_COPY_TICKETS; i++)
         e = cudaEventCreateWithFlags(&im->copy_ev[i], cudaEventDisableTiming);
+    for (int i = 0; e == cudaSuccess && i < DX_COPY_TICKETS; i++)
+        e = cudaEventCreateWithFlags(&im->fence_ev[i], cudaEventDisableTiming);
     for (int d = 0; e == cudaSuccess && d < 2; d++)
         e = cudaStreamCreateWithFlags(&im->copy_stream[d], cudaStreamNonBlocking);
     return e;
 }
 
-/* Queues a copy on copy stream `dir` after the compute stream's queued work; returns the ticket. */
-static int copy_async(dx_backend *be, int dir, void *dst, const void *src, size_t bytes)
+/* Queues a copy on copy stream `dir` after the compute stream's queued work; returns the ticket.
+ * Uploads make the compute stream's later work wait for them unless `detached`. */
+static int copy_async(dx_backend *be, int dir, void *dst, const void *src, size_t bytes, int detached,
+                      int fence)
 {
     dxc_impl *im = dxc(be);
     const char *what = dir ? "upload_async" : "download_async";
@@ -298,27 +302,59 @@ static int copy_async(dx_backend *be, int dir, void *dst, const void *src, size_
     cudaEvent_t ev = im->copy_ev[t % DX_COPY_TICKETS];
     /* the event's previous copy (DX_COPY_TICKETS tickets ago) must be over before reuse */
     if (e == cudaSuccess && t >= DX_COPY_TICKETS) e = cudaEventSynchronize(ev);
-    if (e == cudaSuccess) e = cudaEventRecord(im->copy_before, im->stream);
-    if (e == cudaSuccess) e = cudaStreamWaitEvent(im->copy_stream[dir], im->copy_before, 0);
+    if (fence >= 0) { /* after the compute stream's point at be->fence (or later, if reused) */
+        if (e == cudaSuccess) e = cudaStreamWaitEvent(im->copy_stream[dir], im->fence_ev[fence % DX_COPY_TICKETS], 0);
+    } else {
+        if (e == cudaSuccess) e = cudaEventRecord(im->copy_before, im->stream);
+        if (e == cudaSuccess) e = cudaStreamWaitEvent(im->copy_stream[dir], im->copy_before, 0);
+    }
     if (e == cudaSuccess && bytes)
         e = cudaMemcpyAsync(dst, src, bytes, dir ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost,
                             im->copy_stream[dir]);
     if (e == cudaSuccess) e = cudaEventRecord(ev, im->copy_stream[dir]);
-    if (e == cudaSuccess && dir) e = cudaStreamWaitEvent(im->stream, ev, 0); /* later compute waits */
+    if (e == cudaSuccess && dir && !detached) e = cudaStreamWaitEvent(im->stream, ev, 0); /* later compute waits */
     if (e != cudaSuccess)
         return dx_fail("cuda backend: %s of %zu bytes: %s", what, bytes, cudaGetErrorString(e));
     im->copy_next = t + 1 < (1 << 30) ? t + 1 : DX_COPY_TICKETS; /* stays >= DX_COPY_TICKETS */
     return t;
 }
 
-static int cuda_download_async(dx_backend *be, void *host_dst, const void *src, size_t bytes)
+static int cuda_download_async(dx_backend *be, void *host_dst, const void *src, size_t bytes, int fence)
 {
-    return copy_async(be, 0, host_dst, src, bytes);
+    return copy_async(be, 0, host_dst, src, bytes, 0, fence);
+}
+
+static int cuda_fence(dx_backend *be)
+{
+    dxc_impl *im = dxc(be);
+    cudaError_t e = cudaSetDevice(im->device);
+    if (e == cudaSuccess) e = copy_setup(im);
+    int f = im->fence_next;
+    if (e == cudaSuccess) e = cudaEventRecord(im->fence_ev[f % DX_COPY_TICKETS], im->stream);
+    if (e != cudaSuccess) return dx_fail("cuda backend: fence: %s", cudaGetErrorString(e));
+    im->fence_next = f + 1 < (1 << 30) ? f + 1 : 0;
+    return f;
 }
 
 static int cuda_upload_async(dx_backend *be, void *dst, const void *host_src, size_t bytes)
 {
-    return copy_async(be, 1, dst, host_src, bytes);
+    return copy_async(be, 1, dst, host_src, bytes, 0, -1);
+}
+
+static int cuda_upload_async_detached(dx_backend *be, void *dst, const void *host_src, size_t bytes)
+{
+    return copy_async(be, 1, dst, host_src, bytes, 1, -1);
+}
+
+static int cuda_copy_join(dx_backend *be, int ticket)
+{
+    dxc_impl *im = dxc(be);
+    if (ticket < 0 || ticket >= im->copy_next || !im->copy_stream[0]) return 0;
+    if (im->copy_next - ticket > DX_COPY_TICKETS) return 0; /* its event was reused: it is over */
+    cudaError_t e = cudaSetDevice(im->device);
+    if (e == cudaSuccess) e = cudaStreamWaitEvent(im->stream, im->copy_ev[ticket % DX_COPY_TICKETS], 0);
+    if (e != cudaSuccess) return dx_fail("cuda backend: copy_join: %s", cudaGetErrorString(e));
+    return 0;
 }
 
 static int cuda_copy_wait(dx_backend *be, int ticket)
@@ -1657,8 +1693,10 @@ static void cuda_destroy(dx_backend *be)
                 cudaStreamSynchronize(im->copy_stream[d]);
                 cudaStreamDestroy(im->copy_stream[d]);
             }
-        for (int i = 0; i < DX_COPY_TICKETS; i++)
+        for (int i = 0; i < DX_COPY_TICKETS; i++) {
             if (im->copy_ev[i]) cudaEventDestroy(im->copy_ev[i]);
+            if (im->fence_ev[i]) cudaEventDestroy(im->fence_ev[i]);
+        }
         if (im->copy_before) cudaEventDestroy(im->copy_before);
         if (im->stream) cudaStreamDestroy(im->stream);
         free(im->slots);
@@ -1748,6 +1786,9 @@ extern "C" dx_backend *dx_backend_cuda_create(int device, int nthreads)
     be->download_async = cuda_download_async;
     be->upload_async = cuda_upload_async;
     be->copy_wait = cuda_copy_wait;
+    be->upload_async_detached = cuda_upload_async_detached;
+    be->copy_join = cuda_copy_join;
+    be->fence = cuda_fence;
     be->copy_stream = cuda_copy_stream;
     be->gemm = cuda_gemm;
     be->rmsnorm_fwd = cuda_rmsnorm_fwd;

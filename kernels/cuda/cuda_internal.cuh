@@ -38,6 +38,8 @@ struct dxc_impl {
     cudaStream_t copy_stream[2];
     cudaEvent_t copy_ev[DX_COPY_TICKETS];
     cudaEvent_t copy_before; /* compute-stream position a copy starts after */
+    cudaEvent_t fence_ev[DX_COPY_TICKETS]; /* compute-stream positions (be->fence), reused in turn */
+    int fence_next;
     int copy_next;           /* next ticket */
     cublasHandle_t blas;
     void *blas_ws;      /* cuBLAS workspace (via the backend allocator) */

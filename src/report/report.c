@@ -72,6 +72,7 @@ typedef struct {
     /* optimizer offload: host AdamW, device -> host and host -> device copies (stream "copy"),
      * host time spent waiting for a copy */
     double hadam, d2h, h2d, cwait;
+    double hadam_bwd; /* host AdamW inside the backward (early update, no clipping) */
 } group_stats;
 
 /* ------------------------------------------------------------------------------------------ */
@@ -773,7 +774,10 @@ static int analyse(report *r, analysis *a)
                 a->module_used[ev->module] = 1;
             }
             if (t <= s) continue;
-            if (ev->stream == DX_STREAM_HOST && ev->op == DX_OP_ADAMW) g->hadam += (double)(t - s);
+            if (ev->stream == DX_STREAM_HOST && ev->op == DX_OP_ADAMW) {
+                g->hadam += (double)(t - s);
+                if (ev->phase == DX_PH_BACKWARD) g->hadam_bwd += (double)(t - s);
+            }
             if (ev->stream == DX_STREAM_HOST && ev->op == DX_OP_MEMCPY && ev->module == DX_MOD_OPTIMIZER)
                 g->cwait += (double)(t - s);
             if (ev->op == DX_OP_MEMCPY_D2H) g->d2h += (double)(t - s);
@@ -1235,19 +1239,23 @@ static void print_breakdown(const report *r, const analysis *a)
                    "(%.1f%% of its step), %.3f ms max over ranks\n",
                    rec0 / (double)n * 1e-6, span0 > 0 ? 100.0 * rec0 / span0 : 0.0, recm / (double)n * 1e-6);
         /* optimizer offload (rank 0, mean per step) */
-        double o[4] = {0, 0, 0, 0};
+        double o[5] = {0, 0, 0, 0, 0};
         for (size_t i = 0; i < n; i++) {
             const group_stats *g = &a->g[i * W];
             o[0] += g->hadam;
             o[1] += g->d2h;
             o[2] += g->h2d;
             o[3] += g->cwait;
+            o[4] += g->hadam_bwd;
         }
         if (o[0] + o[1] + o[2] > 0)
             printf("  optimizer offload (rank 0, per step): host AdamW %.3f ms, copies device->host %.3f ms and "
                    "host->device %.3f ms (copy streams), host waiting for copies %.3f ms (%.1f%% of its step)\n",
                    o[0] / (double)n * 1e-6, o[1] / (double)n * 1e-6, o[2] / (double)n * 1e-6, o[3] / (double)n * 1e-6,
                    span0 > 0 ? 100.0 * o[3] / span0 : 0.0);
+        if (o[4] > 0)
+            printf("    of the host AdamW, %.3f ms ran inside the backward (early update: no gradient clipping)\n",
+                   o[4] / (double)n * 1e-6);
     }
     printf("\n");
     free(v0);

@@ -345,6 +345,9 @@ int dx_worker_train_step(dx_worker *w, long step, dx_step_stats *st)
     DX_TRACE_OP(tr, DX_MOD_OPTIMIZER, -1, DX_OP_MEMSET, 0, 0, dx_zero_zero_grad(w->zero));
     be->zero(be, w->d_loss, dx_dtype_size(be->acc));
 
+    /* the step's AdamW hyper-parameters (an early update needs them in the last backward) */
+    const dx_adamw_hparams hp = {.lr = dx_lr_at(c, step), .beta1 = c->beta1, .beta2 = c->beta2,
+                                 .eps = c->adam_eps, .weight_decay = c->weight_decay, .step = step};
     load_ctx lc = {w, &w->tb, (uint64_t)(step - 1) * G + (uint64_t)w->dp->rank * B * A};
     if (w->pipe) { /* the pipeline schedule over the step's micro-batches */
         if (dx_pipeline_train(w->pipe, B, T, w->d_loss, (float)(1.0 / global_tokens), load_micro, &lc,
@@ -362,6 +365,7 @@ int dx_worker_train_step(dx_worker *w, long step, dx_step_stats *st)
             be->sync(be);
             uint64_t t1 = dx_now_ns();
             tr->phase = DX_PH_BACKWARD;
+            if (j == A - 1 && dx_zero_begin_last_backward(w->zero, &hp, c->grad_clip) < 0) return -1;
             if (dx_model_backward(w->model)) return -1;
             be->sync(be);
             uint64_t t2 = dx_now_ns();
@@ -380,8 +384,6 @@ int dx_worker_train_step(dx_worker *w, long step, dx_step_stats *st)
     double reduce_comm = dx_zero_take_comm_seconds(w->zero);
 
     uint64_t t_o = dx_now_ns();
-    dx_adamw_hparams hp = {.lr = dx_lr_at(c, step), .beta1 = c->beta1, .beta2 = c->beta2,
-                           .eps = c->adam_eps, .weight_decay = c->weight_decay, .step = step};
     double norm;
     if (dx_zero_step(w->zero, &hp, c->grad_clip, &norm)) return -1;
     be->sync(be);

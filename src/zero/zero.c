@@ -69,6 +69,17 @@ struct dx_zero {
     void *st_work[OFF_SLOTS];
     int st_d2h[OFF_SLOTS], st_h2d[OFF_SLOTS]; /* tickets of the slot's copies in flight; -1 none */
     int st_mark[OFF_SLOTS][2];                /* trace marks around the slot's device -> host copy */
+    /* the update's queue (offload_pump): chunk indices in update order, positions */
+    int *order;                   /* [nchunks]: groups from the last to the first, table order within */
+    int *pos_end;                 /* [ngroups]: position after the group's last chunk */
+    int oq_pos, oq_issue, oq_ready; /* next to update, next to download, first not final */
+    dx_adamw_hparams oq_hp;
+    /* early update (dx_zero_begin_last_backward): the host AdamW in the last backward */
+    int early, in_backward;
+    int *gfence;                  /* [ngroups]: fence at which the group's gradient was final; -1 */
+    int *pending, npending;       /* groups updated in the backward, their all-gathers deferred */
+    int last_up;                  /* newest detached upload's ticket; -1 none */
+    int bucket_group[2];          /* group of each bucket's last reduce-scatter (last backward) */
     uint64_t comm_ns;
     dx_tracer *tr;
 };
@@ -201,6 +212,8 @@ static int gather_invalidate(dx_zero *z)
     return 0;
 }
 
+static int early_ready(dx_zero *z, int gi);
+
 static int hook(void *ctx, int gi, dx_hook_kind kind)
 {
     dx_zero *z = ctx;
@@ -220,6 +233,8 @@ static int hook(void *ctx, int gi, dx_hook_kind kind)
              * Its previous reduce-scatter must have finished reading it. */
             int b = z->bucket_next;
             if (z->dp->wait(z->dp, &z->bucket_req[b])) return -1;
+            /* early update: the bucket's last group (two groups back) has its final shard */
+            if (z->in_backward && z->bucket_group[b] >= 0 && early_ready(z, z->bucket_group[b])) return -1;
             const int64_t nb = (int64_t)(g->n_pad * z->as), sb = (int64_t)(g->shard * z->as);
             DX_TRACE_OP(z->tr, group_module(z, gi), group_layer(z, gi), DX_OP_MEMSET, 0, nb,
                         be->zero(be, z->bucket[b], (size_t)nb));
@@ -240,6 +255,7 @@ static int hook(void *ctx, int gi, dx_hook_kind kind)
                  z->dp->reduce_scatter_start(z->dp, z->bucket[b], g->grad, g->shard, be->acc,
                                              &z->bucket_req[b]));
             z->bucket_next = 1 - b;
+            z->bucket_group[b] = gi;
             z->rs_group = gi;
             g->grad_zero = 0;
             mg->grad = NULL;
@@ -248,6 +264,8 @@ static int hook(void *ctx, int gi, dx_hook_kind kind)
              * dx_zero_step / dx_zero_zero_grad, which wait for both */
         }
         if (z->stage == 3) mg->work = NULL;
+        /* early update without reduction (stage 1, one DP rank): the gradient is final now */
+        if (z->in_backward && z->stage < 2 && early_ready(z, gi)) return -1;
         return 0;
     }
     return 0;
@@ -471,6 +489,20 @@ dx_zero *dx_zero_create(dx_model *m, dx_backend *be, dx_comm *dp, dx_comm *dp_ho
             }
         }
     }
+    z->last_up = -1;
+    if (z->offload && !fail) { /* the update order: the backward's order of groups */
+        z->order = calloc((size_t)(z->nchunks ? z->nchunks : 1), sizeof *z->order);
+        z->pos_end = calloc((size_t)z->ngroups, sizeof *z->pos_end);
+        z->gfence = calloc((size_t)z->ngroups, sizeof *z->gfence);
+        z->pending = calloc((size_t)z->ngroups, sizeof *z->pending);
+        if (!z->order || !z->pos_end || !z->gfence || !z->pending) fail = 1;
+        for (int i = z->ngroups - 1, pos = 0; i >= 0 && !fail; i--) {
+            for (int k = 0; k < z->nchunks; k++)
+                if (dx_model_param(m, z->chunk[k].param)->group == i) z->order[pos++] = k;
+            z->pos_end[i] = pos;
+            z->gfence[i] = -1;
+        }
+    }
     float *host = fail ? NULL : malloc((stage == 0 ? max_pad : max_shard) * sizeof(float) + 1);
     if (fail || !host) dx_fail_prefix("rank %d: ZeRO stage %d state", dp->rank, stage);
     /* the initialisation below is collective (stages 1-2): agree first, so no rank waits there */
@@ -550,6 +582,10 @@ void dx_zero_destroy(dx_zero *z)
         host_free(z, z->st_work[s]);
     }
     free(z->chunk);
+    free(z->order);
+    free(z->pos_end);
+    free(z->gfence);
+    free(z->pending);
     if (z->model) dx_model_set_hook(z->model, NULL, NULL);
     free(z->has_tp_replicated);
     free(z->g);
@@ -597,50 +633,56 @@ static int group_updated(dx_zero *z, int gi, int gather)
     return 0;
 }
 
-/* Offload, chunk k of the step: queues the device -> host copy of its owned gradient into
- * staging slot k % OFF_SLOTS (traced between marks on the copy stream). */
-static int offload_d2h(dx_zero *z, int k)
+/* Offload, chunk k: queues the device -> host copy of its owned gradient into staging slot s
+ * (traced between marks on the copy stream), after the compute stream's position `fence` (-1:
+ * its work queued so far). */
+static int offload_d2h(dx_zero *z, int k, int s, int fence)
 {
     const ochunk *c = &z->chunk[k];
-    int s = k % OFF_SLOTS;
     z->st_mark[s][0] = z->st_mark[s][1] = -1;
+    z->st_d2h[s] = -1;
     if (c->hi <= c->lo) return 0;
     dx_backend *be = z->be;
     zgroup *g = &z->g[dx_model_param(z->model, c->param)->group];
     void *cs = be->copy_stream(be, 0);
     int tr = dx_tr_on(z->tr, 2) && cs && be->mark;
     if (tr) z->st_mark[s][0] = be->mark(be, cs);
-    z->st_d2h[s] = be->download_async(be, z->st_grad[s], grad_at(z, g, c->lo), (c->hi - c->lo) * sizeof(float));
+    z->st_d2h[s] = be->download_async(be, z->st_grad[s], grad_at(z, g, c->lo), (c->hi - c->lo) * sizeof(float), fence);
     if (tr) z->st_mark[s][1] = be->mark(be, cs);
     return z->st_d2h[s] < 0 ? -1 : 0;
 }
 
 /* The offloaded update (ZeRO-Offload, Ren et al. 2021): the owned gradients stream to the host
- * chunk by chunk, AdamW runs on the host states, the updated parameters stream back. Three
- * stages in a ring of OFF_SLOTS staging slots: while the host updates chunk k, the copy engines
- * move chunks k+1.. k+OFF_SLOTS-1 down and chunk k-1 up, so the step costs about the slowest of
- * the three (the host AdamW, memory-bound, on a typical host), not their sum. The compute stream
- * waits for each upload before its next use of the parameters (upload_async). */
-static int offload_update(dx_zero *z, const dx_adamw_hparams *hp_in, double clip, int gather)
+ * chunk by chunk, AdamW runs on the host states, the updated parameters stream back. Chunks go
+ * in the backward's order of groups (the last group first; order[]), through a ring of
+ * OFF_SLOTS staging slots: while the host updates the chunk at position oq_pos, the copy
+ * engines move the next ones (up to OFF_SLOTS - 1 ahead, and only those whose gradients are
+ * final: positions < oq_ready) down and the previous one up, so the step costs about the
+ * slowest of the three (the host AdamW, memory-bound, on a typical host), not their sum.
+ * Updates run up to position `until`; a download waits for the compute-stream position of its
+ * group's fence (set when its gradient became final) or, fence -1, for everything queued.
+ * In the backward (z->in_backward, early update): uploads are detached (the backward goes on;
+ * dx_zero_step joins them) and each finished group's all-gather is deferred (pending). */
+static int offload_pump(dx_zero *z, int until, double clip, int gather)
 {
     dx_backend *be = z->be;
+    const dx_adamw_hparams *hp_in = &z->oq_hp;
     dx_adamw_hparams hp = *hp_in;
     hp.grad_scale = clip;
-    const int nc = z->nchunks, trace = dx_tr_on(z->tr, 2);
+    const int trace = dx_tr_on(z->tr, 2);
     void *up = be->copy_stream(be, 1);
-    int next = 0;
-    for (; next < nc && next < OFF_SLOTS; next++) {
-        /* the slot's upload from the previous step reads its parameters buffer: over first */
-        int s = next % OFF_SLOTS;
-        if (z->st_h2d[s] >= 0 && be->copy_wait(be, z->st_h2d[s])) return -1;
-        z->st_h2d[s] = -1;
-        if (offload_d2h(z, next)) return -1;
-    }
-    for (int k = 0; k < nc; k++) {
-        const ochunk *c = &z->chunk[k];
+    for (;;) {
+        while (z->oq_issue < z->oq_ready && z->oq_issue < z->oq_pos + OFF_SLOTS) {
+            const int k = z->order[z->oq_issue];
+            const int gi = dx_model_param(z->model, z->chunk[k].param)->group;
+            if (offload_d2h(z, k, z->oq_issue % OFF_SLOTS, z->in_backward ? z->gfence[gi] : -1)) return -1;
+            z->oq_issue++;
+        }
+        if (z->oq_pos >= until) break;
+        const ochunk *c = &z->chunk[z->order[z->oq_pos]];
         const dx_param *p = dx_model_param(z->model, c->param);
         zgroup *g = &z->g[p->group];
-        const int s = k % OFF_SLOTS, layer = group_layer(z, p->group);
+        const int s = z->oq_pos % OFF_SLOTS, layer = group_layer(z, p->group);
         if (c->hi > c->lo) {
             const size_t n = c->hi - c->lo, so = c->lo - g->lo;
             uint64_t t0 = dx_now_ns();
@@ -664,30 +706,60 @@ static int offload_update(dx_zero *z, const dx_adamw_hparams *hp_in, double clip
             if (trace)
                 dx_tr_record(z->tr, t1, t2, DX_MOD_OPTIMIZER, layer, DX_OP_ADAMW, DX_STREAM_HOST,
                              (int64_t)n * (7 * 4 + 4 + (int64_t)z->xs), 12 * (int64_t)n);
-        }
-        if (c->hi > c->lo && !z->offload_param) {
-            const size_t n = c->hi - c->lo, so = c->lo - g->lo;
-            void *work = z->stage == 3 ? at(g->work_shard, so, z->xs) : at(g->work, c->lo, z->xs);
-            int m0 = trace && up && be->mark ? be->mark(be, up) : -1;
-            z->st_h2d[s] = be->upload_async(be, work, z->st_work[s], n * z->xs);
-            if (z->st_h2d[s] < 0) return -1;
-            if (m0 >= 0) {
-                int m1 = be->mark(be, up);
-                if (m1 >= 0)
-                    dx_tr_record_marks(z->tr, m0, m1, DX_MOD_OPTIMIZER, layer, DX_OP_MEMCPY_H2D, DX_STREAM_COPY,
-                                       (int64_t)(n * z->xs), 0);
+            if (!z->offload_param) {
+                void *work = z->stage == 3 ? at(g->work_shard, so, z->xs) : at(g->work, c->lo, z->xs);
+                int m0 = trace && up && be->mark ? be->mark(be, up) : -1;
+                z->st_h2d[s] = z->in_backward ? be->upload_async_detached(be, work, z->st_work[s], n * z->xs)
+                                              : be->upload_async(be, work, z->st_work[s], n * z->xs);
+                if (z->st_h2d[s] < 0) return -1;
+                if (z->in_backward) z->last_up = z->st_h2d[s];
+                if (m0 >= 0) {
+                    int m1 = be->mark(be, up);
+                    if (m1 >= 0)
+                        dx_tr_record_marks(z->tr, m0, m1, DX_MOD_OPTIMIZER, layer, DX_OP_MEMCPY_H2D,
+                                           DX_STREAM_COPY, (int64_t)(n * z->xs), 0);
+                }
             }
         }
-        /* the slot's gradient buffer is free: the next chunk down into it */
-        if (next < nc && next % OFF_SLOTS == s && offload_d2h(z, next++)) return -1;
-        if (c->last && group_updated(z, p->group, gather)) return -1;
+        z->oq_pos++;
+        if (c->last) {
+            if (z->in_backward) z->pending[z->npending++] = p->group;
+            else if (group_updated(z, p->group, gather)) return -1;
+        }
     }
     return 0;
+}
+
+/* Early update, in the last micro-batch's backward: the gradients of group gi (and of every
+ * group after it, whose backward came before) are final at the compute stream's present
+ * position. Downloads of the ready groups start; the host updates the groups made ready by
+ * the previous call (one group of lag, so the device has this group's backward queued while
+ * the host works) — the host AdamW runs during the rest of the backward. */
+static int early_ready(dx_zero *z, int gi)
+{
+    int f = z->be->fence(z->be);
+    if (f < 0) return -1;
+    for (int i = gi; i < z->ngroups && z->gfence[i] < 0; i++) z->gfence[i] = f;
+    int until = z->oq_ready;
+    if (z->pos_end[gi] > z->oq_ready) z->oq_ready = z->pos_end[gi];
+    return offload_pump(z, until, 1.0, 0);
+}
+
+int dx_zero_begin_last_backward(dx_zero *z, const dx_adamw_hparams *hp, double max_norm)
+{
+    z->early = 0;
+    if (!z->offload || max_norm > 0 || z->grid.tp_dev || (z->stage < 2 && z->P > 1) || z->nchunks == 0)
+        return 0;
+    z->oq_hp = *hp;
+    z->early = z->in_backward = 1;
+    for (int s = 0; s < 2; s++) z->bucket_group[s] = -1;
+    return 1;
 }
 
 int dx_zero_step(dx_zero *z, const dx_adamw_hparams *hp_in, double max_norm, double *grad_norm)
 {
     dx_backend *be = z->be;
+    z->in_backward = 0;
     /* global norm: sum of squares over the owned ranges, summed over ranks when sharded.
      * Stages 2-3: the backward's last reduce-scatter (the newest, of group rs_group: the
      * embedding) may still run; the others are complete once the older bucket's is (the comm
@@ -765,7 +837,24 @@ int dx_zero_step(dx_zero *z, const dx_adamw_hparams *hp_in, double max_norm, dou
     if (z->stage == 3 && gather_invalidate(z)) return -1;
     /* parameter offload: no copy may still read the host shards the host AdamW writes */
     if (z->offload_param) be->sync(be);
-    if (z->offload) return offload_update(z, hp_in, clip, gather);
+    if (z->offload) {
+        if (!z->early) {
+            z->oq_hp = *hp_in;
+            z->oq_pos = z->oq_issue = 0;
+        }
+        z->oq_ready = z->nchunks;
+        /* the early update's uploads, then the all-gathers of the groups it finished */
+        if (z->early && z->last_up >= 0 && be->copy_join(be, z->last_up)) return -1;
+        for (int i = 0; i < z->npending; i++)
+            if (group_updated(z, z->pending[i], gather)) return -1;
+        z->npending = 0;
+        z->last_up = -1;
+        z->early = 0;
+        int rc = offload_pump(z, z->nchunks, clip, gather);
+        z->oq_pos = z->oq_issue = z->oq_ready = 0; /* the next step starts over */
+        for (int i = 0; i < z->ngroups; i++) z->gfence[i] = -1;
+        return rc;
+    }
     for (int pi = 0; pi < np; pi++) {
         const dx_param *p = dx_model_param(z->model, pi);
         zgroup *g = &z->g[p->group];

@@ -99,6 +99,20 @@ int dx_zero_reduce_grads(dx_zero *z);
  * *grad_norm receives the norm before clipping. */
 int dx_zero_step(dx_zero *z, const dx_adamw_hparams *hp, double max_norm, double *grad_norm);
 
+/* Early update (offload only): called before the step's last micro-batch backward with the
+ * step's AdamW hyper-parameters and max_norm. Where the update needs no global gradient norm
+ * (max_norm <= 0: no clipping) and each group's gradient is final once its backward (stage 1
+ * with one DP rank) or its reduce-scatter (stages 2-3) is done, and no TP reduction follows:
+ * the host AdamW of each group runs inside the backward hooks of the groups after it (its
+ * downloads ordered after a fence at the point its gradient became final, uploads detached so
+ * the backward goes on), overlapping the device's remaining backward; dx_zero_step (same hp)
+ * finishes the last groups, makes the compute stream wait for the uploads and starts the
+ * deferred all-gathers. The result equals the update after the backward bitwise (same chunks,
+ * same arithmetic). Returns 1 when armed, 0 when the update stays after the backward (with
+ * clipping: the norm needs every gradient first, as in DeepSpeed without its delayed parameter
+ * update), -1 + dx_fail. Not for pipeline schedules (their backwards interleave micro-batches). */
+int dx_zero_begin_last_backward(dx_zero *z, const dx_adamw_hparams *hp, double max_norm);
+
 /* The rest of the process grid, for ZeRO over the DP axis of a PP x DP x TP grid:
  *   tp_dev: the TP group over backend buffers (NULL when tp == 1): gradients of parameters marked
  *           tp_reduce (dx_param) are summed over it in dx_zero_step, on the owned range;
