@@ -34,6 +34,7 @@ layouts=("dp1z1:1:--micro-batch 4 --zero-stage 1" "dp2z1:2:--micro-batch 2 --zer
          "dp1z3paramchunks:1:--micro-batch 4 --zero-stage 3:1000:--offload-param cpu"
          "dp1z1early:1:--micro-batch 4 --zero-stage 1 --clip-grad 0 --trace-level op:1000"
          "dp2z2early:2:--micro-batch 2 --zero-stage 2 --clip-grad 0 --trace-level op:1000"
+         "dp1z3paramearly:1:--micro-batch 4 --zero-stage 3 --clip-grad 0 --trace-level op:1000:--offload-param cpu"
          "dp2z3paramearly:2:--micro-batch 2 --zero-stage 3 --clip-grad 0 --trace-level op:1000:--offload-param cpu")
 fail=0
 for lay in "${layouts[@]}"; do

@@ -33,7 +33,7 @@ int dx_plan_print(const dx_config *c, int world, double memory_gib)
                (double)pr.bytes[4] / G, (double)pr.peak / G, (double)pr.host / G);
         if (pr.peak > worst) worst = pr.peak;
     }
-    printf("bytes in GiB (2^30) of the compute device (peak) and of the host (offloaded optimizer states); "
+    printf("bytes in GiB (2^30) of the compute device (peak) and of the host (offloaded optimizer states and ZeRO-3 parameter shards); "
            "communication buffers are the ZeRO buckets and gather slots in grads / params%s\n",
            !strcmp(device, "cuda") ? "; the CUDA backend's own workspaces are not included" : "");
     if (limit > 0) {

@@ -282,7 +282,7 @@ int dx_run_train(const dx_config *c, dx_comm *world)
             char hs[32] = "";
             if (hb) fmt_bytes(hs, sizeof hs, (double)hb);
             printf("memory held by rank 0 (allocator): params %s | grads %s | optimizer states %s | activations %s%s%s\n",
-                   b[0], b[1], b[2], b[3], hb ? " | host (offloaded optimizer states) " : "", hs);
+                   b[0], b[1], b[2], b[3], hb ? " | host (offloaded states, staging) " : "", hs);
         }
         if (do_eval && !isnan(val_loss))
             printf("step %5ld | validation loss %.4f | perplexity %.2f\n", step, val_loss, exp(val_loss));
