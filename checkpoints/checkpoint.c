@@ -1,8 +1,10 @@
-/* HDF5 checkpoint writer; see checkpoint.h. */
+/* Parallel HDF5 checkpoints; see checkpoint.h. */
 #include "checkpoint.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <hdf5.h>
+#include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,112 +12,386 @@
 #include "common/common.h"
 #include "trace/h5util.h"
 
-/* One slice of a logical tensor, as sent to rank 0. */
+#define FORMAT_VERSION 2
+
+static const char *const state_group[3] = {"params", "optimizer/exp_avg", "optimizer/exp_avg_sq"};
+
+/* A logical tensor, for the collective creation of its datasets. */
 typedef struct {
     char name[96];
-    int32_t full_rows, full_cols, row0, col0, rows, cols; /* cols = 0: a vector */
-} slice_hdr;
+    int32_t full_rows, full_cols; /* full_cols = 0: a vector */
+} tensor_hdr;
 
-/* Writes a slice into /params/<name> (created with the full shape on first use). */
-static int write_slice(hid_t g, const char *path, const slice_hdr *h, const float *data)
+/* One hyperslab of a logical tensor holding elements [off, off + rows * cols) of a flat range. */
+typedef struct {
+    hsize_t start[2], count[2];
+    size_t off;
+} piece;
+
+/* Elements [a, b) of parameter p's local (TP-sliced, row-major) values as at most three
+ * hyperslabs of the logical tensor: a partial first row, whole rows, a partial last row. */
+static int pieces_of(const dx_param *p, size_t a, size_t b, piece out[3])
 {
-    hid_t d;
-    int rank = h->cols ? 2 : 1, rc = 0;
-    if (H5Lexists(g, h->name, H5P_DEFAULT) > 0) {
-        d = H5Dopen2(g, h->name, H5P_DEFAULT);
-    } else {
-        hsize_t dims[2] = {(hsize_t)h->full_rows, (hsize_t)h->full_cols};
-        hid_t sp = H5Screate_simple(rank, dims, NULL);
-        d = H5Dcreate2(g, h->name, H5T_IEEE_F32LE, sp, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
-        H5Sclose(sp);
+    if (b <= a) return 0;
+    if (!p->cols) {
+        out[0] = (piece){{(hsize_t)p->row0 + a, 0}, {b - a, 1}, 0};
+        return 1;
     }
-    if (d < 0) return dx_fail("checkpoint '%s': cannot create %s", path, h->name);
-    hsize_t start[2] = {(hsize_t)h->row0, (hsize_t)h->col0}, count[2] = {(hsize_t)h->rows, (hsize_t)h->cols};
-    hid_t fs = H5Dget_space(d), ms = H5Screate_simple(rank, count, NULL);
-    if (fs < 0 || ms < 0 || H5Sselect_hyperslab(fs, H5S_SELECT_SET, start, NULL, count, NULL) < 0 ||
-        H5Dwrite(d, H5T_NATIVE_FLOAT, ms, fs, H5P_DEFAULT, data) < 0)
-        rc = dx_fail("checkpoint '%s': cannot write %s", path, h->name);
-    if (ms >= 0) H5Sclose(ms);
-    if (fs >= 0) H5Sclose(fs);
-    H5Dclose(d);
+    const size_t c = (size_t)p->cols;
+    int n = 0;
+    for (size_t i = a; i < b;) {
+        size_t r = i / c, c0 = i % c, take;
+        if (c0 || b - i < c) {
+            take = c - c0 < b - i ? c - c0 : b - i;
+            out[n++] = (piece){{(hsize_t)(p->row0 + r), (hsize_t)(p->col0 + c0)}, {1, take}, i - a};
+        } else {
+            size_t nr = (b - i) / c;
+            take = nr * c;
+            out[n++] = (piece){{(hsize_t)(p->row0 + r), (hsize_t)p->col0}, {nr, c}, i - a};
+        }
+        i += take;
+    }
+    return n;
+}
+
+/* Reads or writes the pieces of buf (a flat range) from/to dataset d. */
+static int io_pieces(hid_t d, const dx_param *p, const piece *pc, int n, float *buf, int write)
+{
+    const int rank = p->cols ? 2 : 1;
+    int rc = 0;
+    for (int i = 0; i < n && !rc; i++) {
+        hid_t fs = H5Dget_space(d), ms = H5Screate_simple(rank, pc[i].count, NULL);
+        if (fs < 0 || ms < 0 || H5Sselect_hyperslab(fs, H5S_SELECT_SET, pc[i].start, NULL, pc[i].count, NULL) < 0)
+            rc = -1;
+        else if (write) rc = H5Dwrite(d, H5T_NATIVE_FLOAT, ms, fs, H5P_DEFAULT, buf + pc[i].off) < 0 ? -1 : 0;
+        else rc = H5Dread(d, H5T_NATIVE_FLOAT, ms, fs, H5P_DEFAULT, buf + pc[i].off) < 0 ? -1 : 0;
+        if (ms >= 0) H5Sclose(ms);
+        if (fs >= 0) H5Sclose(fs);
+    }
+    return rc;
+}
+
+/* The owned part [a, b) (parameter coordinates) of parameter p on this rank, and whether this
+ * rank writes it (stage 0: DP rank 0; TP-replicated: TP rank 0). */
+static int owned_part(dx_zero *z, const dx_param *p, int dp_rank, int tp_rank, size_t *a, size_t *b)
+{
+    size_t lo, hi;
+    dx_zero_owned(z, p->group, &lo, &hi);
+    size_t s = p->offset > lo ? p->offset : lo, e = p->offset + p->numel < hi ? p->offset + p->numel : hi;
+    *a = s - p->offset;
+    *b = e > s ? e - p->offset : *a;
+    if (dx_zero_stage(z) == 0 && dp_rank != 0) return 0;
+    if (p->tp_replicated && tp_rank != 0) return 0;
+    return *b > *a;
+}
+
+/* Every logical tensor of the model over the world (ranks hold different stages): gathered to
+ * rank 0, duplicates (TP slices, DP replicas) dropped, broadcast. *out: malloc'ed, *n entries. */
+static int all_tensors(dx_model *m, dx_comm *world, tensor_hdr **out, int *n)
+{
+    const int np = dx_model_num_params_table(m), root = world->rank == 0;
+    tensor_hdr *mine = calloc((size_t)np + 1, sizeof *mine);
+    int *counts = calloc((size_t)world->size, sizeof *counts);
+    size_t *bytes = calloc((size_t)world->size, sizeof *bytes);
+    tensor_hdr *all = NULL;
+    int total = 0, rc = !mine || !counts || !bytes ? dx_fail("checkpoint: out of memory") : 0;
+    for (int i = 0; mine && i < np; i++) {
+        const dx_param *p = dx_model_param(m, i);
+        snprintf(mine[i].name, sizeof mine[i].name, "%s", p->name);
+        mine[i].full_rows = p->full_rows;
+        mine[i].full_cols = p->cols ? p->full_cols : 0;
+    }
+    if (!rc && world->gather(world, &np, counts, sizeof np, 0)) rc = -1;
+    if (!rc && root) {
+        for (int r = 0; r < world->size; r++) {
+            bytes[r] = (size_t)counts[r] * sizeof(tensor_hdr);
+            total += counts[r];
+        }
+        all = calloc((size_t)total + 1, sizeof *all);
+        if (!all) rc = dx_fail("checkpoint: out of memory");
+    }
+    if (world->gatherv(world, mine, (size_t)np * sizeof *mine, all, bytes, 0)) rc = -1;
+    if (root && !rc) { /* dedupe, keeping the first occurrence's order */
+        int k = 0;
+        for (int i = 0; i < total; i++) {
+            int dup = 0;
+            for (int j = 0; j < k && !dup; j++) dup = !strcmp(all[j].name, all[i].name);
+            if (!dup) all[k++] = all[i];
+        }
+        total = k;
+    }
+    if (world->broadcast(world, &total, sizeof total, 0)) rc = -1;
+    if (!rc && !root && !(all = calloc((size_t)total + 1, sizeof *all))) rc = dx_fail("checkpoint: out of memory");
+    if (world->broadcast(world, all ? (void *)all : (void *)mine, all ? (size_t)total * sizeof *all : 0, 0)) rc = -1;
+    free(mine);
+    free(counts);
+    free(bytes);
+    if (rc) { free(all); return -1; }
+    *out = all;
+    *n = total;
+    return 0;
+}
+
+/* Creates the groups and every dataset (collective: the same calls on every rank). */
+static int create_layout(hid_t f, const tensor_hdr *t, int n)
+{
+    hid_t g = H5Gcreate2(f, "params", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), go = -1, gs[3] = {-1, -1, -1};
+    if (g >= 0) go = H5Gcreate2(f, "optimizer", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    gs[0] = g;
+    if (go >= 0) gs[1] = H5Gcreate2(go, "exp_avg", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    if (go >= 0) gs[2] = H5Gcreate2(go, "exp_avg_sq", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    int rc = g < 0 || go < 0 || gs[1] < 0 || gs[2] < 0 ? -1 : 0;
+    hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
+    if (dcpl < 0 || H5Pset_fill_time(dcpl, H5D_FILL_TIME_NEVER) < 0) rc = -1;
+    for (int s = 0; s < 3 && !rc; s++)
+        for (int i = 0; i < n && !rc; i++) {
+            hsize_t dims[2] = {(hsize_t)t[i].full_rows, (hsize_t)t[i].full_cols};
+            hid_t sp = H5Screate_simple(t[i].full_cols ? 2 : 1, dims, NULL);
+            hid_t d = sp < 0 ? -1 : H5Dcreate2(gs[s], t[i].name, H5T_IEEE_F32LE, sp, H5P_DEFAULT, dcpl, H5P_DEFAULT);
+            if (d < 0) rc = dx_fail("cannot create dataset %s/%s", state_group[s], t[i].name);
+            else H5Dclose(d);
+            if (sp >= 0) H5Sclose(sp);
+        }
+    if (dcpl >= 0) H5Pclose(dcpl);
+    for (int s = 2; s >= 0; s--)
+        if (gs[s] >= 0) H5Gclose(gs[s]);
+    if (go >= 0) H5Gclose(go);
     return rc;
 }
 
 int dx_checkpoint_save(const char *path, dx_model *m, dx_zero *z, dx_comm *world, dx_comm *dp,
-                       int tp_rank, int64_t step, const char *config_json)
+                       int tp_rank, const dx_ckpt_state *st, const char *config_json)
 {
-    const int root = world->rank == 0, writer = dp->rank == 0;
     char tmp[1100];
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    hid_t f = -1, g = -1;
-    int rc = 0;
-    if (root) {
-        H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
-        f = H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
-        if (f < 0) rc = dx_fail("checkpoint '%s': cannot create %s: %s", path, tmp, strerror(errno));
-        if (!rc) g = H5Gcreate2(f, "params", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
-        if (!rc && (g < 0 || dx_h5_write_str_attr(f, "format", "dissect-checkpoint") ||
-                    dx_h5_write_i64_attr(f, "format_version", 1) || dx_h5_write_i64_attr(f, "step", step) ||
-                    dx_h5_write_str_attr(f, "config_json", config_json ? config_json : "{}")))
-            rc = dx_fail("checkpoint '%s': cannot write metadata", path);
+    H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
+    MPI_Comm comm;
+    tensor_hdr *t = NULL;
+    int nt = 0, rc = dx_comm_mpi_handle(world, &comm);
+    if (!rc) rc = all_tensors(m, world, &t, &nt);
+    if ((rc = dx_comm_agree(world, rc))) {
+        free(t);
+        return -1;
     }
-    /* every rank takes part in its DP group's gathers, even after a root failure, so none blocks;
-     * the slices this rank writes (DP rank 0; replicated parameters from TP rank 0 only) are
-     * kept for the transfer to rank 0 */
+    /* the file, collectively (MPI-IO) */
+    hid_t fapl = H5Pcreate(H5P_FILE_ACCESS), f = -1;
+    if (fapl >= 0 && H5Pset_fapl_mpio(fapl, comm, MPI_INFO_NULL) >= 0)
+        f = H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
+    if (fapl >= 0) H5Pclose(fapl);
+    if (f < 0) rc = dx_fail("checkpoint '%s': cannot create %s: %s", path, tmp, errno ? strerror(errno) : "HDF5 error");
+    if ((rc = dx_comm_agree(world, rc))) {
+        free(t);
+        return -1;
+    }
+    /* metadata and datasets: the same calls on every rank */
+    if (dx_h5_write_str_attr(f, "format", "dissect-checkpoint") || dx_h5_write_i64_attr(f, "format_version", FORMAT_VERSION) ||
+        dx_h5_write_i64_attr(f, "step", st->step) || dx_h5_write_i64_attr(f, "consumed_samples", st->consumed_samples) ||
+        dx_h5_write_i64_attr(f, "seed", (int64_t)st->seed) ||
+        dx_h5_write_str_attr(f, "config_json", config_json ? config_json : "{}"))
+        rc = dx_fail("checkpoint '%s': cannot write its attributes", path);
+    if (!rc && create_layout(f, t, nt)) dx_fail_prefix("checkpoint '%s'", path), rc = -1;
+    free(t);
+    /* every rank its own pieces (independent I/O) */
     const int np = dx_model_num_params_table(m);
-    slice_hdr *hdr = calloc((size_t)np + 1, sizeof *hdr);
-    float **data = calloc((size_t)np + 1, sizeof *data);
-    int nmine = 0, lrc = hdr && data ? 0 : dx_fail("checkpoint: out of memory");
-    for (int i = 0; i < np && !lrc; i++) {
+    float *buf = NULL;
+    size_t cap = 0;
+    for (int i = 0; i < np && !rc; i++) {
         const dx_param *p = dx_model_param(m, i);
-        float *buf = malloc(p->numel * sizeof(float));
-        if (!buf) { lrc = dx_fail("checkpoint: out of memory for %s", p->name); break; }
-        if (dx_zero_get_master(z, p->group, p->offset, p->numel, buf)) { free(buf); lrc = -1; break; }
-        if (!writer || (p->tp_replicated && tp_rank != 0)) { free(buf); continue; }
-        slice_hdr *h = &hdr[nmine];
-        snprintf(h->name, sizeof h->name, "%s", p->name);
-        h->full_rows = p->full_rows;
-        h->full_cols = p->full_cols;
-        h->row0 = p->row0;
-        h->col0 = p->col0;
-        h->rows = p->rows;
-        h->cols = p->cols;
-        data[nmine++] = buf;
-    }
-    /* rank 0 learns who sends how many slices (-1: that rank failed), then takes them in rank order */
-    int *counts = root ? calloc((size_t)world->size, sizeof *counts) : NULL;
-    int mine = lrc ? -1 : nmine;
-    if (world->gather(world, &mine, counts, sizeof mine, 0)) lrc = -1;
-    if (root && !counts) rc = dx_fail("checkpoint: out of memory");
-    for (int i = 0; root && !rc && i < nmine; i++) rc = write_slice(g, path, &hdr[i], data[i]);
-    for (int r = 1; root && r < world->size; r++) {
-        if (counts && counts[r] < 0 && !rc) rc = dx_fail("checkpoint '%s': rank %d could not gather its tensors", path, r);
-        for (int i = 0; counts && i < counts[r]; i++) { /* received even after a failure, so no sender blocks */
-            slice_hdr h;
-            if (world->recv(world, &h, sizeof h, r, 11)) return -1;
-            size_t n = (size_t)h.rows * (size_t)(h.cols ? h.cols : 1);
-            float *buf = malloc(n * sizeof(float) + 1);
-            if (!buf) return dx_fail("checkpoint: out of memory for %s", h.name);
-            if (world->recv(world, buf, n * sizeof(float), r, 12)) { free(buf); return -1; }
-            if (!rc) rc = write_slice(g, path, &h, buf);
+        size_t a, b;
+        if (!owned_part(z, p, dp->rank, tp_rank, &a, &b)) continue;
+        if (b - a > cap) {
             free(buf);
+            cap = b - a;
+            if (!(buf = malloc(cap * sizeof *buf))) { rc = dx_fail("checkpoint: out of memory for %s", p->name); break; }
+        }
+        piece pc[3];
+        int npc = pieces_of(p, a, b, pc);
+        for (int s = 0; s < 3 && !rc; s++) {
+            char name[160];
+            snprintf(name, sizeof name, "%s/%s", state_group[s], p->name);
+            if (dx_zero_read_state(z, p->group, s, p->offset + a, p->offset + b, buf)) { rc = -1; break; }
+            hid_t d = H5Dopen2(f, name, H5P_DEFAULT);
+            if (d < 0 || io_pieces(d, p, pc, npc, buf, 1))
+                rc = dx_fail("checkpoint '%s': cannot write %s", path, name);
+            if (d >= 0) H5Dclose(d);
         }
     }
-    for (int i = 0; !root && mine > 0 && i < nmine; i++) {
-        size_t n = (size_t)hdr[i].rows * (size_t)(hdr[i].cols ? hdr[i].cols : 1);
-        if (world->send(world, &hdr[i], sizeof hdr[i], 0, 11) ||
-            world->send(world, data[i], n * sizeof(float), 0, 12))
-            lrc = -1;
+    free(buf);
+    int any = dx_comm_agree(world, rc); /* before the collective close */
+    if (H5Fclose(f) < 0 && !any) rc = dx_fail("checkpoint '%s': cannot close %s", path, tmp);
+    any = dx_comm_agree(world, any ? any : rc);
+    if (world->rank == 0) {
+        if (!any && rename(tmp, path)) rc = dx_fail("checkpoint '%s': cannot rename %s: %s", path, tmp, strerror(errno));
+        if (any || rc) remove(tmp);
     }
-    for (int i = 0; i < nmine; i++) free(data[i]);
-    free(data);
-    free(hdr);
-    free(counts);
-    if (root) {
-        if (g >= 0) H5Gclose(g);
-        if (f >= 0 && H5Fclose(f) < 0 && !rc) rc = dx_fail("checkpoint '%s': cannot close %s", path, tmp);
-        if (!rc && rename(tmp, path)) rc = dx_fail("checkpoint '%s': cannot rename %s: %s", path, tmp, strerror(errno));
-        if (rc) remove(tmp);
+    return dx_comm_agree(world, any ? any : rc) ? -1 : 0;
+}
+
+static int read_i64_attr(hid_t f, const char *name, int64_t *v)
+{
+    hid_t a = H5Aopen(f, name, H5P_DEFAULT);
+    int rc = a < 0 || H5Aread(a, H5T_NATIVE_INT64, v) < 0 ? -1 : 0;
+    if (a >= 0) H5Aclose(a);
+    return rc;
+}
+
+/* Checks that the file is a format-2 dissect checkpoint holding every tensor of this rank's
+ * part in its logical shape. */
+static int check_file(hid_t f, const char *path, dx_model *m, dx_ckpt_state *st)
+{
+    int64_t ver = 0, step = 0, consumed = 0, seed = 0;
+    if (H5Aexists(f, "format") <= 0 || read_i64_attr(f, "format_version", &ver))
+        return dx_fail("checkpoint '%s': not a dissect checkpoint (no format attributes)", path);
+    if (ver < FORMAT_VERSION)
+        return dx_fail("checkpoint '%s': format_version %lld holds the weights only (no optimizer states, step or "
+                       "data position): it cannot resume a run (use it as initial weights)", path, (long long)ver);
+    if (ver > FORMAT_VERSION)
+        return dx_fail("checkpoint '%s': format_version %lld is newer than this dissect's (%d)", path, (long long)ver, FORMAT_VERSION);
+    if (read_i64_attr(f, "step", &step) || read_i64_attr(f, "consumed_samples", &consumed) || read_i64_attr(f, "seed", &seed))
+        return dx_fail("checkpoint '%s': missing attribute step, consumed_samples or seed", path);
+    st->step = step;
+    st->consumed_samples = consumed;
+    st->seed = (uint64_t)seed;
+    for (int i = 0; i < dx_model_num_params_table(m); i++) {
+        const dx_param *p = dx_model_param(m, i);
+        for (int s = 0; s < 3; s++) {
+            char name[160];
+            snprintf(name, sizeof name, "%s/%s", state_group[s], p->name);
+            if (H5Lexists(f, state_group[s], H5P_DEFAULT) <= 0 || H5Lexists(f, name, H5P_DEFAULT) <= 0)
+                return dx_fail("checkpoint '%s': tensor %s missing", path, name);
+            hid_t d = H5Dopen2(f, name, H5P_DEFAULT), sp = d < 0 ? -1 : H5Dget_space(d);
+            hsize_t dims[2] = {0, 0};
+            int nd = sp < 0 ? -1 : H5Sget_simple_extent_dims(sp, dims, NULL);
+            if (sp >= 0) H5Sclose(sp);
+            if (d >= 0) H5Dclose(d);
+            const int want = p->cols ? 2 : 1;
+            if (nd != want || dims[0] != (hsize_t)p->full_rows || (want == 2 && dims[1] != (hsize_t)p->full_cols))
+                return dx_fail("checkpoint '%s': tensor %s has shape [%llu%s%llu], the model's is [%d%s%d]", path, name,
+                               (unsigned long long)dims[0], nd == 2 ? ", " : "", nd == 2 ? (unsigned long long)dims[1] : 0ULL,
+                               p->full_rows, want == 2 ? ", " : "", want == 2 ? p->full_cols : 0);
+        }
     }
-    return rc || lrc ? -1 : 0;
+    return 0;
+}
+
+int dx_checkpoint_load(const char *path, dx_model *m, dx_zero *z, dx_comm *world, dx_comm *dp,
+                       dx_ckpt_state *st)
+{
+    H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
+    hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+    int rc = f < 0 ? dx_fail("checkpoint '%s': cannot open (missing, unreadable or not HDF5)", path) : 0;
+    if (!rc) rc = check_file(f, path, m, st);
+    const int np = dx_model_num_params_table(m);
+    size_t cap = 0;
+    for (int i = 0; i < np; i++) cap = dx_model_param(m, i)->numel > cap ? dx_model_param(m, i)->numel : cap;
+    float *buf = rc ? NULL : malloc((cap ? cap : 1) * sizeof *buf);
+    if (!rc && !buf) rc = dx_fail("checkpoint '%s': out of memory", path);
+    /* every rank goes on to the collective master updates, or none */
+    if ((rc = dx_comm_agree(world, rc))) {
+        free(buf);
+        if (f >= 0) H5Fclose(f);
+        return -1;
+    }
+    for (int i = 0; i < np; i++) {
+        const dx_param *p = dx_model_param(m, i);
+        char name[160];
+        /* master weights: this rank's TP slice, set on the DP group (collective) */
+        snprintf(name, sizeof name, "params/%s", p->name);
+        piece pc[3];
+        int npc = pieces_of(p, 0, p->numel, pc);
+        hid_t d = H5Dopen2(f, name, H5P_DEFAULT);
+        if (d < 0 || io_pieces(d, p, pc, npc, buf, 0)) rc = dx_fail("checkpoint '%s': cannot read %s", path, name);
+        if (d >= 0) H5Dclose(d);
+        if ((rc = dx_comm_agree(dp, rc))) break;
+        if ((rc = dx_zero_set_master(z, p->group, p->offset, p->numel, buf))) break;
+        /* the moments: the owned part */
+        size_t lo, hi;
+        dx_zero_owned(z, p->group, &lo, &hi);
+        size_t s0 = p->offset > lo ? p->offset : lo, e0 = p->offset + p->numel < hi ? p->offset + p->numel : hi;
+        if (e0 <= s0) continue;
+        npc = pieces_of(p, s0 - p->offset, e0 - p->offset, pc);
+        for (int s = 1; s < 3 && !rc; s++) {
+            snprintf(name, sizeof name, "%s/%s", state_group[s], p->name);
+            d = H5Dopen2(f, name, H5P_DEFAULT);
+            if (d < 0 || io_pieces(d, p, pc, npc, buf, 0)) rc = dx_fail("checkpoint '%s': cannot read %s", path, name);
+            if (d >= 0) H5Dclose(d);
+            if (!rc) rc = dx_zero_write_state(z, p->group, s, s0, e0, buf);
+        }
+        if (rc) break;
+    }
+    free(buf);
+    H5Fclose(f);
+    return dx_comm_agree(world, rc) ? -1 : 0;
+}
+
+void dx_checkpoint_name(char *out, size_t cap, const char *dir, int64_t step)
+{
+    snprintf(out, cap, "%s/iter_%07lld.h5", dir, (long long)step);
+}
+
+/* The step of a periodic checkpoint's file name, or -1. */
+static int64_t iter_step(const char *name)
+{
+    long long s;
+    int len = 0;
+    if (sscanf(name, "iter_%lld.h5%n", &s, &len) != 1 || name[len] != '\0' || s < 0) return -1;
+    return (int64_t)s;
+}
+
+int dx_checkpoint_latest(const char *dir, char *out, size_t cap, int64_t *step)
+{
+    DIR *d = opendir(dir);
+    if (!d) {
+        if (errno == ENOENT) return 0;
+        return dx_fail("save_dir '%s': cannot read: %s", dir, strerror(errno));
+    }
+    int64_t best = -1;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        int64_t s = iter_step(e->d_name);
+        if (s > best) best = s;
+    }
+    closedir(d);
+    if (best < 0) return 0;
+    dx_checkpoint_name(out, cap, dir, best);
+    *step = best;
+    return 1;
+}
+
+static int cmp_i64(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+int dx_checkpoint_prune(const char *dir, int keep_last)
+{
+    if (keep_last <= 0) return 0;
+    DIR *d = opendir(dir);
+    if (!d) return dx_fail("save_dir '%s': cannot read: %s", dir, strerror(errno));
+    int64_t *steps = NULL;
+    size_t n = 0, capn = 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        int64_t s = iter_step(e->d_name);
+        if (s < 0) continue;
+        if (n == capn) {
+            int64_t *t = realloc(steps, (capn = capn ? 2 * capn : 16) * sizeof *t);
+            if (!t) { free(steps); closedir(d); return dx_fail("out of memory"); }
+            steps = t;
+        }
+        steps[n++] = s;
+    }
+    closedir(d);
+    int removed = 0;
+    if (n > (size_t)keep_last) {
+        qsort(steps, n, sizeof *steps, cmp_i64);
+        for (size_t i = 0; i + (size_t)keep_last < n; i++) {
+            char path[1100];
+            dx_checkpoint_name(path, sizeof path, dir, steps[i]);
+            if (!remove(path)) removed++;
+        }
+    }
+    free(steps);
+    return removed;
 }

@@ -1,29 +1,69 @@
-/* dissect checkpoints: one HDF5 file of logical, unsharded tensors.
+/* dissect checkpoints: one HDF5 file of logical, unsharded tensors that a run resumes from under
+ * any layout.
  *
- * Layout: root attributes format = "dissect-checkpoint", format_version = 1, step (int64),
- * config_json; /params/<HF name> float32 datasets of the tensor's logical shape ([rows, cols] or
- * [rows]) holding the fp32 master weights. The file is written to PATH.tmp and renamed to PATH,
- * so a crash never leaves a torn checkpoint under the final name.
+ * Layout (format_version 2): root attributes format = "dissect-checkpoint", format_version,
+ * step (steps done), consumed_samples (training sequences consumed: the data order's position),
+ * seed (the whole random state: initialisation, data order and sampling are counter-based
+ * functions of the seed and a position), config_json; float32 datasets of each tensor's logical
+ * shape ([rows, cols] or [rows]) under its Hugging Face name in
+ *   /params/<name>                   the fp32 master weights,
+ *   /optimizer/exp_avg/<name>        AdamW's first moment (torch.optim.AdamW's state name),
+ *   /optimizer/exp_avg_sq/<name>     its second moment.
+ * The learning-rate schedule's position is the step.
  *
- * Saving is collective over the world: in each (PP stage, TP rank) of the grid, the DP group
- * gathers its ZeRO shards to DP rank 0, which sends its slices (tensor-parallel slices, its
- * stage's layers; parameters every TP rank holds only from TP rank 0) to world rank 0; rank 0
- * writes each slice into its place (an HDF5 hyperslab) of the logical tensor. A checkpoint
- * written under any DP, TP or PP size or ZeRO stage therefore holds the same tensors.
+ * Saving is collective over the world and parallel (MPI-IO through parallel HDF5): the ranks
+ * create the datasets together, then every rank writes the pieces it owns as hyperslabs of the
+ * logical tensors (its ZeRO shard of its TP slice of its pipeline stage's parameters; with ZeRO
+ * stage 0 DP rank 0 of each (stage, TP rank) writes; parameters every TP rank holds are written
+ * by TP rank 0). Nothing goes through rank 0. The file is written as PATH.tmp and renamed to PATH
+ * once complete, so a crash or a signal during the save never leaves a torn file under a
+ * checkpoint's name, and the previous checkpoint stays.
+ *
+ * Loading reads by logical coordinates, so a checkpoint written under any DP, TP or PP size,
+ * ZeRO stage or offload setting resumes under any other.
  */
 #ifndef DX_CHECKPOINT_H
 #define DX_CHECKPOINT_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "comm/comm.h"
 #include "model/model.h"
 #include "zero/zero.h"
 
-/* Writes the master weights after `step` steps. world: every rank; dp: this rank's DP group (of
- * z); tp_rank: this rank's TP index. Returns 0 on every rank, or -1 + dx_fail (naming the path)
- * on rank 0's I/O failure or a failed transfer; callers agree on the result. */
+/* The training position a checkpoint records besides the tensors. */
+typedef struct {
+    int64_t step;             /* optimizer steps done */
+    int64_t consumed_samples; /* training sequences consumed (global) */
+    uint64_t seed;            /* the run's seed */
+} dx_ckpt_state;
+
+/* Writes a full checkpoint (master weights, AdamW moments, *st). world: every rank (an MPI group);
+ * dp: this rank's DP group (of z); tp_rank: this rank's TP index; config_json: the same text on
+ * every rank. Collective over the world. Returns 0 on every rank, or -1 + dx_fail naming the path
+ * (unwritable directory, failed write or rename) on every rank; PATH is then untouched. */
 int dx_checkpoint_save(const char *path, dx_model *m, dx_zero *z, dx_comm *world, dx_comm *dp,
-                       int tp_rank, int64_t step, const char *config_json);
+                       int tp_rank, const dx_ckpt_state *st, const char *config_json);
+
+/* Loads a full checkpoint into the model's ZeRO state: each rank reads its TP slice of each of
+ * its parameters (master weights, set through dx_zero_set_master) and its owned pieces of the
+ * moments; *st receives the position. Collective over the world. Errors (missing file, not a
+ * dissect checkpoint, format_version 1 without optimizer states, a tensor missing or of another
+ * shape) name the path and the tensor: -1 on every rank. */
+int dx_checkpoint_load(const char *path, dx_model *m, dx_zero *z, dx_comm *world, dx_comm *dp,
+                       dx_ckpt_state *st);
+
+/* Periodic checkpoints of a run directory: DIR/iter_<step, 7 digits>.h5 (Megatron-LM's naming). */
+void dx_checkpoint_name(char *out, size_t cap, const char *dir, int64_t step);
+
+/* The newest complete checkpoint in dir (iter_*.h5; never a .tmp): its path into out and its step
+ * into *step. Returns 1 when found, 0 when the directory holds none (or does not exist), -1 +
+ * dx_fail when dir cannot be read. */
+int dx_checkpoint_latest(const char *dir, char *out, size_t cap, int64_t *step);
+
+/* Removes the periodic checkpoints of dir but the newest keep_last (keep_last <= 0: keeps all).
+ * Returns the number removed, or -1 + dx_fail. */
+int dx_checkpoint_prune(const char *dir, int keep_last);
 
 #endif

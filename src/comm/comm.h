@@ -99,6 +99,9 @@ dx_comm *dx_comm_mpi_split(dx_comm *parent, int color, int key);
 /* Splits off one group: the ranks passing member = 1, ordered by key; collective over the
  * parent. Returns the group on members, NULL elsewhere; *rc = 0, or -1 + dx_fail on failure. */
 dx_comm *dx_comm_mpi_split_member(dx_comm *parent, int member, int key, int *rc);
+/* The MPI communicator of an MPI group, into *(MPI_Comm *)out (for MPI-IO: parallel HDF5);
+ * -1 + dx_fail where c is not an MPI group. */
+int dx_comm_mpi_handle(dx_comm *c, void *out);
 /* Finalises MPI (after every group is destroyed). */
 void dx_comm_mpi_finalize(void);
 /* Aborts every rank of the job with exit code `code` (last resort, e.g. on a hang). */

@@ -270,3 +270,10 @@ int dx_comm_agree(dx_comm *c, int rc)
     dx_fail("rank %d failed (see its message)", c->size - worst);
     return -2;
 }
+
+int dx_comm_mpi_handle(dx_comm *c, void *out)
+{
+    if (!c || c->all_reduce_sum != m_all_reduce_sum) return dx_fail("MPI comm: not an MPI group");
+    *(MPI_Comm *)out = C(c);
+    return 0;
+}

@@ -339,6 +339,10 @@ static const key_spec top_keys[] = {
     {"model", K_OBJECT, 0, 0, 0, 0, 0, model_keys, NULL},
     {"data", K_OBJECT, 0, 0, 0, 0, 0, data_keys, NULL},
     {"save", K_STRING, STR(save_path), 0, 0, 0, NULL, NULL},
+    {"save_dir", K_STRING, STR(save_dir), 0, 0, 0, NULL, NULL},
+    NONNEG("save_interval", K_LONG, OFF(save_interval)),
+    NONNEG("keep_last", K_INT, OFF(keep_last)),
+    {"resume", K_STRING, STR(resume), 0, 0, 0, NULL, NULL},
     {"hf_model", K_STRING, STR(hf_model), 0, 0, 0, NULL, NULL},
     POS_INT("seq_length", K_INT, OFF(seq_length)),
     POS_INT("train_micro_batch_size_per_gpu", K_INT, OFF(micro_batch)),
@@ -880,6 +884,11 @@ int dx_config_finalize(dx_config *c, int world)
     if (c->offload_optimizer && c->zero_stage < 1)
         return dx_fail("%s: key 'zero_optimization.offload_optimizer.device' = \"cpu\": needs ZeRO stage 1, 2 "
                        "or 3 (zero_optimization.stage is 0), as in DeepSpeed", src);
+    if (c->save_interval > 0 && !c->save_dir[0])
+        return dx_fail("%s: key 'save_interval' = %ld: needs 'save_dir' (the run directory the checkpoints go to)",
+                       src, c->save_interval);
+    if (!strcmp(c->resume, "auto") && !c->save_dir[0])
+        return dx_fail("%s: key 'resume' = \"auto\": needs 'save_dir' (where to look for the newest checkpoint)", src);
     if (c->offload_param && c->zero_stage != 3)
         return dx_fail("%s: key 'zero_optimization.offload_param.device' = \"cpu\": needs ZeRO stage 3 "
                        "(zero_optimization.stage is %d), as in DeepSpeed", src, c->zero_stage);
@@ -999,6 +1008,10 @@ char *dx_config_to_json(const dx_config *c)
     }
     CHK(cJSON_AddStringToObject(root, "save", c->save_path));
     CHK(cJSON_AddStringToObject(root, "hf_model", c->hf_model));
+    CHK(cJSON_AddStringToObject(root, "save_dir", c->save_dir));
+    CHK(add_int(root, "save_interval", (long long)c->save_interval));
+    CHK(add_int(root, "keep_last", (long long)c->keep_last));
+    CHK(cJSON_AddStringToObject(root, "resume", c->resume));
     CHK(add_int(root, "seq_length", (long long)c->seq_length));
     CHK(add_int(root, "train_micro_batch_size_per_gpu", (long long)c->micro_batch));
     CHK(add_int(root, "gradient_accumulation_steps", (long long)c->grad_accum));

@@ -12,7 +12,8 @@
  *            zero_optimization {stage}.
  *   Megatron-LM: seq_length, train_iters, lr_warmup_iters, lr_decay_iters, min_lr,
  *            eval_interval, eval_iters, log_interval, seed.
- *   dissect: data {train, valid, tokenizer}, save (checkpoint path), trace {path, level}, device, sample {tokens,
+ *   dissect: data {train, valid, tokenizer}, save (checkpoint path), save_dir, save_interval, keep_last,
+ *            resume, trace {path, level}, device, sample {tokens,
  *            temperature}, hf_model (a Hugging Face Llama directory: config.json + safetensors; its
  *            config.json replaces the "model" keys in dx_config_finalize, and its weights are the
  *            initial parameters, see checkpoints/safetensors.h).
@@ -65,6 +66,14 @@ typedef struct {
     char valid_path[1024];     /* token shard for validation ("" = none) */
     char tokenizer_path[1024]; /* SentencePiece model for decoding samples ("" = none) */
     char save_path[1024];      /* "save": HDF5 checkpoint written at the end ("" = none) */
+    /* run directory and resumption (checkpoints/checkpoint.h): Megatron-LM's save_interval,
+     * DeepSpeed-style keep_last; periodic and preemption checkpoints go to
+     * save_dir/iter_<step>.h5; "resume": a checkpoint path, "auto" (the newest in save_dir;
+     * none: a fresh start) or "" */
+    char save_dir[1024];
+    long save_interval; /* 0 = none */
+    int keep_last;      /* periodic checkpoints kept (0 = all) */
+    char resume[1024];
     char hf_model[1024];       /* "hf_model": Hugging Face model directory: shape from its
                                   config.json, initial weights from its safetensors ("" = none) */
 

@@ -1,8 +1,11 @@
 /* The coordinator's training loop; see run.h. */
 #include "run.h"
 
+#include <errno.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
+#include <sys/stat.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -101,6 +104,77 @@ static void fmt_bytes(char *buf, size_t n, double b)
     else snprintf(buf, n, "%.1f MiB", b / (1 << 20));
 }
 
+/* Preemption (SIGTERM: Slurm's scancel and preemption; SIGUSR1: sbatch --signal=B:USR1@T): the
+ * handler only records the signal; the ranks agree at the next step boundary, write a checkpoint
+ * to save_dir and exit 0. A second signal during the save changes nothing (the save goes to a
+ * .tmp name and is renamed once complete). */
+static volatile sig_atomic_t stop_signal;
+static void on_stop_signal(int sig) { stop_signal = sig; }
+
+static void install_stop_handlers(void)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_stop_signal;
+    sa.sa_flags = SA_RESTART;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGUSR1, &sa, NULL);
+}
+
+/* mkdir -p (as Megatron-LM's and DeepSpeed's save paths), then a probe file: a directory that
+ * cannot be created or written is an error before training. */
+static int prepare_dir(const char *dir, const char *key)
+{
+    char buf[1024];
+    snprintf(buf, sizeof buf, "%s", dir);
+    for (char *q = buf + 1; ; q++) {
+        if (*q == '/' || *q == '\0') {
+            char ch = *q;
+            *q = '\0';
+            if (mkdir(buf, 0777) && errno != EEXIST)
+                return dx_fail("key '%s': cannot create directory '%s': %s", key, buf, strerror(errno));
+            *q = ch;
+            if (!ch) break;
+        }
+    }
+    char probe[1100];
+    snprintf(probe, sizeof probe, "%s/.dissect_write_probe", dir);
+    FILE *f = fopen(probe, "w");
+    if (!f || fputs("probe\n", f) < 0 || fclose(f)) {
+        int e = errno;
+        if (f) remove(probe);
+        return dx_fail("key '%s': directory '%s' is not writable: %s", key, dir, strerror(e));
+    }
+    remove(probe);
+    return 0;
+}
+
+/* A full checkpoint after `step` (collective): path, or save_dir/iter_<step>.h5 then pruned to
+ * keep_last. */
+static int save_checkpoint(const dx_config *c, dx_worker *w, dx_comm *world, const char *path, long step,
+                           uint64_t consumed)
+{
+    char name[1100];
+    if (!path) dx_checkpoint_name(name, sizeof name, c->save_dir, step);
+    const char *where = path ? path : name;
+    char *json = dx_config_to_json(c);
+    const dx_grid *g = dx_worker_grid(w);
+    dx_ckpt_state st = {.step = step, .consumed_samples = (int64_t)consumed, .seed = c->seed};
+    uint64_t t0 = dx_now_ns();
+    int rc = dx_checkpoint_save(where, dx_worker_model(w), dx_worker_zero(w), world, g->dp_host, g->tp_rank, &st,
+                                json ? json : "{}");
+    free(json);
+    if (dx_agree_and_report(world, rc)) return -1;
+    if (world->rank == 0) {
+        printf("checkpoint of step %ld written to %s (%.2f s)\n", step, where, (double)(dx_now_ns() - t0) * 1e-9);
+        if (!path && c->keep_last > 0 && dx_checkpoint_prune(c->save_dir, c->keep_last) < 0)
+            fprintf(stderr, "dissect: warning: %s\n", dx_last_error());
+        fflush(stdout);
+    }
+    return 0;
+}
+
 int dx_run_train(const dx_config *c, dx_comm *world)
 {
     const int rank = world->rank, P = world->size;
@@ -146,8 +220,49 @@ int dx_run_train(const dx_config *c, dx_comm *world)
     }
     if (dx_agree_and_report(world, rc)) goto out_err;
 
+    /* the run directory: created and checked before anything is trained */
+    if (!rc && rank == 0 && c->save_dir[0]) rc = prepare_dir(c->save_dir, "save_dir");
+    if (dx_agree_and_report(world, rc)) goto out_err;
+
     if (!rc) w = dx_worker_create(c, world, &rc);
     if (dx_agree_and_report(world, rc)) goto out_err;
+
+    /* resumption: the newest checkpoint of save_dir (auto) or the one named */
+    long step0 = 0;
+    uint64_t consumed0 = 0;
+    if (c->resume[0]) {
+        char path[1100] = "";
+        int found = 1;
+        if (!strcmp(c->resume, "auto")) {
+            int64_t s0 = 0;
+            found = rank == 0 ? dx_checkpoint_latest(c->save_dir, path, sizeof path, &s0) : 0;
+            if (found < 0) rc = -1;
+            if (dx_agree_and_report(world, rc)) goto out_err;
+            if (world->broadcast(world, &found, sizeof found, 0) || world->broadcast(world, path, sizeof path, 0))
+                goto out_err;
+            if (!found && rank == 0) printf("resume auto: no checkpoint in %s; starting at step 1\n", c->save_dir);
+        } else {
+            snprintf(path, sizeof path, "%s", c->resume);
+        }
+        if (found) {
+            dx_ckpt_state st;
+            const dx_grid *g = dx_worker_grid(w);
+            rc = dx_checkpoint_load(path, dx_worker_model(w), dx_worker_zero(w), world, g->dp_host, &st);
+            if (!rc && st.seed != c->seed)
+                rc = dx_fail("key 'resume': checkpoint '%s' was written with seed %llu, the config's 'seed' is %llu "
+                             "(the data order would differ)", path, (unsigned long long)st.seed,
+                             (unsigned long long)c->seed);
+            if (dx_agree_and_report(world, rc)) goto out_err;
+            step0 = (long)st.step;
+            consumed0 = (uint64_t)st.consumed_samples;
+            dx_worker_set_data_position(w, step0, consumed0);
+            if (rank == 0)
+                printf("resumed from %s: step %ld done, %llu sequences consumed\n", path, step0,
+                       (unsigned long long)consumed0);
+        }
+    }
+    const uint64_t G = (uint64_t)c->global_batch;
+    install_stop_handlers();
 
     /* the trace file is created before training, so an unwritable path fails now */
     if (rank == 0 && !rc && c->trace_path[0]) {
@@ -226,7 +341,9 @@ int dx_run_train(const dx_config *c, dx_comm *world)
     double *cols = rank == 0 ? calloc((size_t)P * 4, sizeof(double)) : NULL;
     int64_t *mem = rank == 0 ? calloc((size_t)P * 5, sizeof(int64_t)) : NULL; /* peak + 4 cats */
     double val_loss = NAN;
-    for (long step = 1; step <= c->train_iters; step++) {
+    int preempted = 0;
+    long last_step = step0;
+    for (long step = step0 + 1; step <= c->train_iters && !preempted; step++) {
         dx_step_stats st;
         if (dx_worker_train_step(w, step, &st)) {
             /* peers may be blocked in a collective: report and take the job down */
@@ -247,11 +364,19 @@ int dx_run_train(const dx_config *c, dx_comm *world)
             fprintf(stderr, "dissect: error: %s\n", dx_last_error());
             dx_comm_mpi_abort(1);
         }
+        /* preemption: a signal on any rank stops every rank at this step boundary */
+        int stop = 0;
+        if (world->max_int(world, stop_signal ? 1 : 0, &stop)) {
+            fprintf(stderr, "dissect: error: rank %d: %s\n", rank, dx_last_error());
+            dx_comm_mpi_abort(1);
+        }
+        preempted = stop;
+        const int final_step = step == c->train_iters || stop;
         int do_eval = c->eval_interval > 0 && (step % c->eval_interval == 0 || step == c->train_iters);
         val_loss = NAN;
         /* the last step's events are all resolved first (collectives still running included) */
-        if (events && (step % 10 == 0 || step == c->train_iters) &&
-            ((step == c->train_iters && dx_tr_resolve(dx_worker_tracer(w), 1)) ||
+        if (events && (step % 10 == 0 || final_step) &&
+            ((final_step && dx_tr_resolve(dx_worker_tracer(w), 1)) ||
              gather_events(world, dx_worker_tracer(w), tw, offset, t_start))) {
             fprintf(stderr, "dissect: error: rank %d, step %ld: %s\n", rank, step, dx_last_error());
             dx_comm_mpi_abort(1);
@@ -259,6 +384,15 @@ int dx_run_train(const dx_config *c, dx_comm *world)
         if (do_eval && dx_worker_eval(w, &val_loss)) {
             fprintf(stderr, "dissect: error: rank %d, evaluation at step %ld: %s\n", rank, step, dx_last_error());
             dx_comm_mpi_abort(1);
+        }
+        last_step = step;
+        const uint64_t consumed = consumed0 + (uint64_t)(step - step0) * G;
+        if (c->save_dir[0] && ((c->save_interval > 0 && step % c->save_interval == 0 && step < c->train_iters) || stop)) {
+            if (stop && rank == 0) printf("signal received: checkpoint of step %ld, then exit\n", step);
+            if (save_checkpoint(c, w, world, NULL, step, consumed)) dx_comm_mpi_abort(1);
+        } else if (stop && rank == 0) {
+            fprintf(stderr, "dissect: warning: signal received at step %ld and no 'save_dir': stopping without a "
+                            "checkpoint\n", step);
         }
         if (rank != 0) continue;
 
@@ -269,13 +403,13 @@ int dx_run_train(const dx_config *c, dx_comm *world)
             if (all[r * F_N + F_PEAK] > peak) peak = all[r * F_N + F_PEAK];
         }
         double tps = (double)st.tokens / step_s;
-        if (step % c->log_interval == 0 || step == 1 || step == c->train_iters) {
+        if (step % c->log_interval == 0 || step == step0 + 1 || final_step) {
             char pk[32];
             fmt_bytes(pk, sizeof pk, peak);
             printf("step %5ld/%ld | loss %.4f | lr %.3e | grad norm %.3f | %.0f tokens/s | step %.1f ms | peak mem %s\n",
                    step, c->train_iters, st.loss, st.lr, st.grad_norm, tps, step_s * 1e3, pk);
         }
-        if (step == 1) {
+        if (step == step0 + 1) {
             char b[4][32];
             for (int f = 0; f < 4; f++) fmt_bytes(b[f], sizeof b[f], all[F_PARAMS + f]);
             size_t hb = dx_zero_host_bytes(dx_worker_zero(w));
@@ -306,18 +440,15 @@ int dx_run_train(const dx_config *c, dx_comm *world)
     free(mem);
     free(offset);
 
-    if (c->save_path[0]) {
-        char *json = rank == 0 ? dx_config_to_json(c) : NULL;
-        const dx_grid *g = dx_worker_grid(w);
-        int src = dx_checkpoint_save(c->save_path, dx_worker_model(w), dx_worker_zero(w), world,
-                                     g->dp_host, g->tp_rank, c->train_iters, json);
-        free(json);
-        if (dx_agree_and_report(world, src)) rc = -1;
-        else if (rank == 0) printf("checkpoint written to %s\n", c->save_path);
-    }
+    if (!preempted && c->save_path[0] &&
+        save_checkpoint(c, w, world, c->save_path, last_step, consumed0 + (uint64_t)(last_step - step0) * G))
+        rc = -1;
+    if (!preempted && c->save_dir[0] && c->save_interval > 0 && last_step > step0 &&
+        save_checkpoint(c, w, world, NULL, last_step, consumed0 + (uint64_t)(last_step - step0) * G))
+        rc = -1;
 
     /* a short sample from the trained model */
-    if (c->sample_tokens > 0) {
+    if (!preempted && c->sample_tokens > 0) {
         int32_t *ids = malloc(((size_t)c->sample_tokens + 1) * sizeof *ids);
         int src = ids ? dx_worker_sample(w, c->sample_tokens, c->sample_temperature, c->seed, ids) : -1;
         if (src) {

@@ -36,6 +36,8 @@ struct dx_worker {
     dx_zero *zero;
     dx_pipeline *pipe;
     int first_stage, last_stage; /* this rank holds the embedding / the LM head */
+    long data_step0;             /* dx_worker_set_data_position */
+    uint64_t data_consumed0;
     dx_shard train, valid;
     int have_train, have_valid;
     dx_batcher tb, vb;
@@ -281,6 +283,12 @@ fail:
     return NULL;
 }
 
+void dx_worker_set_data_position(dx_worker *w, long step0, uint64_t consumed)
+{
+    w->data_step0 = step0;
+    w->data_consumed0 = consumed;
+}
+
 static int upload_batch(dx_worker *w, dx_batcher *b, uint64_t g0, int n)
 {
     size_t bytes = (size_t)n * w->cfg.seq_length * sizeof(int32_t);
@@ -348,7 +356,8 @@ int dx_worker_train_step(dx_worker *w, long step, dx_step_stats *st)
     /* the step's AdamW hyper-parameters (an early update needs them in the last backward) */
     const dx_adamw_hparams hp = {.lr = dx_lr_at(c, step), .beta1 = c->beta1, .beta2 = c->beta2,
                                  .eps = c->adam_eps, .weight_decay = c->weight_decay, .step = step};
-    load_ctx lc = {w, &w->tb, (uint64_t)(step - 1) * G + (uint64_t)w->dp->rank * B * A};
+    load_ctx lc = {w, &w->tb, w->data_consumed0 + (uint64_t)(step - 1 - w->data_step0) * G +
+                                  (uint64_t)w->dp->rank * B * A};
     if (w->pipe) { /* the pipeline schedule over the step's micro-batches */
         if (dx_pipeline_train(w->pipe, B, T, w->d_loss, (float)(1.0 / global_tokens), load_micro, &lc,
                               &st->forward_s, &st->backward_s))

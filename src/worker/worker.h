@@ -43,6 +43,11 @@ void dx_worker_destroy(dx_worker *w);
 /* Runs training step `step` (1-based). Collective over DP. */
 int dx_worker_train_step(dx_worker *w, long step, dx_step_stats *st);
 
+/* After a resume: step `step0` was the last one done and `consumed` training sequences had been
+ * consumed (global), so step s > step0 reads the data order from consumed + (s - 1 - step0) x
+ * global batch (the default, step0 = consumed = 0, is (s - 1) x global batch). */
+void dx_worker_set_data_position(dx_worker *w, long step0, uint64_t consumed);
+
 /* Mean validation loss over eval_iters global batches of the valid shard (the same batches every
  * call). Collective over DP. *val_loss = NaN if there is no valid shard. */
 int dx_worker_eval(dx_worker *w, double *val_loss);

@@ -929,3 +929,41 @@ int dx_zero_set_master(dx_zero *z, int gi, size_t start, size_t count, const flo
                                be->act));
     return gather_invalidate(z);
 }
+
+void dx_zero_owned(const dx_zero *z, int gi, size_t *lo, size_t *hi)
+{
+    *lo = z->g[gi].lo;
+    *hi = z->g[gi].hi;
+}
+
+/* Group gi's state `which` at owned element e, after a range check. */
+static void *state_at(dx_zero *z, int gi, int which, size_t lo, size_t hi, const char *what)
+{
+    zgroup *g = &z->g[gi];
+    if (which < 0 || which > 2 || lo > hi || lo < g->lo || hi > g->hi) {
+        dx_fail("zero: %s: state %d range [%zu, %zu) outside group %d's owned [%zu, %zu)", what, which, lo, hi,
+                gi, g->lo, g->hi);
+        return NULL;
+    }
+    void *base = which == 0 ? g->master : which == 1 ? g->m : g->v;
+    return at(base, z->stage == 0 ? lo : lo - g->lo, z->as);
+}
+
+int dx_zero_read_state(dx_zero *z, int gi, int which, size_t lo, size_t hi, float *out)
+{
+    void *p = state_at(z, gi, which, lo, hi, "read_state");
+    if (!p) return -1;
+    if (hi == lo) return 0;
+    if (z->offload) { memcpy(out, p, (hi - lo) * sizeof(float)); return 0; }
+    return z->be->download_f32(z->be, out, p, z->be->acc, hi - lo);
+}
+
+int dx_zero_write_state(dx_zero *z, int gi, int which, size_t lo, size_t hi, const float *src)
+{
+    if (which == 0) return dx_fail("zero: write_state: master weights go through dx_zero_set_master");
+    void *p = state_at(z, gi, which, lo, hi, "write_state");
+    if (!p) return -1;
+    if (hi == lo) return 0;
+    if (z->offload) { memcpy(p, src, (hi - lo) * sizeof(float)); return 0; }
+    return z->be->upload_f32(z->be, p, z->be->acc, src, hi - lo);
+}

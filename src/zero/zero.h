@@ -145,4 +145,14 @@ int dx_zero_get_master(dx_zero *z, int g, size_t start, size_t count, float *out
  * Collective over the DP group (stages 1-2 all-gather the refreshed working parameters). */
 int dx_zero_set_master(dx_zero *z, int g, size_t start, size_t count, const float *src);
 
+/* The optimizer state of this rank's shard, for full checkpoints: which = 0 fp32 master weights,
+ * 1 AdamW exp_avg (m), 2 exp_avg_sq (v). dx_zero_owned gives the owned range [*lo, *hi) of group
+ * gi (group coordinates; stage 0: the whole group, every DP rank). read_state copies elements
+ * [lo, hi) of the owned range to host fp32 out; write_state sets them from host src (m and v
+ * only: master weights go through dx_zero_set_master, which refreshes the working copy). Not
+ * collective. Return 0 or -1 + dx_fail (a range outside the owned one). */
+void dx_zero_owned(const dx_zero *z, int gi, size_t *lo, size_t *hi);
+int dx_zero_read_state(dx_zero *z, int gi, int which, size_t lo, size_t hi, float *out);
+int dx_zero_write_state(dx_zero *z, int gi, int which, size_t lo, size_t hi, const float *src);
+
 #endif
