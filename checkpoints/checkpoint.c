@@ -274,13 +274,44 @@ static int check_file(hid_t f, const char *path, dx_model *m, dx_ckpt_state *st)
     return 0;
 }
 
+/* Elements of all datasets directly in group g into *total. */
+static int count_elems(hid_t g, int64_t *total)
+{
+    H5G_info_t gi;
+    if (H5Gget_info(g, &gi) < 0) return -1;
+    for (hsize_t i = 0; i < gi.nlinks; i++) {
+        char name[256];
+        if (H5Lget_name_by_idx(g, ".", H5_INDEX_NAME, H5_ITER_INC, i, name, sizeof name, H5P_DEFAULT) < 0) return -1;
+        hid_t d = H5Dopen2(g, name, H5P_DEFAULT);
+        if (d < 0) return -1;
+        hid_t sp = H5Dget_space(d);
+        hssize_t n = sp < 0 ? -1 : H5Sget_simple_extent_npoints(sp);
+        if (sp >= 0) H5Sclose(sp);
+        H5Dclose(d);
+        if (n < 0) return -1;
+        *total += (int64_t)n;
+    }
+    return 0;
+}
+
 int dx_checkpoint_load(const char *path, dx_model *m, dx_zero *z, dx_comm *world, dx_comm *dp,
-                       dx_ckpt_state *st)
+                       int64_t total_params, dx_ckpt_state *st)
 {
     H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
     hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
     int rc = f < 0 ? dx_fail("checkpoint '%s': cannot open (missing, unreadable or not HDF5)", path) : 0;
     if (!rc) rc = check_file(f, path, m, st);
+    int64_t held = 0;
+    if (!rc) {
+        hid_t g = H5Gopen2(f, "params", H5P_DEFAULT);
+        if (g < 0 || count_elems(g, &held))
+            rc = dx_fail("checkpoint '%s': cannot list /params", path);
+        if (g >= 0) H5Gclose(g);
+        if (!rc && held != total_params)
+            rc = dx_fail("checkpoint '%s': holds %.2fM parameters, this model has %.2fM (another model shape: "
+                         "check model.num_hidden_layers, hidden_size, intermediate_size, vocab_size)",
+                         path, (double)held / 1e6, (double)total_params / 1e6);
+    }
     const int np = dx_model_num_params_table(m);
     size_t cap = 0;
     for (int i = 0; i < np; i++) cap = dx_model_param(m, i)->numel > cap ? dx_model_param(m, i)->numel : cap;

@@ -50,9 +50,10 @@ int dx_checkpoint_save(const char *path, dx_model *m, dx_zero *z, dx_comm *world
  * its parameters (master weights, set through dx_zero_set_master) and its owned pieces of the
  * moments; *st receives the position. Collective over the world. Errors (missing file, not a
  * dissect checkpoint, format_version 1 without optimizer states, a tensor missing or of another
- * shape) name the path and the tensor: -1 on every rank. */
+ * shape, /params holding another number of parameters than total_params, the whole model's)
+ * name the path and the tensor: -1 on every rank. */
 int dx_checkpoint_load(const char *path, dx_model *m, dx_zero *z, dx_comm *world, dx_comm *dp,
-                       dx_ckpt_state *st);
+                       int64_t total_params, dx_ckpt_state *st);
 
 /* Periodic checkpoints of a run directory: DIR/iter_<step, 7 digits>.h5 (Megatron-LM's naming). */
 void dx_checkpoint_name(char *out, size_t cap, const char *dir, int64_t step);

@@ -247,7 +247,8 @@ int dx_run_train(const dx_config *c, dx_comm *world)
         if (found) {
             dx_ckpt_state st;
             const dx_grid *g = dx_worker_grid(w);
-            rc = dx_checkpoint_load(path, dx_worker_model(w), dx_worker_zero(w), world, g->dp_host, &st);
+            rc = dx_checkpoint_load(path, dx_worker_model(w), dx_worker_zero(w), world, g->dp_host,
+                                    (int64_t)dx_model_num_params(&c->model), &st);
             if (!rc && st.seed != c->seed)
                 rc = dx_fail("key 'resume': checkpoint '%s' was written with seed %llu, the config's 'seed' is %llu "
                              "(the data order would differ)", path, (unsigned long long)st.seed,

@@ -1,0 +1,153 @@
+#!/usr/bin/env bash
+# Resumable runs (checkpoints/checkpoint.h), on the CPU backend:
+#  1. a run stopped at step 3 and resumed (--resume PATH, and --resume auto from the run
+#     directory) gives bit-identical losses for steps 4-6 and final weights and AdamW moments to
+#     the uninterrupted run (DP 2, ZeRO 2, gradient accumulation 2);
+#  2. a checkpoint written under DP 4 + ZeRO 3 resumes under DP 2 + ZeRO 1, under TP 2 x PP 2,
+#     and under DP 2 + ZeRO 3 with optimizer and parameter offload, matching the uninterrupted
+#     DP 4 run within 1e-5 relative (losses; final weights and AdamW moments per tensor as
+#     ||other - ref|| / ||ref||, as tests/compare_checkpoints.py);
+#  3. keep_last 2 keeps the two newest periodic checkpoints;
+#  4. preemption: SIGUSR1 (sbatch --signal) sent to one rank, and SIGTERM (scancel) to another
+#     run's rank 0, stop every rank at the next step boundary with a checkpoint and exit 0; the
+#     trace written so far is readable; `--resume auto` then finishes the run with final weights
+#     bitwise those of an uninterrupted run;
+#  5. bad input: a resume path that does not exist, a format-1 (weights only) file, a checkpoint
+#     of another model shape, save_interval without save_dir and a save_dir that cannot be
+#     created are
+#     refused naming the file or key, before any training step.
+set -euo pipefail
+: "${DISSECT:?path to the dissect binary}" "${SRCDIR:=.}" "${PYTHON3:=/usr/bin/python3}"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+"$PYTHON3" "$SRCDIR/tests/make_synthetic.py" "$tmp/ids.txt" --vocab 64 --tokens 20000
+"$PYTHON3" "$SRCDIR/examples/make_shards.py" "$tmp/ids.txt" "$tmp/train.bin" --vocab-size 64 >/dev/null
+common=(train --model tiny --num-layers 4 --train-data "$tmp/train.bin" --seq-length 32 --warmup-iters 2
+        --lr 1e-3 --eval-interval 0 --sample-tokens 0 --log-interval 1 --device cpu --grad-accum 2)
+run() { # name np flags...: runs dissect, log in $tmp/name.log
+  local name=$1 np=$2; shift 2
+  OMP_NUM_THREADS=1 mpirun -np "$np" "$DISSECT" "${common[@]}" "$@" > "$tmp/$name.log" 2>&1 \
+    || { echo "FAIL $name (exit $?):"; tail -20 "$tmp/$name.log"; exit 1; }
+}
+fail=0
+# compare.py REF OTHER RTOL [FIRST_STEP]: losses of REF's steps >= FIRST_STEP against OTHER's (traces),
+# and every tensor of two checkpoints (params and optimizer moments)
+cat > "$tmp/compare.py" <<'PY'
+import sys, h5py, numpy as np
+kind, a, b, rtol = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4])
+def rel(x, y):
+    x = np.asarray(x, np.float64); y = np.asarray(y, np.float64)
+    return float(np.max(np.abs(x - y) / np.maximum(np.abs(x), 1e-30))) if x.size else 0.0
+if kind == "trace":
+    with h5py.File(a) as f, h5py.File(b) as g:
+        sa = dict(zip(f["steps"]["step"][()].tolist(), f["steps"]["loss"][()]))
+        sb = dict(zip(g["steps"]["step"][()].tolist(), g["steps"]["loss"][()]))
+    common = sorted(set(sa) & set(sb))
+    worst = max(rel(sa[s], sb[s]) for s in common) if common else float("inf")
+    ok = bool(common) and worst <= rtol
+    print(f"losses of steps {common[0] if common else '-'}-{common[-1] if common else '-'}: worst relative difference {worst:.2e} (bound {rtol:g})")
+else:
+    worst, where, n = 0.0, "", 0
+    with h5py.File(a) as f, h5py.File(b) as g:
+        names = []
+        f.visititems(lambda k, v: names.append(k) if isinstance(v, h5py.Dataset) else None)
+        for k in names:
+            x, y = np.asarray(f[k][()], np.float64), np.asarray(g[k][()], np.float64)
+            # bitwise: max |difference|; else per tensor ||other - ref|| / ||ref|| (compare_checkpoints.py)
+            r = float(np.max(np.abs(x - y))) if rtol == 0 else float(np.linalg.norm(x - y) / max(np.linalg.norm(x), 1e-300))
+            n += 1
+            if r > worst: worst, where = r, k
+        ok = n > 0 and worst <= rtol and g.attrs["step"] == f.attrs["step"]
+    print(f"{n} tensors (params, exp_avg, exp_avg_sq): worst {'absolute' if rtol == 0 else 'relative'} "
+          f"difference {worst:.2e} {where} (bound {rtol:g})")
+sys.exit(0 if ok else 1)
+PY
+check() { # label kind a b rtol
+  local label=$1; shift
+  if r=$("$PYTHON3" "$tmp/compare.py" "$@" 2>&1); then echo "ok   $label: $r"; else echo "FAIL $label: $r"; fail=1; fi
+}
+
+# 1. bitwise resume
+run full 2 --micro-batch 2 --zero-stage 2 --train-iters 6 --save-dir "$tmp/run" --save-interval 3 \
+  --trace "$tmp/full.h5" --save "$tmp/full.ck.h5"
+[ -s "$tmp/run/iter_0000003.h5" ] && [ -s "$tmp/run/iter_0000006.h5" ] \
+  && echo "ok   periodic checkpoints: $(ls "$tmp/run" | tr '\n' ' ')" || { echo "FAIL periodic checkpoints: $(ls "$tmp/run")"; fail=1; }
+run resumed 2 --micro-batch 2 --zero-stage 2 --train-iters 6 --resume "$tmp/run/iter_0000003.h5" \
+  --trace "$tmp/resumed.h5" --save "$tmp/resumed.ck.h5"
+check "resume at step 3 (DP 2, ZeRO 2): losses" trace "$tmp/full.h5" "$tmp/resumed.h5" 0
+check "resume at step 3 (DP 2, ZeRO 2): final checkpoint" ckpt "$tmp/full.ck.h5" "$tmp/resumed.ck.h5" 0
+mkdir -p "$tmp/auto" && cp "$tmp/run/iter_0000003.h5" "$tmp/auto/"
+run auto 2 --micro-batch 2 --zero-stage 2 --train-iters 6 --save-dir "$tmp/auto" --resume auto --save "$tmp/auto.ck.h5"
+grep -q "resumed from $tmp/auto/iter_0000003.h5" "$tmp/auto.log" || { echo "FAIL resume auto did not pick iter_0000003"; fail=1; }
+check "resume auto from the run directory: final checkpoint" ckpt "$tmp/full.ck.h5" "$tmp/auto.ck.h5" 0
+
+# 2. another layout
+run dp4 4 --micro-batch 1 --zero-stage 3 --train-iters 6 --save-dir "$tmp/dp4" --save-interval 3 \
+  --trace "$tmp/dp4.h5" --save "$tmp/dp4.ck.h5"
+for lay in "dp2z1:2:--micro-batch 2 --zero-stage 1" "tp2pp2:4:--micro-batch 4 --tp 2 --pp 2 --zero-stage 1" \
+           "dp2z3offload:2:--micro-batch 2 --zero-stage 3 --offload-optimizer cpu --offload-param cpu"; do
+  IFS=: read -r name np flags <<<"$lay"
+  # shellcheck disable=SC2086
+  run "from_dp4_$name" "$np" $flags --train-iters 6 --resume "$tmp/dp4/iter_0000003.h5" \
+    --trace "$tmp/from_dp4_$name.h5" --save "$tmp/from_dp4_$name.ck.h5"
+  check "DP 4 ZeRO 3 checkpoint resumed under $name: losses" trace "$tmp/dp4.h5" "$tmp/from_dp4_$name.h5" 1e-5
+  check "DP 4 ZeRO 3 checkpoint resumed under $name: final checkpoint" ckpt "$tmp/dp4.ck.h5" "$tmp/from_dp4_$name.ck.h5" 1e-5
+done
+
+# 3. keep_last
+run keep 1 --micro-batch 4 --zero-stage 1 --train-iters 8 --save-dir "$tmp/keep" --save-interval 2 --keep-last 2
+got=$(ls "$tmp/keep" | tr '\n' ' ')
+[ "$got" = "iter_0000006.h5 iter_0000008.h5 " ] && echo "ok   keep_last 2: $got" || { echo "FAIL keep_last 2 left: $got"; fail=1; }
+
+# 4. preemption
+long=(--micro-batch 2 --zero-stage 2 --train-iters 3000 --log-interval 50)
+run uninterrupted 2 "${long[@]}" --save "$tmp/long.ck.h5"
+for sig in USR1:1 TERM:0; do
+  IFS=: read -r name target <<<"$sig"
+  dir="$tmp/pre_$name"
+  OMP_NUM_THREADS=1 mpirun -np 2 "$DISSECT" "${common[@]}" "${long[@]}" --save-dir "$dir" \
+    --trace "$tmp/pre_$name.h5" > "$tmp/pre_$name.log" 2>&1 &
+  mpipid=$!
+  for _ in $(seq 200); do grep -q "step    50/" "$tmp/pre_$name.log" 2>/dev/null && break; sleep 0.1; done
+  pids=()
+  for p in $(pgrep -f -- "--save-dir $dir"); do [ "$(cat /proc/"$p"/comm 2>/dev/null)" = dissect ] && pids+=("$p"); done
+  # the rank with the given index in start order (rank order is not guaranteed; any rank will do)
+  victim=${pids[$target]:-${pids[0]:-}}
+  t0=$(date +%s.%N)
+  [ -n "$victim" ] && kill -"$name" "$victim"
+  wait "$mpipid" && rc=0 || rc=$?
+  secs=$(echo "$(date +%s.%N) - $t0" | bc)
+  ck=$(ls "$dir" 2>/dev/null | grep '^iter_' | tail -1 || true)
+  if [ -n "$victim" ] && [ "$rc" -eq 0 ] && [ -n "$ck" ] && grep -q "signal received" "$tmp/pre_$name.log" \
+     && "$PYTHON3" -c "import h5py,sys; f=h5py.File(sys.argv[1]); assert len(f['steps']['loss']) > 0" "$tmp/pre_$name.h5"; then
+    echo "ok   SIG$name to one rank: every rank stopped, exit 0 after ${secs}s, checkpoint $ck, trace readable"
+  else
+    echo "FAIL SIG$name: exit $rc, checkpoint '${ck}', victim '${victim}'"; tail -5 "$tmp/pre_$name.log"; fail=1
+  fi
+  run "pre_${name}_resume" 2 "${long[@]}" --save-dir "$dir" --resume auto --save "$tmp/pre_$name.ck.h5"
+  check "SIG$name, then --resume auto to the end: final checkpoint" ckpt "$tmp/long.ck.h5" "$tmp/pre_$name.ck.h5" 0
+done
+
+# 5. bad input
+"$PYTHON3" - "$tmp/v1.h5" <<'PY'
+import sys, h5py, numpy as np
+with h5py.File(sys.argv[1], "w") as f:
+    f.attrs["format"] = "dissect-checkpoint"; f.attrs["format_version"] = 1; f.attrs["step"] = 3
+    f.create_dataset("params/lm_head.weight", data=np.zeros((64, 32), np.float32))
+PY
+echo "a file, not a directory" > "$tmp/afile"
+for bad in "--resume $tmp/nope.h5:checkpoint '$tmp/nope.h5': cannot open" \
+           "--resume $tmp/v1.h5:format_version 1 holds the weights only" \
+           "--resume $tmp/run/iter_0000003.h5 --num-layers 2:holds 0.05M parameters, this model has 0.03M" \
+           "--save-interval 2:key 'save_interval' = 2: needs 'save_dir'" \
+           "--save-dir $tmp/afile/sub --save-interval 2:key 'save_dir': cannot create directory"; do
+  flags=${bad%%:*} want=${bad#*:}
+  # shellcheck disable=SC2086
+  out=$(OMP_NUM_THREADS=1 mpirun -np 1 "$DISSECT" "${common[@]}" --micro-batch 4 --train-iters 4 $flags 2>&1) && rc=0 || rc=$?
+  if [[ $rc -ne 0 && $out == *"$want"* && $out != *"step     1/"* ]]; then
+    echo "ok   refused ($flags): $(grep 'dissect: error' <<<"$out" | head -1 | cut -c1-160)"
+  else
+    echo "FAIL not refused or wrong message ($flags), exit $rc:"; echo "$out" | grep -v "^--\|^ *$" | head -4; fail=1
+  fi
+done
+exit $fail
