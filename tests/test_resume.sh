@@ -110,13 +110,16 @@ for sig in USR1:1 TERM:0; do
   mpipid=$!
   for _ in $(seq 200); do grep -q "step    50/" "$tmp/pre_$name.log" 2>/dev/null && break; sleep 0.1; done
   pids=()
-  for p in $(pgrep -f -- "--save-dir $dir"); do [ "$(cat /proc/"$p"/comm 2>/dev/null)" = dissect ] && pids+=("$p"); done
+  for p in /proc/[0-9]*; do # the rank processes (no procps needed)
+    [ "$(cat "$p/comm" 2>/dev/null)" = dissect ] && tr '\0' ' ' < "$p/cmdline" 2>/dev/null | grep -- "--save-dir $dir " > /dev/null \
+      && pids+=("${p#/proc/}")
+  done
   # the rank with the given index in start order (rank order is not guaranteed; any rank will do)
   victim=${pids[$target]:-${pids[0]:-}}
   t0=$(date +%s.%N)
   [ -n "$victim" ] && kill -"$name" "$victim"
   wait "$mpipid" && rc=0 || rc=$?
-  secs=$(echo "$(date +%s.%N) - $t0" | bc)
+  secs=$("$PYTHON3" -c 'import sys; print(f"{float(sys.argv[2]) - float(sys.argv[1]):.2f}")' "$t0" "$(date +%s.%N)")
   ck=$(ls "$dir" 2>/dev/null | grep '^iter_' | tail -1 || true)
   if [ -n "$victim" ] && [ "$rc" -eq 0 ] && [ -n "$ck" ] && grep -q "signal received" "$tmp/pre_$name.log" \
      && "$PYTHON3" -c "import h5py,sys; f=h5py.File(sys.argv[1]); assert len(f['steps']['loss']) > 0" "$tmp/pre_$name.h5"; then
