@@ -71,15 +71,20 @@ static int io_pieces(hid_t d, const dx_param *p, const piece *pc, int n, float *
     return rc;
 }
 
-/* The owned part [a, b) (parameter coordinates) of parameter p on this rank, and whether this
- * rank writes it (stage 0: DP rank 0; TP-replicated: TP rank 0). */
-static int owned_part(dx_zero *z, const dx_param *p, int dp_rank, int tp_rank, size_t *a, size_t *b)
+/* The part [a, b) (parameter coordinates; a == b: none) of parameter p this rank's ZeRO shard owns. */
+static void owned_range(dx_zero *z, const dx_param *p, size_t *a, size_t *b)
 {
     size_t lo, hi;
     dx_zero_owned(z, p->group, &lo, &hi);
     size_t s = p->offset > lo ? p->offset : lo, e = p->offset + p->numel < hi ? p->offset + p->numel : hi;
     *a = s - p->offset;
     *b = e > s ? e - p->offset : *a;
+}
+
+/* owned_range, and whether this rank writes it (stage 0: DP rank 0; TP-replicated: TP rank 0). */
+static int owned_part(dx_zero *z, const dx_param *p, int dp_rank, int tp_rank, size_t *a, size_t *b)
+{
+    owned_range(z, p, a, b);
     if (dx_zero_stage(z) == 0 && dp_rank != 0) return 0;
     if (p->tp_replicated && tp_rank != 0) return 0;
     return *b > *a;
@@ -227,27 +232,21 @@ int dx_checkpoint_save(const char *path, dx_model *m, dx_zero *z, dx_comm *world
     return dx_comm_agree(world, any ? any : rc) ? -1 : 0;
 }
 
-static int read_i64_attr(hid_t f, const char *name, int64_t *v)
-{
-    hid_t a = H5Aopen(f, name, H5P_DEFAULT);
-    int rc = a < 0 || H5Aread(a, H5T_NATIVE_INT64, v) < 0 ? -1 : 0;
-    if (a >= 0) H5Aclose(a);
-    return rc;
-}
-
 /* Checks that the file is a format-2 dissect checkpoint holding every tensor of this rank's
  * part in its logical shape. */
 static int check_file(hid_t f, const char *path, dx_model *m, dx_ckpt_state *st)
 {
     int64_t ver = 0, step = 0, consumed = 0, seed = 0;
-    if (H5Aexists(f, "format") <= 0 || read_i64_attr(f, "format_version", &ver))
+    if (H5Aexists(f, "format") <= 0 || dx_h5_read_scalar_attr(f, "format_version", H5T_NATIVE_INT64, &ver))
         return dx_fail("checkpoint '%s': not a dissect checkpoint (no format attributes)", path);
     if (ver < FORMAT_VERSION)
         return dx_fail("checkpoint '%s': format_version %lld holds the weights only (no optimizer states, step or "
                        "data position): it cannot resume a run (use it as initial weights)", path, (long long)ver);
     if (ver > FORMAT_VERSION)
         return dx_fail("checkpoint '%s': format_version %lld is newer than this dissect's (%d)", path, (long long)ver, FORMAT_VERSION);
-    if (read_i64_attr(f, "step", &step) || read_i64_attr(f, "consumed_samples", &consumed) || read_i64_attr(f, "seed", &seed))
+    if (dx_h5_read_scalar_attr(f, "step", H5T_NATIVE_INT64, &step) ||
+        dx_h5_read_scalar_attr(f, "consumed_samples", H5T_NATIVE_INT64, &consumed) ||
+        dx_h5_read_scalar_attr(f, "seed", H5T_NATIVE_INT64, &seed))
         return dx_fail("checkpoint '%s': missing attribute step, consumed_samples or seed", path);
     st->step = step;
     st->consumed_samples = consumed;
@@ -336,17 +335,16 @@ int dx_checkpoint_load(const char *path, dx_model *m, dx_zero *z, dx_comm *world
         if ((rc = dx_comm_agree(dp, rc))) break;
         if ((rc = dx_zero_set_master(z, p->group, p->offset, p->numel, buf))) break;
         /* the moments: the owned part */
-        size_t lo, hi;
-        dx_zero_owned(z, p->group, &lo, &hi);
-        size_t s0 = p->offset > lo ? p->offset : lo, e0 = p->offset + p->numel < hi ? p->offset + p->numel : hi;
-        if (e0 <= s0) continue;
-        npc = pieces_of(p, s0 - p->offset, e0 - p->offset, pc);
+        size_t a, b;
+        owned_range(z, p, &a, &b);
+        if (b <= a) continue;
+        npc = pieces_of(p, a, b, pc);
         for (int s = 1; s < 3 && !rc; s++) {
             snprintf(name, sizeof name, "%s/%s", state_group[s], p->name);
             d = H5Dopen2(f, name, H5P_DEFAULT);
             if (d < 0 || io_pieces(d, p, pc, npc, buf, 0)) rc = dx_fail("checkpoint '%s': cannot read %s", path, name);
             if (d >= 0) H5Dclose(d);
-            if (!rc) rc = dx_zero_write_state(z, p->group, s, s0, e0, buf);
+            if (!rc) rc = dx_zero_write_state(z, p->group, s, p->offset + a, p->offset + b, buf);
         }
         if (rc) break;
     }

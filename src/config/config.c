@@ -287,20 +287,21 @@ static const key_spec optimizer_keys[] = {
     END,
 };
 
-static int set_offload_device(dx_config *c, const char *value, const char *source, const char *path)
+/* offload_*.device: "cpu" or "none" into *flag. */
+static int offload_device(int *flag, const char *value, const char *source, const char *path)
 {
     if (strcmp(value, "cpu") && strcmp(value, "none"))
         return dx_fail("%s: key '%s': must be \"cpu\" or \"none\", got '%s'", source, path, value);
-    c->offload_optimizer = !strcmp(value, "cpu");
+    *flag = !strcmp(value, "cpu");
     return 0;
 }
-
+static int set_offload_device(dx_config *c, const char *value, const char *source, const char *path)
+{
+    return offload_device(&c->offload_optimizer, value, source, path);
+}
 static int set_offload_param_device(dx_config *c, const char *value, const char *source, const char *path)
 {
-    if (strcmp(value, "cpu") && strcmp(value, "none"))
-        return dx_fail("%s: key '%s': must be \"cpu\" or \"none\", got '%s'", source, path, value);
-    c->offload_param = !strcmp(value, "cpu");
-    return 0;
+    return offload_device(&c->offload_param, value, source, path);
 }
 
 static const key_spec offload_param_keys[] = {
@@ -1048,17 +1049,16 @@ char *dx_config_to_json(const dx_config *c)
     cJSON *zero = cJSON_AddObjectToObject(root, "zero_optimization");
     CHK(zero);
     if (ok) CHK(add_int(zero, "stage", (long long)c->zero_stage));
-    cJSON *off = ok ? cJSON_AddObjectToObject(zero, "offload_optimizer") : NULL;
-    CHK(off);
-    if (ok) {
-        CHK(cJSON_AddStringToObject(off, "device", c->offload_optimizer ? "cpu" : "none"));
-        CHK(cJSON_AddBoolToObject(off, "pin_memory", c->offload_pin_memory));
-    }
-    cJSON *offp = ok ? cJSON_AddObjectToObject(zero, "offload_param") : NULL;
-    CHK(offp);
-    if (ok) {
-        CHK(cJSON_AddStringToObject(offp, "device", c->offload_param ? "cpu" : "none"));
-        CHK(cJSON_AddBoolToObject(offp, "pin_memory", c->offload_param_pin_memory));
+    const char *off_name[2] = {"offload_optimizer", "offload_param"};
+    const int off_on[2] = {c->offload_optimizer, c->offload_param};
+    const int off_pin[2] = {c->offload_pin_memory, c->offload_param_pin_memory};
+    for (int k = 0; k < 2 && ok; k++) {
+        cJSON *off = cJSON_AddObjectToObject(zero, off_name[k]);
+        CHK(off);
+        if (ok) {
+            CHK(cJSON_AddStringToObject(off, "device", off_on[k] ? "cpu" : "none"));
+            CHK(cJSON_AddBoolToObject(off, "pin_memory", off_pin[k]));
+        }
     }
     CHK(add_int(root, "tensor_model_parallel_size", (long long)c->tp));
     CHK(add_int(root, "pipeline_model_parallel_size", (long long)c->pp));

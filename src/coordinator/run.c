@@ -263,6 +263,7 @@ int dx_run_train(const dx_config *c, dx_comm *world)
         }
     }
     const uint64_t G = (uint64_t)c->global_batch;
+#define CONSUMED_AFTER(step) (consumed0 + (uint64_t)((step) - step0) * G) /* sequences consumed */
     install_stop_handlers();
 
     /* the trace file is created before training, so an unwritable path fails now */
@@ -387,10 +388,9 @@ int dx_run_train(const dx_config *c, dx_comm *world)
             dx_comm_mpi_abort(1);
         }
         last_step = step;
-        const uint64_t consumed = consumed0 + (uint64_t)(step - step0) * G;
         if (c->save_dir[0] && ((c->save_interval > 0 && step % c->save_interval == 0 && step < c->train_iters) || stop)) {
             if (stop && rank == 0) printf("signal received: checkpoint of step %ld, then exit\n", step);
-            if (save_checkpoint(c, w, world, NULL, step, consumed)) dx_comm_mpi_abort(1);
+            if (save_checkpoint(c, w, world, NULL, step, CONSUMED_AFTER(step))) dx_comm_mpi_abort(1);
         } else if (stop && rank == 0) {
             fprintf(stderr, "dissect: warning: signal received at step %ld and no 'save_dir': stopping without a "
                             "checkpoint\n", step);
@@ -442,11 +442,12 @@ int dx_run_train(const dx_config *c, dx_comm *world)
     free(offset);
 
     if (!preempted && c->save_path[0] &&
-        save_checkpoint(c, w, world, c->save_path, last_step, consumed0 + (uint64_t)(last_step - step0) * G))
+        save_checkpoint(c, w, world, c->save_path, last_step, CONSUMED_AFTER(last_step)))
         rc = -1;
     if (!preempted && c->save_dir[0] && c->save_interval > 0 && last_step > step0 &&
-        save_checkpoint(c, w, world, NULL, last_step, consumed0 + (uint64_t)(last_step - step0) * G))
+        save_checkpoint(c, w, world, NULL, last_step, CONSUMED_AFTER(last_step)))
         rc = -1;
+#undef CONSUMED_AFTER
 
     /* a short sample from the trained model */
     if (!preempted && c->sample_tokens > 0) {

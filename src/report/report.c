@@ -166,22 +166,12 @@ static int read_str_attr(hid_t obj, const char *name, char *buf, size_t cap)
 
 static int read_int_attr(hid_t obj, const char *name, long long *v)
 {
-    if (H5Aexists(obj, name) <= 0) return -1;
-    hid_t a = H5Aopen(obj, name, H5P_DEFAULT);
-    if (a < 0) return -1;
-    int rc = H5Aread(a, H5T_NATIVE_LLONG, v) >= 0 ? 0 : -1;
-    H5Aclose(a);
-    return rc;
+    return dx_h5_read_scalar_attr(obj, name, H5T_NATIVE_LLONG, v);
 }
 
 static int read_f64_attr(hid_t obj, const char *name, double *v)
 {
-    if (H5Aexists(obj, name) <= 0) return -1;
-    hid_t a = H5Aopen(obj, name, H5P_DEFAULT);
-    if (a < 0) return -1;
-    int rc = H5Aread(a, H5T_NATIVE_DOUBLE, v) >= 0 ? 0 : -1;
-    H5Aclose(a);
-    return rc;
+    return dx_h5_read_scalar_attr(obj, name, H5T_NATIVE_DOUBLE, v);
 }
 
 /* Reads the grid attributes and /metadata/grid of the open group g (absent ones keep the

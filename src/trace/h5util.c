@@ -38,6 +38,16 @@ int dx_h5_write_scalar_attr(hid_t obj, const char *name, hid_t file_type, hid_t 
     return rc;
 }
 
+int dx_h5_read_scalar_attr(hid_t obj, const char *name, hid_t mem_type, void *v)
+{
+    if (H5Aexists(obj, name) <= 0) return -1;
+    hid_t a = H5Aopen(obj, name, H5P_DEFAULT);
+    if (a < 0) return -1;
+    int rc = H5Aread(a, mem_type, v) >= 0 ? 0 : -1;
+    H5Aclose(a);
+    return rc;
+}
+
 hid_t dx_h5_enum_type(const char *const *names, int n)
 {
     hid_t t = H5Tenum_create(H5T_NATIVE_UINT8);

@@ -11,6 +11,9 @@ hid_t dx_h5_vlen_str_type(void);
  * as file_type (e.g. H5T_STD_I64LE / H5T_NATIVE_INT64). Return 0 or -1 (HDF5 error). */
 int dx_h5_write_str_attr(hid_t obj, const char *name, const char *value);
 int dx_h5_write_scalar_attr(hid_t obj, const char *name, hid_t file_type, hid_t mem_type, const void *v);
+/* Reads scalar attribute `name` of obj into *v as mem_type (e.g. H5T_NATIVE_INT64). Returns 0, or -1
+ * when it is missing or unreadable. */
+int dx_h5_read_scalar_attr(hid_t obj, const char *name, hid_t mem_type, void *v);
 static inline int dx_h5_write_i64_attr(hid_t obj, const char *name, int64_t v)
 {
     return dx_h5_write_scalar_attr(obj, name, H5T_STD_I64LE, H5T_NATIVE_INT64, &v);

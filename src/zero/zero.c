@@ -838,10 +838,7 @@ int dx_zero_step(dx_zero *z, const dx_adamw_hparams *hp_in, double max_norm, dou
     /* parameter offload: no copy may still read the host shards the host AdamW writes */
     if (z->offload_param) be->sync(be);
     if (z->offload) {
-        if (!z->early) {
-            z->oq_hp = *hp_in;
-            z->oq_pos = z->oq_issue = 0;
-        }
+        if (!z->early) z->oq_hp = *hp_in; /* (positions are 0: reset after each step) */
         z->oq_ready = z->nchunks;
         /* the early update's uploads, then the all-gathers of the groups it finished */
         if (z->early && z->last_up >= 0 && be->copy_join(be, z->last_up)) return -1;
