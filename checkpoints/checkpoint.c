@@ -3,11 +3,14 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <hdf5.h>
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
 
 #include "common/common.h"
 #include "trace/h5util.h"
@@ -164,6 +167,36 @@ static int create_layout(hid_t f, const tensor_hdr *t, int n)
     return rc;
 }
 
+uint64_t dx_checkpoint_file_bytes(int64_t total_params)
+{
+    return 12 * (uint64_t)(total_params > 0 ? total_params : 0) + ((uint64_t)1 << 20);
+}
+
+/* Room for `bytes` at tmp (then removed): fallocate, or statvfs where the file system has no
+ * fallocate (glibc's posix_fallocate would write zeros through the whole file instead). */
+static int reserve(const char *path, const char *tmp, uint64_t bytes)
+{
+    int fd = open(tmp, O_CREAT | O_WRONLY | O_TRUNC, 0644);
+    if (fd < 0) return dx_fail("checkpoint '%s': cannot create %s: %s", path, tmp, strerror(errno));
+    int rc = 0, e = fallocate(fd, 0, 0, (off_t)bytes) ? errno : 0;
+    close(fd);
+    remove(tmp);
+    if (e == EOPNOTSUPP || e == ENOSYS) {
+        struct statvfs fs;
+        char dir[1100];
+        snprintf(dir, sizeof dir, "%s", tmp);
+        char *slash = strrchr(dir, '/');
+        if (slash) *(slash == dir ? slash + 1 : slash) = '\0';
+        else snprintf(dir, sizeof dir, ".");
+        if (!statvfs(dir, &fs) && (uint64_t)fs.f_bavail * fs.f_frsize < bytes) e = ENOSPC;
+        else e = 0;
+    }
+    if (e)
+        rc = dx_fail("checkpoint '%s' not written: no room for its %.1f MiB: %s (the checkpoints written before "
+                     "are kept)", path, (double)bytes / (1 << 20), strerror(e));
+    return rc;
+}
+
 int dx_checkpoint_save(const char *path, dx_model *m, dx_zero *z, dx_comm *world, dx_comm *dp,
                        int tp_rank, const dx_ckpt_state *st, const char *config_json)
 {
@@ -174,6 +207,11 @@ int dx_checkpoint_save(const char *path, dx_model *m, dx_zero *z, dx_comm *world
     tensor_hdr *t = NULL;
     int nt = 0, rc = dx_comm_mpi_handle(world, &comm);
     if (!rc) rc = all_tensors(m, world, &t, &nt);
+    if (!rc && world->rank == 0) {
+        int64_t total = 0;
+        for (int i = 0; i < nt; i++) total += (int64_t)t[i].full_rows * (t[i].full_cols ? t[i].full_cols : 1);
+        rc = reserve(path, tmp, dx_checkpoint_file_bytes(total));
+    }
     if ((rc = dx_comm_agree(world, rc))) {
         free(t);
         return -1;

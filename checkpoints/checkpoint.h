@@ -39,7 +39,15 @@ typedef struct {
     uint64_t seed;            /* the run's seed */
 } dx_ckpt_state;
 
-/* Writes a full checkpoint (master weights, AdamW moments, *st). world: every rank (an MPI group);
+/* Bytes one checkpoint of a model of total_params parameters takes on disk: three fp32 tensors
+ * per parameter (master weights, exp_avg, exp_avg_sq) and 1 MiB for HDF5's metadata and the
+ * config text (an upper bound for the models dissect builds). */
+uint64_t dx_checkpoint_file_bytes(int64_t total_params);
+
+/* Writes a full checkpoint (master weights, AdamW moments, *st). Before any byte of it, rank 0
+ * reserves dx_checkpoint_file_bytes of room for PATH.tmp (fallocate; statvfs where the file
+ * system cannot): a full disk, a quota or a file-size limit fails there, cleanly, instead of
+ * inside HDF5's writes (which then cannot close the file). world: every rank (an MPI group);
  * dp: this rank's DP group (of z); tp_rank: this rank's TP index; config_json: the same text on
  * every rank. Collective over the world. Returns 0 on every rank, or -1 + dx_fail naming the path
  * (unwritable directory, failed write or rename) on every rank; PATH is then untouched. */

@@ -23,6 +23,8 @@ typedef struct {
 struct dx_comm {
     int rank; /* rank within this group */
     int size; /* ranks in this group */
+    const char *name; /* the group's name in messages ("world", "dp", "tp", "pp", "pipeline
+                       * link"): a static string, set by whoever makes the group */
     void *impl;
     /* Timing marks (dx_backend.mark ids) around the last collective on device buffers, recorded
      * in its own stream; -1 when the comm runs synchronously on the host (MPI), whose callers

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "common/common.h"
+#include "watchdog.h"
 
 typedef struct {
     MPI_Comm comm;
@@ -24,13 +25,23 @@ static int mpi_type(dx_dtype dt, MPI_Datatype *t)
     }
 }
 
-static int check(int err, const char *op, int rank)
+/* An MPI error code as a message naming the rank, the operation and the group. */
+static int check(int err, const char *op, const dx_comm *c)
 {
     if (err == MPI_SUCCESS) return 0;
     char msg[MPI_MAX_ERROR_STRING];
     int len = 0;
     MPI_Error_string(err, msg, &len);
-    return dx_fail("rank %d: MPI %s failed: %s", rank, op, msg);
+    return dx_fail("rank %d: MPI %s on the %s group (%d ranks) failed: %s", c->rank, op,
+                   c->name ? c->name : "unnamed", c->size, msg);
+}
+
+/* A blocking MPI call on group c, marked for the watchdog (watchdog.h): WATCHED(c, "op", MPI_X(...)). */
+#define WATCHED(c, op, call) (dx_watch_begin(op, c), watched_end(call))
+static int watched_end(int err)
+{
+    dx_watch_end();
+    return err;
 }
 
 /* MPI counts are int: split large transfers into chunks of at most 1 Gi elements. */
@@ -43,8 +54,8 @@ static int m_all_reduce_sum(dx_comm *c, void *buf, size_t count, dx_dtype dt)
     size_t es = dx_dtype_size(dt);
     for (size_t off = 0; off < count; off += CHUNK) {
         size_t n = count - off < CHUNK ? count - off : CHUNK;
-        int err = MPI_Allreduce(MPI_IN_PLACE, (char *)buf + off * es, (int)n, t, MPI_SUM, C(c));
-        if (check(err, "all-reduce", c->rank)) return -1;
+        int err = WATCHED(c, "all-reduce", MPI_Allreduce(MPI_IN_PLACE, (char *)buf + off * es, (int)n, t, MPI_SUM, C(c)));
+        if (check(err, "all-reduce", c)) return -1;
     }
     return 0;
 }
@@ -56,7 +67,7 @@ static int m_all_gather(dx_comm *c, const void *send, void *recv, size_t count, 
     if (count > CHUNK) return dx_fail("rank %d: all-gather of %zu elements per rank exceeds MPI's int count", c->rank, count);
     const void *s = send;
     if (send == (const char *)recv + (size_t)c->rank * count * dx_dtype_size(dt)) s = MPI_IN_PLACE;
-    return check(MPI_Allgather(s, (int)count, t, recv, (int)count, t, C(c)), "all-gather", c->rank);
+    return check(WATCHED(c, "all-gather", MPI_Allgather(s, (int)count, t, recv, (int)count, t, C(c))), "all-gather", c);
 }
 
 static int m_reduce_scatter_sum(dx_comm *c, const void *send, void *recv, size_t count, dx_dtype dt)
@@ -64,8 +75,8 @@ static int m_reduce_scatter_sum(dx_comm *c, const void *send, void *recv, size_t
     MPI_Datatype t;
     if (mpi_type(dt, &t)) return -1;
     if (count > CHUNK) return dx_fail("rank %d: reduce-scatter of %zu elements per rank exceeds MPI's int count", c->rank, count);
-    return check(MPI_Reduce_scatter_block(send, recv, (int)count, t, MPI_SUM, C(c)),
-                 "reduce-scatter", c->rank);
+    return check(WATCHED(c, "reduce-scatter", MPI_Reduce_scatter_block(send, recv, (int)count, t, MPI_SUM, C(c))),
+                 "reduce-scatter", c);
 }
 
 /* MPI: the collective completes in start; wait has nothing left to do. */
@@ -87,7 +98,7 @@ static int m_wait(dx_comm *c, dx_comm_req *req)
 {
     int rc = 0;
     if (req->active && req->handle) { /* a send_start's MPI_Request */
-        rc = check(MPI_Wait((MPI_Request *)req->handle, MPI_STATUS_IGNORE), "send wait", c->rank);
+        rc = check(WATCHED(c, "send", MPI_Wait((MPI_Request *)req->handle, MPI_STATUS_IGNORE)), "send wait", c);
         free(req->handle);
         req->handle = NULL;
     }
@@ -100,7 +111,7 @@ static int m_send_start(dx_comm *c, const void *buf, size_t bytes, int peer, int
     if (bytes > CHUNK) return dx_fail("rank %d: send of %zu bytes exceeds MPI's int count", c->rank, bytes);
     MPI_Request *r = malloc(sizeof *r);
     if (!r) return dx_fail("rank %d: out of memory for a send request", c->rank);
-    if (check(MPI_Isend(buf, (int)bytes, MPI_BYTE, peer, tag, C(c), r), "send", c->rank)) {
+    if (check(MPI_Isend(buf, (int)bytes, MPI_BYTE, peer, tag, C(c), r), "send", c)) {
         free(r);
         return -1;
     }
@@ -113,7 +124,7 @@ static int m_broadcast(dx_comm *c, void *buf, size_t bytes, int root)
 {
     for (size_t off = 0; off < bytes || off == 0; off += CHUNK) {
         size_t n = bytes - off < CHUNK ? bytes - off : CHUNK;
-        if (check(MPI_Bcast((char *)buf + off, (int)n, MPI_BYTE, root, C(c)), "broadcast", c->rank))
+        if (check(WATCHED(c, "broadcast", MPI_Bcast((char *)buf + off, (int)n, MPI_BYTE, root, C(c))), "broadcast", c))
             return -1;
         if (bytes == 0) break;
     }
@@ -123,8 +134,8 @@ static int m_broadcast(dx_comm *c, void *buf, size_t bytes, int root)
 static int m_gather(dx_comm *c, const void *send, void *recv, size_t bytes, int root)
 {
     if (bytes > CHUNK) return dx_fail("rank %d: gather of %zu bytes exceeds MPI's int count", c->rank, bytes);
-    return check(MPI_Gather(send, (int)bytes, MPI_BYTE, recv, (int)bytes, MPI_BYTE, root, C(c)),
-                 "gather", c->rank);
+    return check(WATCHED(c, "gather", MPI_Gather(send, (int)bytes, MPI_BYTE, recv, (int)bytes, MPI_BYTE, root, C(c))),
+                 "gather", c);
 }
 
 static int m_gatherv(dx_comm *c, const void *send, size_t bytes, void *recv,
@@ -146,8 +157,8 @@ static int m_gatherv(dx_comm *c, const void *send, size_t bytes, void *recv,
     }
     /* a root failure must still complete the collective on the other ranks */
     if (!rc || c->rank != root)
-        rc = check(MPI_Gatherv(send, (int)bytes, MPI_BYTE, recv, counts, displs, MPI_BYTE, root, C(c)),
-                   "gatherv", c->rank);
+        rc = check(WATCHED(c, "gatherv", MPI_Gatherv(send, (int)bytes, MPI_BYTE, recv, counts, displs, MPI_BYTE, root, C(c))),
+                   "gatherv", c);
     free(counts);
     free(displs);
     return rc;
@@ -156,20 +167,20 @@ static int m_gatherv(dx_comm *c, const void *send, size_t bytes, void *recv,
 static int m_send(dx_comm *c, const void *buf, size_t bytes, int peer, int tag)
 {
     if (bytes > CHUNK) return dx_fail("rank %d: send of %zu bytes exceeds MPI's int count", c->rank, bytes);
-    return check(MPI_Send(buf, (int)bytes, MPI_BYTE, peer, tag, C(c)), "send", c->rank);
+    return check(WATCHED(c, "send", MPI_Send(buf, (int)bytes, MPI_BYTE, peer, tag, C(c))), "send", c);
 }
 
 static int m_recv(dx_comm *c, void *buf, size_t bytes, int peer, int tag)
 {
     if (bytes > CHUNK) return dx_fail("rank %d: recv of %zu bytes exceeds MPI's int count", c->rank, bytes);
-    return check(MPI_Recv(buf, (int)bytes, MPI_BYTE, peer, tag, C(c), MPI_STATUS_IGNORE), "recv", c->rank);
+    return check(WATCHED(c, "recv", MPI_Recv(buf, (int)bytes, MPI_BYTE, peer, tag, C(c), MPI_STATUS_IGNORE)), "recv", c);
 }
 
-static int m_barrier(dx_comm *c) { return check(MPI_Barrier(C(c)), "barrier", c->rank); }
+static int m_barrier(dx_comm *c) { return check(WATCHED(c, "barrier", MPI_Barrier(C(c))), "barrier", c); }
 
 static int m_max_int(dx_comm *c, int value, int *out)
 {
-    return check(MPI_Allreduce(&value, out, 1, MPI_INT, MPI_MAX, C(c)), "all-reduce(max)", c->rank);
+    return check(WATCHED(c, "all-reduce(max)", MPI_Allreduce(&value, out, 1, MPI_INT, MPI_MAX, C(c))), "all-reduce(max)", c);
 }
 
 static void m_destroy(dx_comm *c)
@@ -229,13 +240,15 @@ dx_comm *dx_comm_mpi_world(int *argc, char ***argv)
     }
     /* errors come back as codes, never abort silently */
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
-    return wrap(MPI_COMM_WORLD, 0);
+    dx_comm *c = wrap(MPI_COMM_WORLD, 0);
+    if (c) c->name = "world";
+    return c;
 }
 
 dx_comm *dx_comm_mpi_split(dx_comm *parent, int color, int key)
 {
     MPI_Comm sub;
-    if (check(MPI_Comm_split(C(parent), color, key, &sub), "comm split", parent->rank)) return NULL;
+    if (check(MPI_Comm_split(C(parent), color, key, &sub), "comm split", parent)) return NULL;
     MPI_Comm_set_errhandler(sub, MPI_ERRORS_RETURN);
     return wrap(sub, 1);
 }
@@ -243,7 +256,7 @@ dx_comm *dx_comm_mpi_split(dx_comm *parent, int color, int key)
 dx_comm *dx_comm_mpi_split_member(dx_comm *parent, int member, int key, int *rc)
 {
     MPI_Comm sub;
-    *rc = check(MPI_Comm_split(C(parent), member ? 0 : MPI_UNDEFINED, key, &sub), "comm split", parent->rank);
+    *rc = check(MPI_Comm_split(C(parent), member ? 0 : MPI_UNDEFINED, key, &sub), "comm split", parent);
     if (*rc || !member) return NULL;
     MPI_Comm_set_errhandler(sub, MPI_ERRORS_RETURN);
     dx_comm *c = wrap(sub, 1);

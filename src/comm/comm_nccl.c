@@ -10,12 +10,15 @@
  */
 #include <cuda_runtime.h>
 #include <nccl.h>
+#include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "comm.h"
 #include "comm_nccl.h"
 #include "common/common.h"
 #include "cuda/cuda_backend.h"
+#include "watchdog.h"
 
 /* NCCL 2.28 can run an all-gather on the copy engines (no SMs taken from the kernels it
  * overlaps) when the communicator's CTA policy is zero and the destination is a symmetric
@@ -26,10 +29,18 @@
 #define DX_NCCL_CE 0
 #endif
 
-/* An NCCL communicator and the stream its collectives run on. */
+/* An NCCL communicator and the stream its collectives run on, with what the watchdog
+ * (watchdog.h) needs to see a collective that does not complete: the event recorded after the
+ * newest one (written by the main thread under mu) and the watchdog thread's own view of it. */
 typedef struct {
     ncclComm_t comm;
     cudaStream_t stream;
+    pthread_mutex_t mu;
+    cudaEvent_t w_ev;     /* recorded after the newest collective; NULL before the first */
+    const char *w_op;     /* its name */
+    unsigned long w_gen;  /* collectives enqueued so far */
+    unsigned long w_seen; /* watchdog thread only: the generation it last saw pending */
+    uint64_t w_since;     /* watchdog thread only: when it first saw it pending (0 = not) */
 } lane;
 
 /* A buffer from alloc_window: ncclMemAlloc'd and registered as a symmetric window of ag.comm. */
@@ -54,6 +65,8 @@ typedef struct {
     int next;
     window *wins;
     int nwins;
+    int device;      /* the CUDA device, for the watchdog thread's queries */
+    int watch;       /* dx_watch_register handle, -1 = none */
 } nccl_impl;
 
 static nccl_impl *I(dx_comm *c) { return c->impl; }
@@ -87,6 +100,16 @@ static int begin(dx_comm *c, lane *l, const char *op)
     c->last_mark[0] = n->be->mark ? n->be->mark(n->be, l->stream) : -1;
     return 0;
 }
+/* The watchdog's record of the newest collective on a lane: ev was just recorded after it. */
+static void watch_note(lane *l, cudaEvent_t ev, const char *op)
+{
+    pthread_mutex_lock(&l->mu);
+    l->w_ev = ev;
+    l->w_op = op;
+    l->w_gen++;
+    pthread_mutex_unlock(&l->mu);
+}
+
 /* A timing mark; the compute stream's later work waits for the collective. */
 static int end(dx_comm *c, lane *l, const char *op)
 {
@@ -94,6 +117,7 @@ static int end(dx_comm *c, lane *l, const char *op)
     c->last_mark[1] = n->be->mark ? n->be->mark(n->be, l->stream) : -1;
     if (c->last_mark[1] < 0) c->last_mark[0] = -1;
     if (ck_cuda(cudaEventRecord(n->after, l->stream), op, c->rank)) return -1;
+    watch_note(l, n->after, op);
     return ck_cuda(cudaStreamWaitEvent(n->compute, n->after, 0), op, c->rank);
 }
 
@@ -144,6 +168,7 @@ static int finish_async(dx_comm *c, lane *l, const char *op, dx_comm_req *req)
     cudaEvent_t ev = n->ring[n->next];
     n->next = (n->next + 1) % (int)(sizeof n->ring / sizeof n->ring[0]);
     if (ck_cuda(cudaEventRecord(ev, l->stream), op, c->rank)) return -1;
+    watch_note(l, ev, op);
     req->handle = ev;
     req->active = 1;
     return 0;
@@ -300,6 +325,64 @@ static void lane_destroy(lane *l)
     if (l->stream) cudaStreamSynchronize(l->stream);
     if (l->comm) ncclCommDestroy(l->comm);
     if (l->stream) cudaStreamDestroy(l->stream);
+    l->comm = NULL;
+    l->stream = NULL;
+}
+
+/* Watchdog thread: seconds the lane's newest collective has been incomplete (as seen by this
+ * thread's polls), or -1 + err on an asynchronous NCCL error (a peer that died: ncclRemoteError). */
+static double lane_poll(lane *l, const char **op, char *err, size_t len)
+{
+    if (!l->comm) return 0;
+    ncclResult_t ar = ncclSuccess;
+    if (ncclCommGetAsyncError(l->comm, &ar) == ncclSuccess && ar != ncclSuccess && ar != ncclInProgress) {
+        snprintf(err, len, "NCCL asynchronous error: %s", ncclGetErrorString(ar));
+        pthread_mutex_lock(&l->mu);
+        *op = l->w_op ? l->w_op : "collective";
+        pthread_mutex_unlock(&l->mu);
+        return -1;
+    }
+    pthread_mutex_lock(&l->mu);
+    cudaEvent_t ev = l->w_ev;
+    unsigned long gen = l->w_gen;
+    *op = l->w_op ? l->w_op : "collective";
+    pthread_mutex_unlock(&l->mu);
+    if (!ev || cudaEventQuery(ev) != cudaErrorNotReady) {
+        l->w_since = 0;
+        return 0;
+    }
+    const uint64_t now = dx_now_ns();
+    if (gen != l->w_seen || !l->w_since) {
+        l->w_seen = gen;
+        l->w_since = now;
+    }
+    return (double)(now - l->w_since) * 1e-9;
+}
+
+static double n_watch_poll(void *ctx, const char **op, char *err, size_t len)
+{
+    nccl_impl *n = ctx;
+    cudaSetDevice(n->device); /* the watchdog thread's queries go to this rank's device */
+    const char *op2 = NULL;
+    double a = lane_poll(&n->main, op, err, len);
+    if (a < 0) return a;
+    double b = lane_poll(&n->ag, &op2, err, len);
+    if (b < 0 || b > a) {
+        *op = op2;
+        return b;
+    }
+    return a;
+}
+
+/* Watchdog thread, before the process exits: ncclCommAbort, so no kernel keeps waiting for a
+ * peer that will never come. */
+static void n_watch_abort(void *ctx)
+{
+    nccl_impl *n = ctx;
+    cudaSetDevice(n->device);
+    if (n->ag.comm) ncclCommAbort(n->ag.comm);
+    if (n->main.comm) ncclCommAbort(n->main.comm);
+    n->ag.comm = n->main.comm = NULL;
 }
 
 static void n_destroy(dx_comm *c)
@@ -307,6 +390,7 @@ static void n_destroy(dx_comm *c)
     if (!c) return;
     nccl_impl *n = c->impl;
     if (n) {
+        dx_watch_unregister(n->watch);
 #if DX_NCCL_CE
         while (n->nwins) n_free_window(c, n->wins[0].p); /* windows not freed by their owner */
 #endif
@@ -315,6 +399,8 @@ static void n_destroy(dx_comm *c)
         lane_destroy(&n->main);
         if (n->before) cudaEventDestroy(n->before);
         if (n->after) cudaEventDestroy(n->after);
+        pthread_mutex_destroy(&n->main.mu);
+        pthread_mutex_destroy(&n->ag.mu);
         for (size_t i = 0; i < sizeof n->ring / sizeof n->ring[0]; i++)
             if (n->ring[i]) cudaEventDestroy(n->ring[i]);
         free(n);
@@ -353,7 +439,12 @@ dx_comm *dx_comm_nccl_create(dx_comm *host, dx_backend *be)
         c->impl = n;
         c->rank = host->rank;
         c->size = host->size;
+        c->name = host->name;
         n->host = host;
+        n->watch = -1;
+        pthread_mutex_init(&n->main.mu, NULL);
+        pthread_mutex_init(&n->ag.mu, NULL);
+        cudaGetDevice(&n->device);
         n->be = be;
         c->last_mark[0] = c->last_mark[1] = -1;
         c->last_copy_mark[0] = c->last_copy_mark[1] = -1;
@@ -409,5 +500,6 @@ dx_comm *dx_comm_nccl_create(dx_comm *host, dx_backend *be)
     }
 #endif
     c->destroy = n_destroy;
+    n->watch = dx_watch_register(c, n_watch_poll, n_watch_abort, n);
     return c;
 }

@@ -30,6 +30,9 @@ int dx_grid_create(dx_grid *g, dx_comm *world, int tp, int pp)
         dx_grid_destroy(g);
         return dx_fail_prefix("grid TP %d x DP %d x PP %d", tp, world->size / (tp * pp), pp);
     }
+    g->tp_host->name = "tp";
+    g->dp_host->name = "dp";
+    g->pp_host->name = "pp";
     g->tp_dev = g->tp_host;
     g->dp_dev = g->dp_host;
     g->pp_dev = g->pp_host;
@@ -46,6 +49,7 @@ int dx_grid_create_links(dx_grid *g, int wrap)
             dx_comm *c = dx_comm_mpi_split_member(g->pp_host, member, s == lo ? 0 : 1, &rc);
             if (rc) return dx_fail_prefix("pipeline link between stages %d and %d", lo, hi);
             if (!member) continue;
+            c->name = d ? "pipeline link (gradients)" : "pipeline link (activations)";
             if (s == lo) *(d ? &g->grad_next : &g->act_next) = c;
             else *(d ? &g->grad_prev : &g->act_prev) = c;
         }

@@ -124,6 +124,7 @@ void dx_config_defaults(dx_config *c)
     c->log_interval = 1;
     c->sample_tokens = 64;
     c->sample_temperature = 0.8;
+    c->distributed_timeout_minutes = 10; /* Megatron-LM's and PyTorch's default */
     c->trace_level = DX_TRACE_STEP;
     snprintf(c->device, sizeof c->device, "auto"); /* cuda when a GPU is present, else cpu */
     snprintf(c->source, sizeof c->source, "defaults");
@@ -343,6 +344,7 @@ static const key_spec top_keys[] = {
     {"save_dir", K_STRING, STR(save_dir), 0, 0, 0, NULL, NULL},
     NONNEG("save_interval", K_LONG, OFF(save_interval)),
     NONNEG("keep_last", K_INT, OFF(keep_last)),
+    NONNEG_DBL("distributed_timeout_minutes", OFF(distributed_timeout_minutes)),
     {"resume", K_STRING, STR(resume), 0, 0, 0, NULL, NULL},
     {"hf_model", K_STRING, STR(hf_model), 0, 0, 0, NULL, NULL},
     POS_INT("seq_length", K_INT, OFF(seq_length)),
@@ -1012,6 +1014,7 @@ char *dx_config_to_json(const dx_config *c)
     CHK(cJSON_AddStringToObject(root, "save_dir", c->save_dir));
     CHK(add_int(root, "save_interval", (long long)c->save_interval));
     CHK(add_int(root, "keep_last", (long long)c->keep_last));
+    CHK(add_double(root, "distributed_timeout_minutes", c->distributed_timeout_minutes));
     CHK(cJSON_AddStringToObject(root, "resume", c->resume));
     CHK(add_int(root, "seq_length", (long long)c->seq_length));
     CHK(add_int(root, "train_micro_batch_size_per_gpu", (long long)c->micro_batch));

@@ -73,6 +73,9 @@ typedef struct {
     char save_dir[1024];
     long save_interval; /* 0 = none */
     int keep_last;      /* periodic checkpoints kept (0 = all) */
+    /* Megatron-LM's --distributed-timeout-minutes: a collective still incomplete after this
+     * many minutes ends the rank with a message (src/comm/watchdog.h); 0 = no timeout */
+    double distributed_timeout_minutes;
     char resume[1024];
     char hf_model[1024];       /* "hf_model": Hugging Face model directory: shape from its
                                   config.json, initial weights from its safetensors ("" = none) */

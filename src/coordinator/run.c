@@ -6,12 +6,14 @@
 #include <signal.h>
 #include <stdio.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "checkpoints/checkpoint.h"
 #include "comm/grid.h"
+#include "comm/watchdog.h"
 #include "plan/plan.h"
 #include "pp/schedule.h"
 #include "common/common.h"
@@ -109,7 +111,18 @@ static void fmt_bytes(char *buf, size_t n, double b)
  * to save_dir and exit 0. A second signal during the save changes nothing (the save goes to a
  * .tmp name and is renamed once complete). */
 static volatile sig_atomic_t stop_signal;
-static void on_stop_signal(int sig) { stop_signal = sig; }
+static void on_stop_signal(int sig)
+{
+    stop_signal = sig;
+    dx_watch_signal(sig); /* the watchdog says where the rank was, if it was in a collective */
+}
+
+/* Watchdog thread, before a timeout exit (the main thread is blocked in a collective, not in
+ * HDF5): the steps and events written so far reach the file. */
+static void flush_trace_on_timeout(void *tw)
+{
+    if (dx_trace_flush(tw)) fprintf(stderr, "dissect: warning: %s\n", dx_last_error());
+}
 
 static void install_stop_handlers(void)
 {
@@ -120,11 +133,15 @@ static void install_stop_handlers(void)
     sigemptyset(&sa.sa_mask);
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGUSR1, &sa, NULL);
+    /* a file-size limit (ulimit -f) makes a write fail with EFBIG, reported as an error, instead
+     * of killing the rank */
+    signal(SIGXFSZ, SIG_IGN);
 }
 
 /* mkdir -p (as Megatron-LM's and DeepSpeed's save paths), then a probe file: a directory that
- * cannot be created or written is an error before training. */
-static int prepare_dir(const char *dir, const char *key)
+ * cannot be created or written is an error before training, and so is one whose file system has
+ * less room than one file of `need_bytes` (statvfs; 0 = no check). */
+static int prepare_dir(const char *dir, const char *key, uint64_t need_bytes)
 {
     char buf[1024];
     snprintf(buf, sizeof buf, "%s", dir);
@@ -147,6 +164,10 @@ static int prepare_dir(const char *dir, const char *key)
         return dx_fail("key '%s': directory '%s' is not writable: %s", key, dir, strerror(e));
     }
     remove(probe);
+    struct statvfs fs;
+    if (need_bytes && !statvfs(dir, &fs) && (uint64_t)fs.f_bavail * fs.f_frsize < need_bytes)
+        return dx_fail("key '%s': directory '%s' has %.1f MiB free, one checkpoint of this model takes %.1f MiB",
+                       key, dir, (double)fs.f_bavail * (double)fs.f_frsize / (1 << 20), (double)need_bytes / (1 << 20));
     return 0;
 }
 
@@ -187,7 +208,9 @@ int dx_run_train(const dx_config *c, dx_comm *world)
     gethostname(host, sizeof host - 1);
     char *hosts = rank == 0 ? calloc((size_t)P, sizeof host) : NULL;
     dx_worker *w = NULL;
-    if (world->gather(world, host, hosts, sizeof host, 0)) rc = -1;
+    /* hangs and dead ranks end the job with a message instead of waiting forever */
+    if (dx_watchdog_start(c->distributed_timeout_minutes * 60.0, rank)) rc = -1;
+    if (!rc && world->gather(world, host, hosts, sizeof host, 0)) rc = -1;
 
     /* the memory plan, before anything is allocated: a run that cannot fit stops here with the
      * shortfall and what would make it fit (not in the kernel's OOM killer half-way) */
@@ -221,7 +244,8 @@ int dx_run_train(const dx_config *c, dx_comm *world)
     if (dx_agree_and_report(world, rc)) goto out_err;
 
     /* the run directory: created and checked before anything is trained */
-    if (!rc && rank == 0 && c->save_dir[0]) rc = prepare_dir(c->save_dir, "save_dir");
+    if (!rc && rank == 0 && c->save_dir[0])
+        rc = prepare_dir(c->save_dir, "save_dir", dx_checkpoint_file_bytes((int64_t)dx_model_num_params(&c->model)));
     if (dx_agree_and_report(world, rc)) goto out_err;
 
     if (!rc) w = dx_worker_create(c, world, &rc);
@@ -303,6 +327,7 @@ int dx_run_train(const dx_config *c, dx_comm *world)
         free(plan);
         free(coords);
         if (!tw) { dx_fail_prefix("key 'trace.path'"); rc = -1; }
+        else dx_watch_on_timeout(flush_trace_on_timeout, tw);
         free(hp);
     }
     if (dx_agree_and_report(world, rc)) goto out_err;
@@ -345,8 +370,9 @@ int dx_run_train(const dx_config *c, dx_comm *world)
     double val_loss = NAN;
     int preempted = 0;
     long last_step = step0;
-    for (long step = step0 + 1; step <= c->train_iters && !preempted; step++) {
+    for (long step = step0 + 1; step <= c->train_iters && !preempted && !rc; step++) {
         dx_step_stats st;
+        dx_watch_step(step);
         if (dx_worker_train_step(w, step, &st)) {
             /* peers may be blocked in a collective: report and take the job down */
             fprintf(stderr, "dissect: error: rank %d, step %ld: %s\n", rank, step, dx_last_error());
@@ -390,7 +416,8 @@ int dx_run_train(const dx_config *c, dx_comm *world)
         last_step = step;
         if (c->save_dir[0] && ((c->save_interval > 0 && step % c->save_interval == 0 && step < c->train_iters) || stop)) {
             if (stop && rank == 0) printf("signal received: checkpoint of step %ld, then exit\n", step);
-            if (save_checkpoint(c, w, world, NULL, step, CONSUMED_AFTER(step))) dx_comm_mpi_abort(1);
+            /* a failed save (full disk): the previous checkpoint stays, the trace is closed, exit 1 */
+            if (save_checkpoint(c, w, world, NULL, step, CONSUMED_AFTER(step))) rc = -1; /* ends the loop */
         } else if (stop && rank == 0) {
             fprintf(stderr, "dissect: warning: signal received at step %ld and no 'save_dir': stopping without a "
                             "checkpoint\n", step);
@@ -441,16 +468,16 @@ int dx_run_train(const dx_config *c, dx_comm *world)
     free(mem);
     free(offset);
 
-    if (!preempted && c->save_path[0] &&
+    if (!rc && !preempted && c->save_path[0] &&
         save_checkpoint(c, w, world, c->save_path, last_step, CONSUMED_AFTER(last_step)))
         rc = -1;
-    if (!preempted && c->save_dir[0] && c->save_interval > 0 && last_step > step0 &&
+    if (!rc && !preempted && c->save_dir[0] && c->save_interval > 0 && last_step > step0 &&
         save_checkpoint(c, w, world, NULL, last_step, CONSUMED_AFTER(last_step)))
         rc = -1;
 #undef CONSUMED_AFTER
 
     /* a short sample from the trained model */
-    if (!preempted && c->sample_tokens > 0) {
+    if (!rc && !preempted && c->sample_tokens > 0) {
         int32_t *ids = malloc(((size_t)c->sample_tokens + 1) * sizeof *ids);
         int src = ids ? dx_worker_sample(w, c->sample_tokens, c->sample_temperature, c->seed, ids) : -1;
         if (src) {
@@ -471,6 +498,7 @@ int dx_run_train(const dx_config *c, dx_comm *world)
     }
     dx_tokenizer_free(tok);
     dx_worker_destroy(w);
+    dx_watch_on_timeout(NULL, NULL);
     if (tw && dx_trace_close(tw)) {
         fprintf(stderr, "dissect: error: %s\n", dx_last_error());
         rc = -1;
@@ -479,12 +507,15 @@ int dx_run_train(const dx_config *c, dx_comm *world)
     }
     free(cfg_json);
     free(hosts);
+    dx_watchdog_stop();
     return rc;
 
 out_err:
     dx_worker_destroy(w);
+    dx_watch_on_timeout(NULL, NULL);
     if (tw) dx_trace_close(tw);
     free(cfg_json);
     free(hosts);
+    dx_watchdog_stop();
     return -1;
 }

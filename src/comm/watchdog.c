@@ -1,0 +1,199 @@
+/* The collective watchdog; see watchdog.h. */
+#include "watchdog.h"
+
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/common.h"
+
+/* what the main thread is blocked in (written by it, read by the watchdog thread) */
+static _Atomic(const char *) cur_op;
+static _Atomic(const char *) cur_group;
+static atomic_int cur_size;
+static atomic_ullong cur_since_ns; /* 0 = not in a marked collective */
+static atomic_int depth;           /* main thread only; atomic for simplicity */
+static atomic_long cur_step;
+static volatile sig_atomic_t signal_seen; /* last signal number; set by the handler */
+
+typedef struct {
+    int used;
+    const char *group;
+    int size;
+    dx_watch_poll_fn poll;
+    void (*abort_fn)(void *);
+    void *ctx;
+} slot;
+enum { SLOTS = 64 };
+static slot slots[SLOTS];
+static pthread_mutex_t slots_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static void (*on_timeout_fn)(void *);
+static void *on_timeout_ctx;
+
+static pthread_t thread;
+static int running;
+static atomic_int stop_flag;
+static double timeout_s;
+static int my_rank;
+
+static const char *group_name(const dx_comm *c) { return c && c->name ? c->name : "unnamed"; }
+
+void dx_watch_step(long step) { atomic_store_explicit(&cur_step, step, memory_order_relaxed); }
+
+void dx_watch_begin(const char *op, const dx_comm *c)
+{
+    if (atomic_fetch_add_explicit(&depth, 1, memory_order_relaxed) > 0) return;
+    atomic_store_explicit(&cur_op, op, memory_order_relaxed);
+    atomic_store_explicit(&cur_group, group_name(c), memory_order_relaxed);
+    atomic_store_explicit(&cur_size, c ? c->size : 0, memory_order_relaxed);
+    atomic_store_explicit(&cur_since_ns, dx_now_ns(), memory_order_release);
+}
+
+void dx_watch_end(void)
+{
+    if (atomic_fetch_sub_explicit(&depth, 1, memory_order_relaxed) == 1)
+        atomic_store_explicit(&cur_since_ns, 0, memory_order_release);
+}
+
+void dx_watch_signal(int sig) { signal_seen = sig; }
+
+void dx_watch_on_timeout(void (*fn)(void *), void *ctx)
+{
+    pthread_mutex_lock(&slots_mu);
+    on_timeout_fn = fn;
+    on_timeout_ctx = ctx;
+    pthread_mutex_unlock(&slots_mu);
+}
+
+int dx_watch_register(const dx_comm *c, dx_watch_poll_fn poll, void (*abort_fn)(void *), void *ctx)
+{
+    pthread_mutex_lock(&slots_mu);
+    int h = -1;
+    for (int i = 0; i < SLOTS && h < 0; i++)
+        if (!slots[i].used) {
+            slots[i] = (slot){1, group_name(c), c ? c->size : 0, poll, abort_fn, ctx};
+            h = i;
+        }
+    pthread_mutex_unlock(&slots_mu);
+    return h;
+}
+
+void dx_watch_unregister(int h)
+{
+    if (h < 0 || h >= SLOTS) return;
+    pthread_mutex_lock(&slots_mu);
+    slots[h].used = 0;
+    pthread_mutex_unlock(&slots_mu);
+}
+
+static const char *signame(int sig)
+{
+    switch (sig) {
+    case SIGTERM: return "SIGTERM";
+    case SIGUSR1: return "SIGUSR1";
+    case SIGINT: return "SIGINT";
+    default: return "a signal";
+    }
+}
+
+/* Ends the process: abort callbacks (device groups first), the timeout callback when the main
+ * thread sits in a marked collective, then _exit. Called with slots_mu held. */
+static void take_down(int main_in_collective)
+{
+    for (int i = 0; i < SLOTS; i++)
+        if (slots[i].used && slots[i].abort_fn) slots[i].abort_fn(slots[i].ctx);
+    if (main_in_collective && on_timeout_fn) on_timeout_fn(on_timeout_ctx);
+    fflush(stdout);
+    fflush(stderr);
+    /* a second for the launcher to forward this rank's message (and its peers', which time out
+     * at about the same moment) before the first exit makes it tear the job down */
+    struct timespec ts = {1, 0};
+    nanosleep(&ts, NULL);
+    _exit(DX_WATCHDOG_EXIT);
+}
+
+static void *watch_main(void *arg)
+{
+    (void)arg;
+    /* signals go to the main thread (its handler sets the preemption flag) */
+    sigset_t all;
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, NULL);
+    int reported_signal = 0;
+    const double M = timeout_s / 60.0;
+    while (!atomic_load(&stop_flag)) {
+        /* a tenth of a second: signals are reported promptly; the timeout is checked as often */
+        struct timespec ts = {0, 100 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+        const unsigned long long since = atomic_load_explicit(&cur_since_ns, memory_order_acquire);
+        const char *op = atomic_load_explicit(&cur_op, memory_order_relaxed);
+        const char *group = atomic_load_explicit(&cur_group, memory_order_relaxed);
+        const int size = atomic_load_explicit(&cur_size, memory_order_relaxed);
+        const long step = atomic_load_explicit(&cur_step, memory_order_relaxed);
+        const double waited = since ? (double)(dx_now_ns() - since) * 1e-9 : 0.0;
+
+        const int sig = signal_seen;
+        if (sig && !reported_signal) {
+            reported_signal = 1;
+            if (since)
+                fprintf(stderr, "dissect: rank %d: %s received at step %ld while in %s on the %s group (%d ranks) "
+                                "for %.1f s\n",
+                        my_rank, signame(sig), step, op, group, size, waited);
+        }
+
+        if (since && timeout_s > 0 && waited > timeout_s) {
+            fprintf(stderr, "dissect: error: rank %d: %s on the %s group (%d ranks) at step %ld has not completed "
+                            "after %.0f s (distributed_timeout_minutes %g): a rank died or hangs; aborting\n",
+                    my_rank, op, group, size, step, waited, M);
+            pthread_mutex_lock(&slots_mu);
+            take_down(1);
+        }
+        pthread_mutex_lock(&slots_mu);
+        for (int i = 0; i < SLOTS; i++) {
+            if (!slots[i].used || !slots[i].poll) continue;
+            const char *dop = "collective";
+            char err[256] = "";
+            double age = slots[i].poll(slots[i].ctx, &dop, err, sizeof err);
+            if (age < 0) {
+                fprintf(stderr, "dissect: error: rank %d: %s on the %s group (%d ranks) at step %ld failed: %s; "
+                                "aborting\n",
+                        my_rank, dop, slots[i].group, slots[i].size, step, err);
+                take_down(since != 0);
+            }
+            if (timeout_s > 0 && age > timeout_s) {
+                fprintf(stderr, "dissect: error: rank %d: %s on the %s group (%d ranks) at step %ld has not completed "
+                                "after %.0f s on the device (distributed_timeout_minutes %g): a rank died or hangs; "
+                                "aborting\n",
+                        my_rank, dop, slots[i].group, slots[i].size, step, age, M);
+                take_down(since != 0);
+            }
+        }
+        pthread_mutex_unlock(&slots_mu);
+    }
+    return NULL;
+}
+
+int dx_watchdog_start(double t, int rank)
+{
+    if (running) return 0;
+    timeout_s = t;
+    my_rank = rank;
+    atomic_store(&stop_flag, 0);
+    int e = pthread_create(&thread, NULL, watch_main, NULL);
+    if (e) return dx_fail("rank %d: cannot start the watchdog thread: %s", rank, strerror(e));
+    running = 1;
+    return 0;
+}
+
+void dx_watchdog_stop(void)
+{
+    if (!running) return;
+    atomic_store(&stop_flag, 1);
+    pthread_join(thread, NULL);
+    running = 0;
+}
