@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The GPU checks of dissect, for a GPU host (see ../shared/gpu/README.md: `. .gpu/env.sh` first):
 #   tests/gpu_suite.sh [sections...]       sections: build kernels sanitizer hf zero grid offload trace brown
+#                                          resume watchdog (run only when named)
 # Builds build-gpu (-Dcuda=enabled), then: CUDA kernels vs their CPU twins (table);
 # compute-sanitizer memcheck over that test; logits/loss/gradients against Hugging Face's
 # LlamaForCausalLM (bf16 on the GPU, fp32 on the CPU backend); ZeRO stages 0-3 on all visible
@@ -50,6 +51,26 @@ if want trace; then
     --seq-length 256 --micro-batch 8 --train-iters 30 --eval-interval 0 --sample-tokens 0 --zero-stage 2 --trace "$t/gpu_op.h5" --trace-level op
   run trace_check "$PYTHON3" tests/check_events.py "$t/gpu_op.h5" --require-op gemm --require-op attention --require-op reduce_scatter
   TAIL=70 run trace_report "$DISSECT" report "$t/gpu_op.h5" --chrome "$t/gpu_op.json"
+fi
+if want resume; then # checkpoints on the GPU: save, resume (plain and under optimizer offload), preemption
+  r=$OUT/resume; rm -rf "$r"; mkdir -p "$r"
+  "$PYTHON3" tests/make_synthetic.py "$r/ids.txt" --vocab 4096 --tokens 200000 && "$PYTHON3" examples/make_shards.py "$r/ids.txt" "$r/train.bin" --vocab-size 4096 > /dev/null
+  rc=(train --device cuda --model brown-small --train-data "$r/train.bin" --seq-length 256 --micro-batch 8 --eval-interval 0
+      --sample-tokens 0 --log-interval 1 --zero-stage 1 --train-iters 8)
+  run resume_full "${mpi[@]}" -np 1 "$DISSECT" "${rc[@]}" --save-dir "$r/run" --save-interval 4 --save "$r/full.h5"
+  run resume_resumed "${mpi[@]}" -np 1 "$DISSECT" "${rc[@]}" --resume "$r/run/iter_0000004.h5" --save "$r/resumed.h5"
+  run resume_offload "${mpi[@]}" -np 1 "$DISSECT" "${rc[@]}" --resume "$r/run/iter_0000004.h5" --offload-optimizer cpu --save "$r/offload.h5"
+  run resume_compare "$PYTHON3" tests/compare_checkpoints.py --rtol "${RS_RTOL:-2e-2}" "$r/full.h5" "$r/resumed.h5" "$r/offload.h5"
+  # preemption: SIGUSR1 to the rank once step 20 is logged -> checkpoint, exit 0
+  "${mpi[@]}" -np 1 "$DISSECT" "${rc[@]}" --train-iters 100000 --save-dir "$r/pre" > "$OUT/resume_preempt.log" 2>&1 &
+  mp=$!
+  for _ in $(seq 600); do grep "step    20/" "$OUT/resume_preempt.log" > /dev/null 2>&1 && break; sleep 0.1; done
+  for p in /proc/[0-9]*; do [ "$(cat "$p/comm" 2>/dev/null)" = dissect ] && kill -USR1 "${p#/proc/}"; done
+  if wait "$mp" && ls "$r/pre" | grep '^iter_' > /dev/null; then result[resume_preempt]=ok; else result[resume_preempt]=FAIL; fi
+  grep "signal\|checkpoint" "$OUT/resume_preempt.log" | tail -2
+fi
+if want watchdog; then # the watchdog thread's cost on a step with many collectives (ZeRO-3, NCCL): on vs off
+  TAIL=12 run watchdog_bench bash benchmarks/watchdog_overhead.sh
 fi
 if want brown && [ -f data/brown/train.bin ]; then
   b=(train --config examples/configs/brown-small.json --device cuda --log-interval 200 --trace-level step)

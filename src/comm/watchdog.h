@@ -33,7 +33,8 @@
 #define DX_WATCHDOG_EXIT 3
 
 /* Starts the watchdog thread of this process: `timeout_s` seconds (<= 0: no timeout; errors
- * and signals are still reported), `rank` is the world rank printed in messages. Returns 0 or
+ * and signals are still reported; dissect starts no watchdog at all for
+ * distributed_timeout_minutes 0), `rank` is the world rank printed in messages. Returns 0 or
  * -1 + dx_fail (thread creation). Call once, before training; dx_watchdog_stop joins it. */
 int dx_watchdog_start(double timeout_s, int rank);
 void dx_watchdog_stop(void);

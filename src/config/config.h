@@ -74,7 +74,7 @@ typedef struct {
     long save_interval; /* 0 = none */
     int keep_last;      /* periodic checkpoints kept (0 = all) */
     /* Megatron-LM's --distributed-timeout-minutes: a collective still incomplete after this
-     * many minutes ends the rank with a message (src/comm/watchdog.h); 0 = no timeout */
+     * many minutes ends the rank with a message (src/comm/watchdog.h); 0 = no watchdog */
     double distributed_timeout_minutes;
     char resume[1024];
     char hf_model[1024];       /* "hf_model": Hugging Face model directory: shape from its

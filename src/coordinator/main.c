@@ -54,7 +54,7 @@ static const struct {
     {"save-interval", "save_interval", "steps between checkpoints in save_dir (0 = none)", 0},
     {"keep-last", "keep_last", "periodic checkpoints kept in save_dir (0 = all)", 0},
     {"distributed-timeout-minutes", "distributed_timeout_minutes",
-     "a collective incomplete after this long ends the job with a message (0 = never; default 10)", 0},
+     "a collective incomplete after this long ends the job with a message (0 = no watchdog; default 10)", 0},
     {"resume", "resume", "checkpoint to resume from: PATH, or auto (newest in save_dir)", 0},
     {"hf-model", "hf_model", "Hugging Face Llama directory: shape (config.json) and initial weights (safetensors)", 0},
     {"num-layers", "model.num_hidden_layers", "decoder layers (after --model)", 0},

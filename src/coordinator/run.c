@@ -209,7 +209,7 @@ int dx_run_train(const dx_config *c, dx_comm *world)
     char *hosts = rank == 0 ? calloc((size_t)P, sizeof host) : NULL;
     dx_worker *w = NULL;
     /* hangs and dead ranks end the job with a message instead of waiting forever */
-    if (dx_watchdog_start(c->distributed_timeout_minutes * 60.0, rank)) rc = -1;
+    if (c->distributed_timeout_minutes > 0 && dx_watchdog_start(c->distributed_timeout_minutes * 60.0, rank)) rc = -1;
     if (!rc && world->gather(world, host, hosts, sizeof host, 0)) rc = -1;
 
     /* the memory plan, before anything is allocated: a run that cannot fit stops here with the
