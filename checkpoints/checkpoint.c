@@ -8,6 +8,8 @@
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <string.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
@@ -150,7 +152,11 @@ static int create_layout(hid_t f, const tensor_hdr *t, int n)
     if (go >= 0) gs[2] = H5Gcreate2(go, "exp_avg_sq", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
     int rc = g < 0 || go < 0 || gs[1] < 0 || gs[2] < 0 ? -1 : 0;
     hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
-    if (dcpl < 0 || H5Pset_fill_time(dcpl, H5D_FILL_TIME_NEVER) < 0) rc = -1;
+    /* contiguous, allocated at creation (as parallel HDF5 does anyway): every dataset has its
+     * file offset from the start, which the asynchronous save writes to directly */
+    if (dcpl < 0 || H5Pset_fill_time(dcpl, H5D_FILL_TIME_NEVER) < 0 ||
+        H5Pset_alloc_time(dcpl, H5D_ALLOC_TIME_EARLY) < 0)
+        rc = -1;
     for (int s = 0; s < 3 && !rc; s++)
         for (int i = 0; i < n && !rc; i++) {
             hsize_t dims[2] = {(hsize_t)t[i].full_rows, (hsize_t)t[i].full_cols};
@@ -165,6 +171,19 @@ static int create_layout(hid_t f, const tensor_hdr *t, int n)
         if (gs[s] >= 0) H5Gclose(gs[s]);
     if (go >= 0) H5Gclose(go);
     return rc;
+}
+
+/* The attributes and the layout of a checkpoint file. */
+static int write_header(hid_t f, const char *path, const dx_ckpt_state *st, const char *config_json,
+                        const tensor_hdr *t, int nt)
+{
+    if (dx_h5_write_str_attr(f, "format", "dissect-checkpoint") || dx_h5_write_i64_attr(f, "format_version", FORMAT_VERSION) ||
+        dx_h5_write_i64_attr(f, "step", st->step) || dx_h5_write_i64_attr(f, "consumed_samples", st->consumed_samples) ||
+        dx_h5_write_i64_attr(f, "seed", (int64_t)st->seed) ||
+        dx_h5_write_str_attr(f, "config_json", config_json ? config_json : "{}"))
+        return dx_fail("checkpoint '%s': cannot write its attributes", path);
+    if (create_layout(f, t, nt)) return dx_fail_prefix("checkpoint '%s'", path), -1;
+    return 0;
 }
 
 uint64_t dx_checkpoint_file_bytes(int64_t total_params)
@@ -227,12 +246,7 @@ int dx_checkpoint_save(const char *path, dx_model *m, dx_zero *z, dx_comm *world
         return -1;
     }
     /* metadata and datasets: the same calls on every rank */
-    if (dx_h5_write_str_attr(f, "format", "dissect-checkpoint") || dx_h5_write_i64_attr(f, "format_version", FORMAT_VERSION) ||
-        dx_h5_write_i64_attr(f, "step", st->step) || dx_h5_write_i64_attr(f, "consumed_samples", st->consumed_samples) ||
-        dx_h5_write_i64_attr(f, "seed", (int64_t)st->seed) ||
-        dx_h5_write_str_attr(f, "config_json", config_json ? config_json : "{}"))
-        rc = dx_fail("checkpoint '%s': cannot write its attributes", path);
-    if (!rc && create_layout(f, t, nt)) dx_fail_prefix("checkpoint '%s'", path), rc = -1;
+    rc = write_header(f, path, st, config_json, t, nt);
     free(t);
     /* every rank its own pieces (independent I/O) */
     const int np = dx_model_num_params_table(m);
@@ -317,15 +331,14 @@ static int count_elems(hid_t g, int64_t *total)
     H5G_info_t gi;
     if (H5Gget_info(g, &gi) < 0) return -1;
     for (hsize_t i = 0; i < gi.nlinks; i++) {
-        char name[256];
-        if (H5Lget_name_by_idx(g, ".", H5_INDEX_NAME, H5_ITER_INC, i, name, sizeof name, H5P_DEFAULT) < 0) return -1;
-        hid_t d = H5Dopen2(g, name, H5P_DEFAULT);
+        /* by index, not by name: a name longer than any buffer here still opens its own object */
+        hid_t d = H5Oopen_by_idx(g, ".", H5_INDEX_NAME, H5_ITER_INC, i, H5P_DEFAULT);
         if (d < 0) return -1;
-        hid_t sp = H5Dget_space(d);
+        hid_t sp = H5Iget_type(d) == H5I_DATASET ? H5Dget_space(d) : -1;
         hssize_t n = sp < 0 ? -1 : H5Sget_simple_extent_npoints(sp);
         if (sp >= 0) H5Sclose(sp);
-        H5Dclose(d);
-        if (n < 0) return -1;
+        H5Oclose(d);
+        if (n < 0 || (int64_t)n > INT64_MAX - *total) return -1; /* no sum past int64 */
         *total += (int64_t)n;
     }
     return 0;
@@ -461,4 +474,187 @@ int dx_checkpoint_prune(const char *dir, int keep_last)
     }
     free(steps);
     return removed;
+}
+
+/* ---- asynchronous saves ---- */
+
+/* One contiguous run of the file: bytes [file_off, file_off + len) from snapshot + buf_off. */
+typedef struct {
+    uint64_t file_off, len, buf_off;
+} run;
+
+struct dx_ckpt_async {
+    char path[1024], tmp[1100];
+    float *snap;  /* this rank's owned state, in the order of the runs */
+    run *runs;
+    size_t nruns;
+    pthread_t thread;
+    int started;
+    atomic_int done; /* the writer finished (rc set) */
+    int rc;          /* the writer's result: 0, or an errno */
+    uint64_t t0_ns;
+};
+
+/* The writer thread: pwrite of every run, fdatasync, close. */
+static void *writer_main(void *arg)
+{
+    dx_ckpt_async *a = arg;
+    int fd = open(a->tmp, O_WRONLY), e = fd < 0 ? errno : 0;
+    const char *base = (const char *)a->snap;
+    for (size_t i = 0; !e && i < a->nruns; i++) {
+        uint64_t done = 0;
+        while (!e && done < a->runs[i].len) {
+            ssize_t w = pwrite(fd, base + a->runs[i].buf_off + done, a->runs[i].len - done,
+                               (off_t)(a->runs[i].file_off + done));
+            if (w < 0 && errno != EINTR) e = errno;
+            else if (w > 0) done += (uint64_t)w;
+        }
+    }
+    if (!e && fd >= 0 && a->nruns && fdatasync(fd)) e = errno;
+    if (fd >= 0 && close(fd) && !e) e = errno;
+    a->rc = e;
+    atomic_store(&a->done, 1);
+    return NULL;
+}
+
+static void async_free(dx_ckpt_async *a)
+{
+    if (!a) return;
+    if (a->started) pthread_join(a->thread, NULL);
+    free(a->snap);
+    free(a->runs);
+    free(a);
+}
+
+/* The index of tensor `name` in t[n], or -1. */
+static int tensor_index(const tensor_hdr *t, int n, const char *name)
+{
+    for (int i = 0; i < n; i++)
+        if (!strcmp(t[i].name, name)) return i;
+    return -1;
+}
+
+dx_ckpt_async *dx_checkpoint_save_start(const char *path, dx_model *m, dx_zero *z, dx_comm *world, dx_comm *dp,
+                                        int tp_rank, const dx_ckpt_state *st, const char *config_json)
+{
+    H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
+    dx_ckpt_async *a = calloc(1, sizeof *a);
+    tensor_hdr *t = NULL;
+    int nt = 0, rc = a ? 0 : dx_fail("checkpoint: out of memory");
+    if (a) {
+        snprintf(a->path, sizeof a->path, "%s", path);
+        snprintf(a->tmp, sizeof a->tmp, "%s.tmp", path);
+        a->t0_ns = dx_now_ns();
+    }
+    if (!rc) rc = all_tensors(m, world, &t, &nt);
+    int64_t *offs = rc ? NULL : calloc((size_t)3 * (size_t)nt + 1, sizeof *offs);
+    if (!rc && !offs) rc = dx_fail("checkpoint: out of memory");
+    /* rank 0: room, then the file's header and layout (serial HDF5), and each dataset's offset */
+    if (!rc && world->rank == 0) {
+        int64_t total = 0;
+        for (int i = 0; i < nt; i++) total += (int64_t)t[i].full_rows * (t[i].full_cols ? t[i].full_cols : 1);
+        rc = reserve(path, a->tmp, dx_checkpoint_file_bytes(total));
+        hid_t f = rc ? -1 : H5Fcreate(a->tmp, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+        if (!rc && f < 0) rc = dx_fail("checkpoint '%s': cannot create %s", path, a->tmp);
+        if (!rc) rc = write_header(f, path, st, config_json, t, nt);
+        for (int s = 0; s < 3 && !rc; s++)
+            for (int i = 0; i < nt && !rc; i++) {
+                char name[160];
+                snprintf(name, sizeof name, "%s/%s", state_group[s], t[i].name);
+                hid_t d = H5Dopen2(f, name, H5P_DEFAULT);
+                haddr_t off = d < 0 ? HADDR_UNDEF : H5Dget_offset(d);
+                if (off == HADDR_UNDEF) rc = dx_fail("checkpoint '%s': no file offset for %s", path, name);
+                else offs[s * nt + i] = (int64_t)off;
+                if (d >= 0) H5Dclose(d);
+            }
+        if (f >= 0 && H5Fclose(f) < 0 && !rc) rc = dx_fail("checkpoint '%s': cannot close %s", path, a->tmp);
+        if (rc) remove(a->tmp);
+    }
+    if ((rc = dx_comm_agree(world, rc)) == 0 &&
+        world->broadcast(world, offs, (size_t)3 * (size_t)nt * sizeof *offs, 0))
+        rc = -1;
+    /* this rank's owned pieces: a snapshot of their state and the file runs they go to */
+    const int np = dx_model_num_params_table(m);
+    size_t elems = 0, nruns = 0;
+    for (int i = 0; !rc && i < np; i++) {
+        const dx_param *p = dx_model_param(m, i);
+        size_t lo, hi;
+        if (!owned_part(z, p, dp->rank, tp_rank, &lo, &hi)) continue;
+        piece pc[3];
+        const int npc = pieces_of(p, lo, hi, pc);
+        elems += 3 * (hi - lo);
+        for (int k = 0; k < npc; k++) nruns += 3 * (pc[k].count[1] == (hsize_t)(p->cols ? p->full_cols : 1) ? 1 : pc[k].count[0]);
+    }
+    if (!rc) {
+        a->snap = malloc(elems * sizeof(float) + 1);
+        a->runs = malloc(nruns * sizeof *a->runs + 1);
+        if (!a->snap || !a->runs) rc = dx_fail("rank %d: checkpoint: out of memory for a %.1f MiB snapshot", world->rank,
+                                               (double)elems * 4 / (1 << 20));
+    }
+    size_t at = 0;
+    for (int i = 0; !rc && i < np; i++) {
+        const dx_param *p = dx_model_param(m, i);
+        size_t lo, hi;
+        if (!owned_part(z, p, dp->rank, tp_rank, &lo, &hi)) continue;
+        const int ti = tensor_index(t, nt, p->name);
+        if (ti < 0) { rc = dx_fail("checkpoint: tensor %s missing from the layout", p->name); break; }
+        piece pc[3];
+        const int npc = pieces_of(p, lo, hi, pc);
+        const uint64_t full_cols = p->cols ? (uint64_t)p->full_cols : 1;
+        for (int s = 0; s < 3 && !rc; s++) {
+            float *buf = a->snap + at;
+            if (dx_zero_read_state(z, p->group, s, p->offset + lo, p->offset + hi, buf)) { rc = -1; break; }
+            const uint64_t base = (uint64_t)offs[s * nt + ti];
+            for (int k = 0; k < npc; k++) {
+                const uint64_t r0 = pc[k].start[0], c0 = p->cols ? pc[k].start[1] : 0;
+                const uint64_t rows = pc[k].count[0], cols = p->cols ? pc[k].count[1] : 1;
+                const uint64_t boff = (uint64_t)(at + pc[k].off) * sizeof(float);
+                if (cols == full_cols) /* whole rows: one run */
+                    a->runs[a->nruns++] = (run){base + (r0 * full_cols) * 4, rows * cols * 4, boff};
+                else
+                    for (uint64_t r = 0; r < rows; r++)
+                        a->runs[a->nruns++] = (run){base + ((r0 + r) * full_cols + c0) * 4, cols * 4, boff + r * cols * 4};
+            }
+            at += hi - lo;
+        }
+    }
+    free(t);
+    free(offs);
+    if (!rc) {
+        int e = pthread_create(&a->thread, NULL, writer_main, a);
+        if (e) rc = dx_fail("rank %d: checkpoint: cannot start the writer thread: %s", world->rank, strerror(e));
+        else a->started = 1;
+    }
+    if (dx_comm_agree(world, rc)) {
+        if (world->rank == 0 && a) remove(a->tmp);
+        async_free(a);
+        return NULL;
+    }
+    return a;
+}
+
+int dx_checkpoint_save_poll(dx_ckpt_async **ap, dx_comm *world, int wait, double *seconds)
+{
+    dx_ckpt_async *a = *ap;
+    if (!a) return 1;
+    if (wait && a->started) {
+        pthread_join(a->thread, NULL);
+        a->started = 0;
+    }
+    int busy = !atomic_load(&a->done), any_busy = 1;
+    if (world->max_int(world, busy, &any_busy)) return -1;
+    if (any_busy) return 0;
+    int rc = a->rc ? dx_fail("rank %d: checkpoint '%s': write failed: %s (the checkpoints written before are kept)",
+                             world->rank, a->path, strerror(a->rc))
+                   : 0;
+    rc = dx_comm_agree(world, rc);
+    if (world->rank == 0) {
+        if (!rc && rename(a->tmp, a->path)) rc = dx_fail("checkpoint '%s': cannot rename %s: %s", a->path, a->tmp, strerror(errno));
+        if (rc) remove(a->tmp);
+    }
+    rc = dx_comm_agree(world, rc);
+    if (seconds) *seconds = (double)(dx_now_ns() - a->t0_ns) * 1e-9;
+    async_free(a);
+    *ap = NULL;
+    return rc ? rc : 1;
 }

@@ -12,7 +12,9 @@
 #     run's rank 0, stop every rank at the next step boundary with a checkpoint and exit 0; the
 #     trace written so far is readable; `--resume auto` then finishes the run with final weights
 #     bitwise those of an uninterrupted run;
-#  5. bad input: a resume path that does not exist, a format-1 (weights only) file, a checkpoint
+#  5. asynchronous saves write the same tensors as synchronous ones (DP 4 ZeRO 3, TP 2 x PP 2), and
+#     a run resumed from one ends bitwise as the uninterrupted run;
+#  6. bad input: a resume path that does not exist, a format-1 (weights only) file, a checkpoint
 #     of another model shape, save_interval without save_dir and a save_dir that cannot be
 #     created are
 #     refused naming the file or key, before any training step.
@@ -131,7 +133,25 @@ for sig in USR1:1 TERM:0; do
   check "SIG$name, then --resume auto to the end: final checkpoint" ckpt "$tmp/long.ck.h5" "$tmp/pre_$name.ck.h5" 0
 done
 
-# 5. bad input
+# 5. asynchronous saves (async_save): the same bytes as synchronous saves, under DP 4 ZeRO 3 and
+#    TP 2 x PP 2, and a run resumed from one ends bitwise as the uninterrupted run
+for lay in "dp4z3:--micro-batch 1 --zero-stage 3" "tp2pp2:--micro-batch 1 --tp 2 --pp 2"; do
+  name=${lay%%:*} flags=${lay#*:}
+  # shellcheck disable=SC2086
+  run "sync_$name" 4 $flags --train-iters 8 --save-dir "$tmp/sync_$name" --save-interval 4
+  # shellcheck disable=SC2086
+  run "async_$name" 4 $flags --train-iters 8 --save-dir "$tmp/async_$name" --save-interval 4 --async-save \
+    --save "$tmp/async_$name.final.h5"
+  grep "checkpoint of step 4 written to .* in the background" "$tmp/async_$name.log" > /dev/null \
+    || { echo "FAIL async $name: no background save in the log"; fail=1; }
+  check "async save ($name), step 4: same tensors as a synchronous save" ckpt "$tmp/sync_$name/iter_0000004.h5" "$tmp/async_$name/iter_0000004.h5" 0
+done
+# shellcheck disable=SC2086
+run async_resumed 4 --micro-batch 1 --zero-stage 3 --train-iters 8 --resume "$tmp/async_dp4z3/iter_0000004.h5" \
+  --save "$tmp/async_resumed.final.h5"
+check "resumed from an asynchronous checkpoint (DP 4, ZeRO 3): final checkpoint" ckpt "$tmp/async_dp4z3.final.h5" "$tmp/async_resumed.final.h5" 0
+
+# 6. bad input
 "$PYTHON3" - "$tmp/v1.h5" <<'PY'
 import sys, h5py, numpy as np
 with h5py.File(sys.argv[1], "w") as f:
@@ -143,6 +163,7 @@ for bad in "--resume $tmp/nope.h5:checkpoint '$tmp/nope.h5': cannot open" \
            "--resume $tmp/v1.h5:format_version 1 holds the weights only" \
            "--resume $tmp/run/iter_0000003.h5 --num-layers 2:holds 0.05M parameters, this model has 0.03M" \
            "--save-interval 2:key 'save_interval' = 2: needs 'save_dir'" \
+           "--async-save:key 'async_save' = true: needs 'save_dir' and 'save_interval'" \
            "--save-dir $tmp/afile/sub --save-interval 2:key 'save_dir': cannot create directory"; do
   flags=${bad%%:*} want=${bad#*:}
   # shellcheck disable=SC2086

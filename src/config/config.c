@@ -344,6 +344,7 @@ static const key_spec top_keys[] = {
     {"save_dir", K_STRING, STR(save_dir), 0, 0, 0, NULL, NULL},
     NONNEG("save_interval", K_LONG, OFF(save_interval)),
     NONNEG("keep_last", K_INT, OFF(keep_last)),
+    {"async_save", K_BOOL, OFF(async_save), 0, 0, 0, 0, NULL, NULL},
     NONNEG_DBL("distributed_timeout_minutes", OFF(distributed_timeout_minutes)),
     {"resume", K_STRING, STR(resume), 0, 0, 0, NULL, NULL},
     {"hf_model", K_STRING, STR(hf_model), 0, 0, 0, NULL, NULL},
@@ -890,6 +891,9 @@ int dx_config_finalize(dx_config *c, int world)
     if (c->save_interval > 0 && !c->save_dir[0])
         return dx_fail("%s: key 'save_interval' = %ld: needs 'save_dir' (the run directory the checkpoints go to)",
                        src, c->save_interval);
+    if (c->async_save && c->save_interval <= 0)
+        return dx_fail("%s: key 'async_save' = true: needs 'save_dir' and 'save_interval' (it applies to the periodic "
+                       "checkpoints)", src);
     if (!strcmp(c->resume, "auto") && !c->save_dir[0])
         return dx_fail("%s: key 'resume' = \"auto\": needs 'save_dir' (where to look for the newest checkpoint)", src);
     if (c->offload_param && c->zero_stage != 3)
@@ -1014,6 +1018,7 @@ char *dx_config_to_json(const dx_config *c)
     CHK(cJSON_AddStringToObject(root, "save_dir", c->save_dir));
     CHK(add_int(root, "save_interval", (long long)c->save_interval));
     CHK(add_int(root, "keep_last", (long long)c->keep_last));
+    CHK(cJSON_AddBoolToObject(root, "async_save", c->async_save));
     CHK(add_double(root, "distributed_timeout_minutes", c->distributed_timeout_minutes));
     CHK(cJSON_AddStringToObject(root, "resume", c->resume));
     CHK(add_int(root, "seq_length", (long long)c->seq_length));

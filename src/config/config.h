@@ -73,6 +73,8 @@ typedef struct {
     char save_dir[1024];
     long save_interval; /* 0 = none */
     int keep_last;      /* periodic checkpoints kept (0 = all) */
+    int async_save;     /* Megatron-LM's --async-save: periodic checkpoints written by a thread
+                           while training goes on (checkpoints/checkpoint.h) */
     /* Megatron-LM's --distributed-timeout-minutes: a collective still incomplete after this
      * many minutes ends the rank with a message (src/comm/watchdog.h); 0 = no watchdog */
     double distributed_timeout_minutes;

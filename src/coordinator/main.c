@@ -53,6 +53,7 @@ static const struct {
     {"save-dir", "save_dir", "run directory for periodic and preemption checkpoints (iter_<step>.h5)", 0},
     {"save-interval", "save_interval", "steps between checkpoints in save_dir (0 = none)", 0},
     {"keep-last", "keep_last", "periodic checkpoints kept in save_dir (0 = all)", 0},
+    {"async-save", "async_save", "write periodic checkpoints in the background (no value)", 1},
     {"distributed-timeout-minutes", "distributed_timeout_minutes",
      "a collective incomplete after this long ends the job with a message (0 = no watchdog; default 10)", 0},
     {"resume", "resume", "checkpoint to resume from: PATH, or auto (newest in save_dir)", 0},

@@ -196,6 +196,47 @@ static int save_checkpoint(const dx_config *c, dx_worker *w, dx_comm *world, con
     return 0;
 }
 
+/* A background save of save_dir/iter_<step>.h5 (async_save): started here, completed by
+ * finish_async at a later step boundary (wait: until it is). Collective. */
+static dx_ckpt_async *start_async(const dx_config *c, dx_worker *w, dx_comm *world, long step, uint64_t consumed)
+{
+    char name[1100];
+    dx_checkpoint_name(name, sizeof name, c->save_dir, step);
+    char *json = dx_config_to_json(c);
+    const dx_grid *g = dx_worker_grid(w);
+    dx_ckpt_state st = {.step = step, .consumed_samples = (int64_t)consumed, .seed = c->seed};
+    uint64_t t0 = dx_now_ns();
+    dx_ckpt_async *a = dx_checkpoint_save_start(name, dx_worker_model(w), dx_worker_zero(w), world, g->dp_host,
+                                                g->tp_rank, &st, json ? json : "{}");
+    free(json);
+    if (dx_agree_and_report(world, a ? 0 : -1)) return NULL;
+    if (world->rank == 0) {
+        printf("checkpoint of step %ld: snapshot taken (%.2f s), writing %s in the background\n", step,
+               (double)(dx_now_ns() - t0) * 1e-9, name);
+        fflush(stdout);
+    }
+    return a;
+}
+
+static int finish_async(const dx_config *c, dx_comm *world, dx_ckpt_async **a, long step, int wait)
+{
+    double secs = 0;
+    int r = dx_checkpoint_save_poll(a, world, wait, &secs);
+    if (r < 0) {
+        dx_agree_and_report(world, r); /* the lowest failing rank prints its message */
+        return -1;
+    }
+    if (r == 1 && world->rank == 0) {
+        char name[1100];
+        dx_checkpoint_name(name, sizeof name, c->save_dir, step);
+        printf("checkpoint of step %ld written to %s (%.2f s in the background)\n", step, name, secs);
+        if (c->keep_last > 0 && dx_checkpoint_prune(c->save_dir, c->keep_last) < 0)
+            fprintf(stderr, "dissect: warning: %s\n", dx_last_error());
+        fflush(stdout);
+    }
+    return 0;
+}
+
 int dx_run_train(const dx_config *c, dx_comm *world)
 {
     const int rank = world->rank, P = world->size;
@@ -369,6 +410,8 @@ int dx_run_train(const dx_config *c, dx_comm *world)
     int64_t *mem = rank == 0 ? calloc((size_t)P * 5, sizeof(int64_t)) : NULL; /* peak + 4 cats */
     double val_loss = NAN;
     int preempted = 0;
+    dx_ckpt_async *pending = NULL; /* a background save in flight */
+    long pending_step = 0;
     long last_step = step0;
     for (long step = step0 + 1; step <= c->train_iters && !preempted && !rc; step++) {
         dx_step_stats st;
@@ -414,10 +457,19 @@ int dx_run_train(const dx_config *c, dx_comm *world)
             dx_comm_mpi_abort(1);
         }
         last_step = step;
-        if (c->save_dir[0] && ((c->save_interval > 0 && step % c->save_interval == 0 && step < c->train_iters) || stop)) {
+        /* a background save finished? (one all-reduce per step while one is in flight) */
+        if (pending && finish_async(c, world, &pending, pending_step, 0)) rc = -1;
+        const int periodic = c->save_interval > 0 && step % c->save_interval == 0 && step < c->train_iters;
+        if (!rc && c->save_dir[0] && periodic && c->async_save && !stop) {
+            /* one background save at a time: the previous one completes first */
+            if (pending && finish_async(c, world, &pending, pending_step, 1)) rc = -1;
+            if (!rc && !(pending = start_async(c, w, world, step, CONSUMED_AFTER(step)))) rc = -1;
+            pending_step = step;
+        } else if (!rc && c->save_dir[0] && (periodic || stop)) {
             if (stop && rank == 0) printf("signal received: checkpoint of step %ld, then exit\n", step);
+            if (pending && finish_async(c, world, &pending, pending_step, 1)) rc = -1;
             /* a failed save (full disk): the previous checkpoint stays, the trace is closed, exit 1 */
-            if (save_checkpoint(c, w, world, NULL, step, CONSUMED_AFTER(step))) rc = -1; /* ends the loop */
+            if (!rc && save_checkpoint(c, w, world, NULL, step, CONSUMED_AFTER(step))) rc = -1; /* ends the loop */
         } else if (stop && rank == 0) {
             fprintf(stderr, "dissect: warning: signal received at step %ld and no 'save_dir': stopping without a "
                             "checkpoint\n", step);
@@ -463,6 +515,7 @@ int dx_run_train(const dx_config *c, dx_comm *world)
             }
         }
     }
+    if (pending && finish_async(c, world, &pending, pending_step, 1)) rc = -1;
     free(all);
     free(cols);
     free(mem);
