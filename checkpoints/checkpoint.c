@@ -484,8 +484,11 @@ typedef struct {
 } run;
 
 struct dx_ckpt_async {
+    dx_backend *be;  /* of the snapshot buffer */
+    float *snap;     /* this rank's owned state (page-locked on GPUs), kept between saves */
+    size_t snap_cap; /* floats */
+    int busy;        /* a save in flight (the same on every rank) */
     char path[1024], tmp[1100];
-    float *snap;  /* this rank's owned state, in the order of the runs */
     run *runs;
     size_t nruns;
     pthread_t thread;
@@ -517,12 +520,31 @@ static void *writer_main(void *arg)
     return NULL;
 }
 
-static void async_free(dx_ckpt_async *a)
+dx_ckpt_async *dx_checkpoint_async_create(void)
+{
+    dx_ckpt_async *a = calloc(1, sizeof *a);
+    if (!a) dx_fail("checkpoint: out of memory");
+    return a;
+}
+
+/* Ends the save in flight on this rank (joins the writer) and forgets it. */
+static void async_reset(dx_ckpt_async *a)
+{
+    if (a->started) pthread_join(a->thread, NULL);
+    a->started = 0;
+    a->busy = 0;
+    free(a->runs);
+    a->runs = NULL;
+    a->nruns = 0;
+    atomic_store(&a->done, 0);
+    a->rc = 0;
+}
+
+void dx_checkpoint_async_destroy(dx_ckpt_async *a)
 {
     if (!a) return;
-    if (a->started) pthread_join(a->thread, NULL);
-    free(a->snap);
-    free(a->runs);
+    async_reset(a);
+    if (a->snap && a->be) a->be->host_free(a->be, a->snap);
     free(a);
 }
 
@@ -534,19 +556,17 @@ static int tensor_index(const tensor_hdr *t, int n, const char *name)
     return -1;
 }
 
-dx_ckpt_async *dx_checkpoint_save_start(const char *path, dx_model *m, dx_zero *z, dx_comm *world, dx_comm *dp,
-                                        int tp_rank, const dx_ckpt_state *st, const char *config_json)
+int dx_checkpoint_save_start(dx_ckpt_async *a, const char *path, dx_model *m, dx_zero *z, dx_comm *world,
+                             dx_comm *dp, int tp_rank, const dx_ckpt_state *st, const char *config_json)
 {
     H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
-    dx_ckpt_async *a = calloc(1, sizeof *a);
+    if (a->busy) return dx_fail("checkpoint '%s': a background save is still in flight", path);
     tensor_hdr *t = NULL;
-    int nt = 0, rc = a ? 0 : dx_fail("checkpoint: out of memory");
-    if (a) {
-        snprintf(a->path, sizeof a->path, "%s", path);
-        snprintf(a->tmp, sizeof a->tmp, "%s.tmp", path);
-        a->t0_ns = dx_now_ns();
-    }
-    if (!rc) rc = all_tensors(m, world, &t, &nt);
+    int nt = 0, rc = 0;
+    snprintf(a->path, sizeof a->path, "%s", path);
+    snprintf(a->tmp, sizeof a->tmp, "%s.tmp", path);
+    a->t0_ns = dx_now_ns();
+    rc = all_tensors(m, world, &t, &nt);
     int64_t *offs = rc ? NULL : calloc((size_t)3 * (size_t)nt + 1, sizeof *offs);
     if (!rc && !offs) rc = dx_fail("checkpoint: out of memory");
     /* rank 0: room, then the file's header and layout (serial HDF5), and each dataset's offset */
@@ -573,7 +593,7 @@ dx_ckpt_async *dx_checkpoint_save_start(const char *path, dx_model *m, dx_zero *
     if ((rc = dx_comm_agree(world, rc)) == 0 &&
         world->broadcast(world, offs, (size_t)3 * (size_t)nt * sizeof *offs, 0))
         rc = -1;
-    /* this rank's owned pieces: a snapshot of their state and the file runs they go to */
+    /* this rank's owned pieces: how many floats and file runs */
     const int np = dx_model_num_params_table(m);
     size_t elems = 0, nruns = 0;
     for (int i = 0; !rc && i < np; i++) {
@@ -582,15 +602,19 @@ dx_ckpt_async *dx_checkpoint_save_start(const char *path, dx_model *m, dx_zero *
         if (!owned_part(z, p, dp->rank, tp_rank, &lo, &hi)) continue;
         piece pc[3];
         const int npc = pieces_of(p, lo, hi, pc);
+        const hsize_t full_cols = p->cols ? (hsize_t)p->full_cols : 1;
         elems += 3 * (hi - lo);
-        for (int k = 0; k < npc; k++) nruns += 3 * (pc[k].count[1] == (hsize_t)(p->cols ? p->full_cols : 1) ? 1 : pc[k].count[0]);
+        for (int k = 0; k < npc; k++) nruns += 3 * (pc[k].count[1] == full_cols ? 1 : pc[k].count[0]);
     }
-    if (!rc) {
-        a->snap = malloc(elems * sizeof(float) + 1);
-        a->runs = malloc(nruns * sizeof *a->runs + 1);
-        if (!a->snap || !a->runs) rc = dx_fail("rank %d: checkpoint: out of memory for a %.1f MiB snapshot", world->rank,
-                                               (double)elems * 4 / (1 << 20));
+    /* the snapshot buffer: page-locked, kept for the next save (grown when needed) */
+    if (!rc && elems > a->snap_cap) {
+        if (a->snap) a->be->host_free(a->be, a->snap);
+        a->be = dx_model_backend(m);
+        a->snap = a->be->host_alloc(a->be, elems * sizeof(float));
+        a->snap_cap = a->snap ? elems : 0;
+        if (!a->snap) dx_fail_prefix("rank %d: checkpoint snapshot", world->rank), rc = -1;
     }
+    if (!rc && !(a->runs = malloc(nruns * sizeof *a->runs + 1))) rc = dx_fail("checkpoint: out of memory");
     size_t at = 0;
     for (int i = 0; !rc && i < np; i++) {
         const dx_param *p = dx_model_param(m, i);
@@ -602,8 +626,7 @@ dx_ckpt_async *dx_checkpoint_save_start(const char *path, dx_model *m, dx_zero *
         const int npc = pieces_of(p, lo, hi, pc);
         const uint64_t full_cols = p->cols ? (uint64_t)p->full_cols : 1;
         for (int s = 0; s < 3 && !rc; s++) {
-            float *buf = a->snap + at;
-            if (dx_zero_read_state(z, p->group, s, p->offset + lo, p->offset + hi, buf)) { rc = -1; break; }
+            if (dx_zero_read_state(z, p->group, s, p->offset + lo, p->offset + hi, a->snap + at)) { rc = -1; break; }
             const uint64_t base = (uint64_t)offs[s * nt + ti];
             for (int k = 0; k < npc; k++) {
                 const uint64_t r0 = pc[k].start[0], c0 = p->cols ? pc[k].start[1] : 0;
@@ -626,17 +649,17 @@ dx_ckpt_async *dx_checkpoint_save_start(const char *path, dx_model *m, dx_zero *
         else a->started = 1;
     }
     if (dx_comm_agree(world, rc)) {
-        if (world->rank == 0 && a) remove(a->tmp);
-        async_free(a);
-        return NULL;
+        async_reset(a);
+        if (world->rank == 0) remove(a->tmp);
+        return -1;
     }
-    return a;
+    a->busy = 1;
+    return 0;
 }
 
-int dx_checkpoint_save_poll(dx_ckpt_async **ap, dx_comm *world, int wait, double *seconds)
+int dx_checkpoint_save_poll(dx_ckpt_async *a, dx_comm *world, int wait, double *seconds)
 {
-    dx_ckpt_async *a = *ap;
-    if (!a) return 1;
+    if (!a->busy) return 2;
     if (wait && a->started) {
         pthread_join(a->thread, NULL);
         a->started = 0;
@@ -654,7 +677,6 @@ int dx_checkpoint_save_poll(dx_ckpt_async **ap, dx_comm *world, int wait, double
     }
     rc = dx_comm_agree(world, rc);
     if (seconds) *seconds = (double)(dx_now_ns() - a->t0_ns) * 1e-9;
-    async_free(a);
-    *ap = NULL;
+    async_reset(a);
     return rc ? rc : 1;
 }

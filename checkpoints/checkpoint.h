@@ -54,23 +54,28 @@ uint64_t dx_checkpoint_file_bytes(int64_t total_params);
 int dx_checkpoint_save(const char *path, dx_model *m, dx_zero *z, dx_comm *world, dx_comm *dp,
                        int tp_rank, const dx_ckpt_state *st, const char *config_json);
 
-/* Asynchronous save (Megatron-LM's --async-save): the same file as dx_checkpoint_save, written
- * while training goes on. dx_checkpoint_save_start (collective) reserves the room, has rank 0
- * write the header and the layout (serial HDF5; contiguous datasets allocated at creation, so
- * each has a fixed file offset) to PATH.tmp, copies this rank's owned pieces of the master
- * weights and both moments into a host snapshot (12 bytes per owned parameter), and starts a
- * thread that pwrite()s them to their offsets and fdatasync()s: no HDF5 call leaves the main
- * thread. Returns the handle, or NULL + dx_fail on every rank (PATH.tmp removed). */
+/* Asynchronous saves (Megatron-LM's --async-save): the same file as dx_checkpoint_save, written
+ * while training goes on. A saver holds a page-locked snapshot buffer (this rank's owned master
+ * weights and both moments: 12 bytes per owned parameter; host_alloc of the model's backend),
+ * kept between saves so that each snapshot is one device-to-host copy, and at most one save in
+ * flight. dx_checkpoint_async_create: NULL + dx_fail on out of memory. destroy joins a writer
+ * still running (its file stays .tmp) and frees the buffer. */
 typedef struct dx_ckpt_async dx_ckpt_async;
-dx_ckpt_async *dx_checkpoint_save_start(const char *path, dx_model *m, dx_zero *z, dx_comm *world, dx_comm *dp,
-                                        int tp_rank, const dx_ckpt_state *st, const char *config_json);
-/* Collective (one all-reduce): 0 while some rank's writer is still busy (wait = 0); once every
- * writer is done, rank 0 renames PATH.tmp to PATH, *a is freed and set to NULL, *seconds (if not
- * NULL) receives the time since the start, and 1 is returned. When a write or the rename failed:
- * PATH.tmp removed, earlier checkpoints untouched, *a freed, and -1 + dx_fail on the ranks that
- * failed, -2 on the others (as dx_comm_agree). wait = 1 first joins this rank's writer.
- * *a == NULL: returns 1. */
-int dx_checkpoint_save_poll(dx_ckpt_async **a, dx_comm *world, int wait, double *seconds);
+dx_ckpt_async *dx_checkpoint_async_create(void);
+void dx_checkpoint_async_destroy(dx_ckpt_async *a);
+/* Collective. Reserves the room, has rank 0 write the header and the layout (serial HDF5;
+ * contiguous datasets allocated at creation, so each has a fixed file offset) to PATH.tmp, copies
+ * this rank's owned pieces into the snapshot, and starts a thread that pwrite()s them to their
+ * offsets and fdatasync()s: no HDF5 call leaves the main thread. 0, or -1 + dx_fail on every rank
+ * (PATH.tmp removed); also -1 while a save is in flight. */
+int dx_checkpoint_save_start(dx_ckpt_async *a, const char *path, dx_model *m, dx_zero *z, dx_comm *world,
+                             dx_comm *dp, int tp_rank, const dx_ckpt_state *st, const char *config_json);
+/* Collective (one all-reduce while a save is in flight). 2: no save in flight; 0: some rank's
+ * writer is still busy (wait = 0); 1: every writer is done, rank 0 renamed PATH.tmp to PATH and
+ * *seconds (if not NULL) holds the time since the start. When a write or the rename failed:
+ * PATH.tmp removed, earlier checkpoints untouched, -1 + dx_fail on the ranks that failed and -2
+ * on the others (as dx_comm_agree). wait = 1 first joins this rank's writer. */
+int dx_checkpoint_save_poll(dx_ckpt_async *a, dx_comm *world, int wait, double *seconds);
 
 /* Loads a full checkpoint into the model's ZeRO state: each rank reads its TP slice of each of
  * its parameters (master weights, set through dx_zero_set_master) and its owned pieces of the

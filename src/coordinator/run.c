@@ -198,7 +198,8 @@ static int save_checkpoint(const dx_config *c, dx_worker *w, dx_comm *world, con
 
 /* A background save of save_dir/iter_<step>.h5 (async_save): started here, completed by
  * finish_async at a later step boundary (wait: until it is). Collective. */
-static dx_ckpt_async *start_async(const dx_config *c, dx_worker *w, dx_comm *world, long step, uint64_t consumed)
+static int start_async(const dx_config *c, dx_worker *w, dx_comm *world, dx_ckpt_async *saver, long step,
+                       uint64_t consumed)
 {
     char name[1100];
     dx_checkpoint_name(name, sizeof name, c->save_dir, step);
@@ -206,22 +207,22 @@ static dx_ckpt_async *start_async(const dx_config *c, dx_worker *w, dx_comm *wor
     const dx_grid *g = dx_worker_grid(w);
     dx_ckpt_state st = {.step = step, .consumed_samples = (int64_t)consumed, .seed = c->seed};
     uint64_t t0 = dx_now_ns();
-    dx_ckpt_async *a = dx_checkpoint_save_start(name, dx_worker_model(w), dx_worker_zero(w), world, g->dp_host,
-                                                g->tp_rank, &st, json ? json : "{}");
+    int rc = dx_checkpoint_save_start(saver, name, dx_worker_model(w), dx_worker_zero(w), world, g->dp_host,
+                                      g->tp_rank, &st, json ? json : "{}");
     free(json);
-    if (dx_agree_and_report(world, a ? 0 : -1)) return NULL;
+    if (dx_agree_and_report(world, rc)) return -1;
     if (world->rank == 0) {
         printf("checkpoint of step %ld: snapshot taken (%.2f s), writing %s in the background\n", step,
                (double)(dx_now_ns() - t0) * 1e-9, name);
         fflush(stdout);
     }
-    return a;
+    return 0;
 }
 
-static int finish_async(const dx_config *c, dx_comm *world, dx_ckpt_async **a, long step, int wait)
+static int finish_async(const dx_config *c, dx_comm *world, dx_ckpt_async *saver, long step, int wait)
 {
     double secs = 0;
-    int r = dx_checkpoint_save_poll(a, world, wait, &secs);
+    int r = dx_checkpoint_save_poll(saver, world, wait, &secs);
     if (r < 0) {
         dx_agree_and_report(world, r); /* the lowest failing rank prints its message */
         return -1;
@@ -410,8 +411,10 @@ int dx_run_train(const dx_config *c, dx_comm *world)
     int64_t *mem = rank == 0 ? calloc((size_t)P * 5, sizeof(int64_t)) : NULL; /* peak + 4 cats */
     double val_loss = NAN;
     int preempted = 0;
-    dx_ckpt_async *pending = NULL; /* a background save in flight */
+    /* async_save: the saver (snapshot buffer kept between saves) and the step of its save */
+    dx_ckpt_async *saver = c->async_save ? dx_checkpoint_async_create() : NULL;
     long pending_step = 0;
+    if (c->async_save && dx_agree_and_report(world, saver ? 0 : -1)) rc = -1;
     long last_step = step0;
     for (long step = step0 + 1; step <= c->train_iters && !preempted && !rc; step++) {
         dx_step_stats st;
@@ -458,16 +461,16 @@ int dx_run_train(const dx_config *c, dx_comm *world)
         }
         last_step = step;
         /* a background save finished? (one all-reduce per step while one is in flight) */
-        if (pending && finish_async(c, world, &pending, pending_step, 0)) rc = -1;
+        if (saver && finish_async(c, world, saver, pending_step, 0)) rc = -1;
         const int periodic = c->save_interval > 0 && step % c->save_interval == 0 && step < c->train_iters;
         if (!rc && c->save_dir[0] && periodic && c->async_save && !stop) {
             /* one background save at a time: the previous one completes first */
-            if (pending && finish_async(c, world, &pending, pending_step, 1)) rc = -1;
-            if (!rc && !(pending = start_async(c, w, world, step, CONSUMED_AFTER(step)))) rc = -1;
+            if (finish_async(c, world, saver, pending_step, 1) || start_async(c, w, world, saver, step, CONSUMED_AFTER(step)))
+                rc = -1;
             pending_step = step;
         } else if (!rc && c->save_dir[0] && (periodic || stop)) {
             if (stop && rank == 0) printf("signal received: checkpoint of step %ld, then exit\n", step);
-            if (pending && finish_async(c, world, &pending, pending_step, 1)) rc = -1;
+            if (saver && finish_async(c, world, saver, pending_step, 1)) rc = -1;
             /* a failed save (full disk): the previous checkpoint stays, the trace is closed, exit 1 */
             if (!rc && save_checkpoint(c, w, world, NULL, step, CONSUMED_AFTER(step))) rc = -1; /* ends the loop */
         } else if (stop && rank == 0) {
@@ -515,7 +518,8 @@ int dx_run_train(const dx_config *c, dx_comm *world)
             }
         }
     }
-    if (pending && finish_async(c, world, &pending, pending_step, 1)) rc = -1;
+    if (saver && finish_async(c, world, saver, pending_step, 1)) rc = -1;
+    dx_checkpoint_async_destroy(saver);
     free(all);
     free(cols);
     free(mem);
