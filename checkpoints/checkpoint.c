@@ -335,11 +335,16 @@ static int count_elems(hid_t g, int64_t *total)
         hid_t d = H5Oopen_by_idx(g, ".", H5_INDEX_NAME, H5_ITER_INC, i, H5P_DEFAULT);
         if (d < 0) return -1;
         hid_t sp = H5Iget_type(d) == H5I_DATASET ? H5Dget_space(d) : -1;
-        hssize_t n = sp < 0 ? -1 : H5Sget_simple_extent_npoints(sp);
+        /* the product of the dims, checked: HDF5's own count wraps (2^62 x 2^62 elements: 0) */
+        hsize_t dims[H5S_MAX_RANK];
+        int nd = sp < 0 ? -1 : H5Sget_simple_extent_dims(sp, dims, NULL);
+        int64_t n = nd < 0 ? -1 : 1;
+        for (int k = 0; k < nd && n > 0; k++)
+            n = dims[k] > (hsize_t)(INT64_MAX / n) ? -1 : n * (int64_t)dims[k];
         if (sp >= 0) H5Sclose(sp);
         H5Oclose(d);
-        if (n < 0 || (int64_t)n > INT64_MAX - *total) return -1; /* no sum past int64 */
-        *total += (int64_t)n;
+        if (n < 0 || n > INT64_MAX - *total) return -1; /* no count or sum past int64 */
+        *total += n;
     }
     return 0;
 }

@@ -74,22 +74,36 @@ int dx_model_preset(dx_model_config *m, const char *name)
     return dx_fail("unknown model preset '%s' (known: %s)", name ? name : "(null)", known);
 }
 
+/* a x b and a + b of non-negative counts, saturated at INT64_MAX (sizes up to INT_MAX each: a
+ * model of 2^31 layers of width 2^31 has more parameters than int64 holds) */
+static int64_t sat_mul(int64_t a, int64_t b)
+{
+    int64_t r;
+    return __builtin_mul_overflow(a, b, &r) ? INT64_MAX : r;
+}
+
+static int64_t sat_add(int64_t a, int64_t b)
+{
+    int64_t r;
+    return __builtin_add_overflow(a, b, &r) ? INT64_MAX : r;
+}
+
 int64_t dx_model_num_params(const dx_model_config *m)
 {
     int64_t V = m->vocab_size, D = m->hidden_size, I = m->intermediate_size;
     int64_t L = m->num_hidden_layers, H = m->num_attention_heads, Hkv = m->num_key_value_heads;
     int64_t Dh = H > 0 ? D / H : 0;
-    int64_t per_layer = 2 * D                 /* attention and MLP RMSNorm weights */
-                        + D * (H * Dh)        /* q_proj */
-                        + 2 * D * (Hkv * Dh)  /* k_proj, v_proj */
-                        + (H * Dh) * D        /* o_proj */
-                        + 3 * D * I;          /* gate, up, down */
-    return V * D + L * per_layer + D + V * D;
+    int64_t per_layer = sat_mul(2, D);                                  /* attention and MLP RMSNorm weights */
+    per_layer = sat_add(per_layer, sat_mul(D, sat_mul(H, Dh)));         /* q_proj */
+    per_layer = sat_add(per_layer, sat_mul(sat_mul(2, D), sat_mul(Hkv, Dh))); /* k_proj, v_proj */
+    per_layer = sat_add(per_layer, sat_mul(sat_mul(H, Dh), D));         /* o_proj */
+    per_layer = sat_add(per_layer, sat_mul(sat_mul(3, D), I));          /* gate, up, down */
+    return sat_add(sat_add(sat_mul(V, D), sat_mul(L, per_layer)), sat_add(D, sat_mul(V, D)));
 }
 
 int64_t dx_model_num_params_nonembed(const dx_model_config *m)
 {
-    return dx_model_num_params(m) - (int64_t)m->vocab_size * m->hidden_size;
+    return dx_model_num_params(m) - sat_mul(m->vocab_size, m->hidden_size);
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -795,7 +809,8 @@ int dx_config_check_grid(const dx_config *c)
                                              : "decoder_last_pipeline_num_layers");
     if (pp > 1) {
         int a = c->first_stage_layers, b = c->last_stage_layers;
-        int mid = pp - (a ? 1 : 0) - (b ? 1 : 0), rest = L - a - b;
+        int mid = pp - (a ? 1 : 0) - (b ? 1 : 0);
+        int64_t rest = (int64_t)L - a - b; /* a and b up to INT_MAX each */
         if (rest < 0 || (mid == 0 && rest != 0) || (mid > 0 && (rest % mid || rest / mid == 0)))
             return dx_fail("%s: key 'pipeline_model_parallel_size' = %d: model.num_hidden_layers "
                            "(%d) less decoder_first_pipeline_num_layers (%d) and "
@@ -818,14 +833,15 @@ int dx_config_check_grid(const dx_config *c)
         if (c->first_stage_layers || c->last_stage_layers)
             return dx_fail("%s: key 'decoder_first_pipeline_num_layers': uneven stages do not "
                            "combine with pipeline_schedule \"interleaved-1f1b\"", src);
-        if (L % (pp * v) || L / (pp * v) < 2)
+        const int64_t pv = (int64_t)pp * v;
+        if (L % pv || L / pv < 2)
             return dx_fail("%s: key 'num_layers_per_virtual_pipeline_stage' = %d: "
                            "model.num_hidden_layers (%d) must be a multiple of "
-                           "pipeline_model_parallel_size x it (%d) with at least 2 model chunks "
-                           "per stage", src, v, L, pp * v);
-        if (L / (pp * v) > DX_PP_MAX_CHUNKS)
+                           "pipeline_model_parallel_size x it (%lld) with at least 2 model chunks "
+                           "per stage", src, v, L, (long long)pv);
+        if (L / pv > DX_PP_MAX_CHUNKS)
             return dx_fail("%s: key 'num_layers_per_virtual_pipeline_stage' = %d: %d model chunks per "
-                           "stage, at most %d", src, v, L / (pp * v), DX_PP_MAX_CHUNKS);
+                           "stage, at most %d", src, v, (int)(L / pv), DX_PP_MAX_CHUNKS);
         if (c->grad_accum % pp)
             return dx_fail("%s: key 'gradient_accumulation_steps' = %d: the interleaved schedule "
                            "needs a multiple of pipeline_model_parallel_size (%d) micro-batches",
@@ -857,11 +873,12 @@ int dx_config_finalize(dx_config *c, int world)
     const dx_model_config *m = &c->model;
     if (world < 1) return dx_fail("%s: world size must be >= 1, got %d", src, world);
     /* the process grid: world = PP x DP x TP */
-    if (world % (c->tp * c->pp) != 0)
+    const int64_t grid = (int64_t)c->tp * c->pp; /* each up to INT_MAX: no int product */
+    if (world % grid != 0)
         return dx_fail("%s: key 'tensor_model_parallel_size' (%d) x 'pipeline_model_parallel_size' "
-                       "(%d) = %d does not divide the world size %d",
-                       src, c->tp, c->pp, c->tp * c->pp, world);
-    int dp = world / (c->tp * c->pp);
+                       "(%d) = %lld does not divide the world size %d",
+                       src, c->tp, c->pp, (long long)grid, world);
+    int dp = (int)(world / grid);
     c->dp = dp;
     /* a Hugging Face model directory gives the shape (its errors name DIR/config.json) */
     if (c->hf_model[0] && dx_hf_load_config(c->hf_model, &c->model)) return -1;
@@ -881,6 +898,10 @@ int dx_config_finalize(dx_config *c, int world)
         return dx_fail("%s: key 'model.hidden_size': head dimension hidden_size / "
                        "num_attention_heads = %d / %d = %d must be even (rotary embeddings)",
                        src, m->hidden_size, m->num_attention_heads, head_dim);
+    if (dx_model_num_params(m) > DX_MODEL_MAX_PARAMS)
+        return dx_fail("%s: key 'model': %d layers of hidden size %d (FFN %d, vocabulary %d) make more than "
+                       "2^53 parameters", src, m->num_hidden_layers, m->hidden_size, m->intermediate_size,
+                       m->vocab_size);
     if (c->seq_length > m->max_position_embeddings)
         return dx_fail("%s: key 'seq_length' = %d: exceeds model.max_position_embeddings (%d)",
                        src, c->seq_length, m->max_position_embeddings);
@@ -937,7 +958,8 @@ int dx_config_finalize(dx_config *c, int world)
         return dx_fail("%s: key 'min_lr' = %.16g: exceeds optimizer.params.lr (%.16g)", src,
                        c->min_lr, c->lr);
 
-    int64_t prod = (int64_t)c->micro_batch * c->grad_accum * dp;
+    int64_t prod = (int64_t)c->micro_batch * c->grad_accum; /* < 2^62; x dp could overflow */
+    prod = prod > INT_MAX / dp ? (int64_t)INT_MAX + 1 : prod * dp;
     if (prod > INT_MAX)
         return dx_fail("%s: key 'train_batch_size': train_micro_batch_size_per_gpu (%d) x "
                        "gradient_accumulation_steps (%d) x data-parallel size (%d) is too large",

@@ -164,7 +164,8 @@ int dx_config_load(dx_config *c, const char *path);
 /* Checks cross-key consistency for a job of `world` ranks and derives the data-parallel size
  * dp = world / (tp x pp), global_batch (micro x accum x dp) and lr_decay_iters. Errors name the
  * key: a world size the grid does not divide, a model shape TP or PP cannot split (heads, KV
- * heads, FFN size, vocab, layers), impossible schedule settings, ZeRO-3 with PP > 1. With hf_model
+ * heads, FFN size, vocab, layers), a model of more than DX_MODEL_MAX_PARAMS parameters,
+ * impossible schedule settings, ZeRO-3 with PP > 1. With hf_model
  * set, first replaces c->model by HF_MODEL/config.json (dx_hf_load_config; its errors name that
  * file and key). */
 int dx_config_finalize(dx_config *c, int world);
@@ -184,7 +185,12 @@ int dx_stage_layers(const dx_config *c, int stage, int *first);
  * global_batch, so after dx_config_finalize it reads back as given: train_batch_size_set = 1). */
 char *dx_config_to_json(const dx_config *c);
 
-/* Parameter counts of the model (embedding + layers + final norm + untied head). */
+/* The most parameters a model may have (dx_config_finalize refuses more): 2^53, so that byte
+ * counts derived from it (x 16 for weights, gradients and AdamW moments) stay far inside int64. */
+#define DX_MODEL_MAX_PARAMS ((int64_t)1 << 53)
+
+/* Parameter counts of the model (embedding + layers + final norm + untied head); INT64_MAX when
+ * the count does not fit int64 (sizes are not checked here: see dx_config_finalize). */
 int64_t dx_model_num_params(const dx_model_config *m);
 /* Non-embedding parameters (everything but the token embedding table). */
 int64_t dx_model_num_params_nonembed(const dx_model_config *m);

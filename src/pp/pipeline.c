@@ -101,6 +101,10 @@ static int recv_traced(dx_pipeline *p, dx_comm *c, void *buf, size_t bytes, int 
 static int send_traced(dx_pipeline *p, dx_comm *c, const void *buf, size_t bytes, int peer, int tag,
                        int micro, int slot)
 {
+    /* the slot's previous send (the forward's output, when the backward sends the input's
+     * gradient from the same slot) completes first: a request is waited for before its slot
+     * holds another, or the MPI request and its handle leak */
+    if (wait_slot(p, slot)) return -1;
     uint64_t t0 = dx_now_ns();
     p->req_comm[slot] = c;
     return traced(p, DX_OP_SEND, micro, (int64_t)bytes, t0,

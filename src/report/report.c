@@ -23,6 +23,9 @@
 
 #define READ_CHUNK 65536           /* /events rows per read */
 #define MAX_STEP_ROWS_PRINTED 20   /* per-step rows in the breakdown and idle tables */
+/* Event times beyond +-2^61 ns (73 years from the run's start) are damage: the differences and
+ * sums of times in range never overflow int64. */
+#define TIME_LIMIT_NS ((int64_t)1 << 61)
 
 typedef struct {
     const char *path;
@@ -92,7 +95,8 @@ static int is_collective(unsigned op)
 static int valid_event(const dx_event *e)
 {
     return e->phase < DX_PH_COUNT && e->module < DX_MOD_COUNT && e->op < DX_OP_COUNT &&
-           e->stream < DX_STREAM_COUNT && e->end_ns >= e->start_ns;
+           e->stream < DX_STREAM_COUNT && e->end_ns >= e->start_ns && e->start_ns >= -TIME_LIMIT_NS &&
+           e->end_ns <= TIME_LIMIT_NS;
 }
 
 /* A trace of a DP-only job (no tensor or pipeline parallelism): the grid adds nothing. */
@@ -222,6 +226,41 @@ static int read_grid_meta(report *r, hid_t g)
     return 0;
 }
 
+/* Checks that the rows of the 1-D dataset d (n in its extent, of file type ftype) are stored in
+ * the file: a chunked dataset's allocated chunks can hold them (the writer extends a dataset and
+ * writes the new rows together, leaving no gap), a contiguous one's storage holds them. An
+ * extent past the stored rows -- a file cut short or forged -- would read as that many rows of
+ * fill values: 2^60 rows (exabytes, a read without end) from a file of a few KiB.
+ * Returns 0 or -1 + dx_fail naming the dataset. */
+static int check_stored_rows(report *r, hid_t d, hid_t ftype, hsize_t n, const char *name)
+{
+    if (n == 0) return 0;
+    hid_t dcpl = H5Dget_create_plist(d);
+    if (dcpl < 0) return dx_fail("%s: cannot read the layout of /%s (truncated or corrupt file?)", r->path, name);
+    hsize_t cap = n; /* rows the storage holds: compact and virtual datasets are taken as they are */
+    int ok = 1;
+    H5D_layout_t layout = H5Pget_layout(dcpl);
+    if (layout == H5D_CHUNKED) {
+        hsize_t chunk[1] = {0}, nchunks = 0;
+        hid_t sp = H5Dget_space(d);
+        ok = sp >= 0 && H5Pget_chunk(dcpl, 1, chunk) == 1 && chunk[0] > 0 && H5Dget_num_chunks(d, sp, &nchunks) >= 0;
+        if (sp >= 0) H5Sclose(sp);
+        cap = ok && nchunks <= (hsize_t)-1 / chunk[0] ? nchunks * chunk[0] : (hsize_t)-1;
+    } else if (layout == H5D_CONTIGUOUS) {
+        size_t row = H5Tget_size(ftype);
+        ok = row > 0;
+        cap = ok ? H5Dget_storage_size(d) / row : 0;
+    } else if (layout < 0) {
+        ok = 0;
+    }
+    H5Pclose(dcpl);
+    if (!ok) return dx_fail("%s: cannot read the layout of /%s (truncated or corrupt file?)", r->path, name);
+    if (n > cap)
+        return dx_fail("%s: /%s has %llu rows but the file stores at most %llu of them (truncated or corrupt "
+                       "file?)", r->path, name, (unsigned long long)n, (unsigned long long)cap);
+    return 0;
+}
+
 /* Reads /steps field `name` (a scalar, or an array of `width` -- per-rank fields are arrays even
  * when the world has one rank) as `base`.
  * Returns 0, 1 if the field is absent (allowed unless required), -1 + dx_fail. */
@@ -233,13 +272,18 @@ static int read_steps_field(report *r, hid_t d, hid_t ftype, const char *name, h
         if (required) return dx_fail("%s: /steps has no field '%s'", r->path, name);
         return 1;
     }
-    size_t esz = H5Tget_size(base);
-    void *buf = malloc((r->n_rows ? r->n_rows : 1) * width * esz);
-    if (!buf) return dx_fail("%s: out of memory reading /steps", r->path);
+    size_t esz = H5Tget_size(base), rows = r->n_rows ? r->n_rows : 1;
     hsize_t dims[1] = {width};
     hid_t ft = H5Tget_member_type(ftype, (unsigned)H5Tget_member_index(ftype, name));
     int is_array = ft >= 0 && H5Tget_class(ft) == H5T_ARRAY;
     if (ft >= 0) H5Tclose(ft);
+    /* a per-rank field of a single value would leave the other ranks' values unset */
+    if (width > 1 && !is_array)
+        return dx_fail("%s: /steps field '%s' is not an array of world_size = %zu values", r->path, name, width);
+    if (rows > SIZE_MAX / width / esz)
+        return dx_fail("%s: out of memory reading /steps field '%s' (%zu rows)", r->path, name, r->n_rows);
+    void *buf = calloc(rows * width, esz);
+    if (!buf) return dx_fail("%s: out of memory reading /steps", r->path);
     hid_t member = is_array ? H5Tarray_create2(base, 1, dims) : H5Tcopy(base);
     hid_t mt = H5Tcreate(H5T_COMPOUND, esz * width);
     int ok = member >= 0 && mt >= 0 && H5Tinsert(mt, name, 0, member) >= 0;
@@ -324,7 +368,8 @@ static int load_steps(report *r)
     if (ft < 0 || sp < 0 || H5Tget_class(ft) != H5T_COMPOUND ||
         H5Sget_simple_extent_ndims(sp) != 1 || H5Sget_simple_extent_dims(sp, &n, NULL) < 0)
         rc = dx_fail("%s: /steps is not a 1-D compound dataset", r->path);
-    r->n_rows = (size_t)n;
+    if (!rc) rc = check_stored_rows(r, d, ft, n, "steps");
+    r->n_rows = rc ? 0 : (size_t)n;
     size_t W = (size_t)r->world;
     void *p;
     if (!rc && (rc = read_steps_field(r, d, ft, "step", H5T_NATIVE_INT64, 1, &p, 1)) == 0)
@@ -368,6 +413,7 @@ static int for_each_events(report *r, event_fn fn, void *ctx)
     if (ft < 0 || fs < 0 || mt < 0 || H5Tget_class(ft) != H5T_COMPOUND ||
         H5Sget_simple_extent_ndims(fs) != 1 || H5Sget_simple_extent_dims(fs, &n, NULL) < 0)
         rc = dx_fail("%s: /events is not a 1-D compound dataset", r->path);
+    if (!rc) rc = check_stored_rows(r, d, ft, n, "events");
     static const char *const fields[] = {"start_ns", "end_ns", "bytes", "flops", "rank", "step",
                                          "micro", "layer", "phase", "module", "op", "stream"};
     for (size_t i = 0; !rc && i < sizeof fields / sizeof fields[0]; i++)
@@ -481,6 +527,19 @@ static int cmp_event(const void *a, const void *b)
     return (x->end_ns < y->end_ns) - (x->end_ns > y->end_ns);
 }
 
+/* A /steps row by step number. */
+typedef struct {
+    int64_t step;
+    size_t row;
+} row_ref;
+
+static int cmp_row_ref(const void *a, const void *b)
+{
+    const row_ref *x = a, *y = b;
+    if (x->step != y->step) return x->step < y->step ? -1 : 1;
+    return (x->row > y->row) - (x->row < y->row);
+}
+
 /* Chooses the steps: all /steps rows (or the steps seen in /events when /steps is empty) in
  * [lo, hi]; without an explicit range every step but the first when there are >= 2. */
 static int select_steps(report *r)
@@ -533,11 +592,19 @@ static int select_steps(report *r)
         return dx_fail("%s: no steps in --steps %lld:%lld (the trace has steps %lld..%lld)", r->path,
                        (long long)r->range_lo, (long long)r->range_hi, (long long)first,
                        (long long)last);
-    for (size_t i = 0; i < r->n_sel; i++) {
-        r->sel_row[i] = SIZE_MAX;
-        for (size_t k = 0; k < r->n_rows; k++)
-            if (r->step[k] == r->sel[i]) r->sel_row[i] = k; /* the last row of that step */
+    /* each selected step's /steps row (the last row of that step), by a merge of the sorted
+     * selection with the rows sorted by (step, row): n log n for traces of many steps */
+    for (size_t i = 0; i < r->n_sel; i++) r->sel_row[i] = SIZE_MAX;
+    if (r->n_rows == 0) return 0;
+    row_ref *rows = malloc(r->n_rows * sizeof *rows);
+    if (!rows) return dx_fail("%s: out of memory", r->path);
+    for (size_t k = 0; k < r->n_rows; k++) rows[k] = (row_ref){r->step[k], k};
+    qsort(rows, r->n_rows, sizeof *rows, cmp_row_ref);
+    for (size_t i = 0, k = 0; i < r->n_sel; i++) {
+        while (k < r->n_rows && rows[k].step < r->sel[i]) k++;
+        while (k < r->n_rows && rows[k].step == r->sel[i]) r->sel_row[i] = rows[k++].row;
     }
+    free(rows);
     return 0;
 }
 
@@ -718,7 +785,7 @@ static int analyse(report *r, analysis *a)
         free(com);
         return dx_fail("%s: out of memory analysing %zu events", r->path, r->n_ev);
     }
-    qsort(r->ev, r->n_ev, sizeof *r->ev, cmp_event);
+    if (r->n_ev) qsort(r->ev, r->n_ev, sizeof *r->ev, cmp_event); /* r->ev is NULL without events */
     for (size_t b = 0; b < r->n_ev;) {
         size_t e = b;
         while (e < r->n_ev && r->ev[e].rank == r->ev[b].rank && r->ev[e].step == r->ev[b].step) e++;
@@ -866,6 +933,8 @@ static int write_chrome_events(report *r, const dx_event *ev, size_t n, void *ct
     for (size_t i = 0; i < n; i++) {
         const dx_event *e = &ev[i];
         if (c->only_range && !step_selected(r, e->step)) continue;
+        /* the events the report skips (see keep_events) stay out of the Chrome file too */
+        if (e->rank < 0 || e->rank >= r->world || !valid_event(e)) continue;
         const char *name = e->op == DX_OP_MODULE ? name_of(dx_module_names, DX_MOD_COUNT, e->module)
                                                  : name_of(dx_op_names, DX_OP_COUNT, e->op);
         fprintf(c->f,
@@ -905,7 +974,7 @@ static int collect_micro(report *r, const dx_event *ev, size_t n, void *ctx)
         if (l->only_range && !step_selected(r, e->step)) continue;
         if (e->stream != DX_STREAM_COMPUTE || e->micro < 0 || e->op == DX_OP_STEP ||
             (e->phase != DX_PH_FORWARD && e->phase != DX_PH_BACKWARD && e->phase != DX_PH_RECOMPUTE) ||
-            e->end_ns < e->start_ns || e->rank < 0 || e->rank >= r->world)
+            !valid_event(e) || e->rank < 0 || e->rank >= r->world)
             continue;
         if (l->n == l->cap) {
             size_t cap = l->cap ? 2 * l->cap : 4096;
@@ -936,7 +1005,7 @@ static int write_micro_track(report *r, chrome_ctx *c)
 {
     mb_list l = {NULL, 0, 0, c->only_range};
     int rc = for_each_events(r, collect_micro, &l);
-    if (!rc) qsort(l.v, l.n, sizeof *l.v, cmp_mb);
+    if (!rc && l.n) qsort(l.v, l.n, sizeof *l.v, cmp_mb);
     for (size_t b = 0; !rc && b < l.n;) {
         size_t e = b + 1;
         int64_t end = l.v[b].e;
@@ -1143,7 +1212,8 @@ static void print_summary(const report *r, const analysis *a)
     else
         printf("  %-22s none (no /events in this trace)\n", "events");
     if (r->n_invalid)
-        printf("  %-22s %llu events with unknown enum values or end < start were skipped\n",
+        printf("  %-22s %llu events with unknown enum values, end < start or times past +-2^61 ns "
+               "were skipped\n",
                "warning", r->n_invalid);
     if (a->missing_spans)
         printf("  %-22s %zu (rank, step) groups have no step span; their extent is used\n",

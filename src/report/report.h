@@ -32,8 +32,12 @@
  * The default step range is every step but the first (warm-up) when there are two or more.
  *
  * The file is validated before anything is printed: a file that is not HDF5, not a dissect trace
- * (root attribute format != "dissect-trace"), truncated or unreadable, or with a /metadata grid
- * that does not fit its world size gives one error line naming it and a non-zero return.
+ * (root attribute format != "dissect-trace"), truncated or unreadable, with a /metadata grid
+ * that does not fit its world size, with /steps or /events extents past the rows the file stores
+ * (a file cut short or forged), or with a per-rank /steps field that is not an array of
+ * world_size values gives one error line naming it and a non-zero return. Events with unknown
+ * enum values, end < start or times past +-2^61 ns are skipped (and counted in the summary),
+ * events of ranks outside the world left out, in the tables and in the Chrome file alike.
  * Traces written before the process grid (no grid attributes in /metadata, no pp / dp / tp fields
  * in /events) are read as a DP-only job: TP = PP = 1, DP = world, schedule "none", rank r at
  * (pp 0, dp r, tp 0).
