@@ -20,7 +20,7 @@ echo "== the suite under ASan/UBSan (build-asan)"
 [ -f build-asan/build.ninja ] || meson setup build-asan -Dcuda=disabled -Db_sanitize=address,undefined \
   -Db_lundef=false -Dfuzzing=true > /dev/null
 ninja -C build-asan
-meson test -C build-asan --print-errorlogs --num-processes 2
+meson test -C build-asan --print-errorlogs --num-processes 2 --timeout-multiplier 3
 
 echo "== fuzzing (build-fuzz, clang + libFuzzer, ASan/UBSan)"
 if command -v clang > /dev/null; then
