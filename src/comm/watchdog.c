@@ -111,8 +111,10 @@ static void take_down(int main_in_collective)
     fflush(stdout);
     fflush(stderr);
     /* a second for the launcher to forward this rank's message (and its peers', which time out
-     * at about the same moment) before the first exit makes it tear the job down */
-    struct timespec ts = {1, 0};
+     * at about the same moment) before the first exit makes it tear the job down; other ranks
+     * wait 3 s, so rank 0 (which writes the trace, and may have entered its collective a little
+     * later) usually times out and flushes before the launcher kills it */
+    struct timespec ts = {my_rank == 0 ? 1 : 3, 0};
     nanosleep(&ts, NULL);
     _exit(DX_WATCHDOG_EXIT);
 }
