@@ -145,32 +145,40 @@ struct dx_backend {
                         const void *w, const void *rstd, int N, int D);
 
     /* Rotary position embedding (Su et al. 2021, RoFormer), HF "rotate_half" convention, in
-     * place on x X[B,T,H,Dh] (Dh even), position of token t = t:
+     * place on x X[B,T,H,Dh] (Dh even) whose tokens are rows of `ld` elements (ld >= H*Dh; the
+     * heads are the row's first H*Dh elements, e.g. the K block of a fused K|V GEMM output),
+     * position of token t = t:
      *   for i < Dh/2: f = t * theta^(-2i/Dh); (a, b) = (x[i], x[i+Dh/2])
      *   x[i] = a cos f - b sin f ; x[i+Dh/2] = b cos f + a sin f
      * rope_bwd applies the inverse rotation (the transpose) in place to the gradient. */
-    void (*rope_fwd)(dx_backend *be, void *x, int B, int T, int H, int Dh, float theta);
-    void (*rope_bwd)(dx_backend *be, void *dx, int B, int T, int H, int Dh, float theta);
+    void (*rope_fwd)(dx_backend *be, void *x, int ld, int B, int T, int H, int Dh, float theta);
+    void (*rope_bwd)(dx_backend *be, void *dx, int ld, int B, int T, int H, int Dh, float theta);
 
     /* Causal scaled-dot-product attention with grouped-query heads (Ainslie et al. 2023): query
      * head h reads kv head h / (H / Hkv). s = q.k / sqrt(Dh), keys j <= i only;
      *   lse[b,h,i] = log sum_j exp(s_ij) ;  o[b,i,h,:] = sum_j exp(s_ij - lse) v[b,j,h',:]
-     * q X[B,T,H,Dh], k,v X[B,T,Hkv,Dh], o X[B,T,H,Dh], lse A[B,H,T]. No T x T matrix is kept. */
+     * q X[B,T,H,Dh], o X[B,T,H,Dh] (dense), lse A[B,H,T]; k, v X[B,T,Hkv,Dh] with tokens as
+     * rows of `ldkv` elements (ldkv >= Hkv*Dh: Hkv*Dh for dense tensors, 2*Hkv*Dh when k and v
+     * are the two column blocks of one fused K|V GEMM output). No T x T matrix is kept. */
     void (*attention_fwd)(dx_backend *be, void *o, void *lse, const void *q, const void *k,
-                          const void *v, int B, int T, int H, int Hkv, int Dh);
+                          const void *v, int ldkv, int B, int T, int H, int Hkv, int Dh);
     /* Backward (FlashAttention-2 form, Dao 2023): with p_ij = exp(s_ij - lse_i),
      * D_i = do_i . o_i, dp_ij = do_i . v_j, ds_ij = p_ij (dp_ij - D_i):
      *   dq_i = sum_j ds_ij k_j / sqrt(Dh) ; dk_j = sum_i ds_ij q_i / sqrt(Dh) ; dv_j = sum_i p_ij do_i
-     * summing over the query heads of each kv group for dk, dv. dq, dk, dv overwritten. */
+     * summing over the query heads of each kv group for dk, dv. dq, dk, dv overwritten; dk and
+     * dv have the row stride ldkv of k and v (the rest of their rows is left as it is). */
     void (*attention_bwd)(dx_backend *be, void *dq, void *dk, void *dv, const void *dout,
                           const void *q, const void *k, const void *v, const void *o,
-                          const void *lse, int B, int T, int H, int Hkv, int Dh);
+                          const void *lse, int ldkv, int B, int T, int H, int Hkv, int Dh);
 
-    /* SwiGLU (Shazeer 2020): h = silu(g) * u, silu(g) = g / (1 + exp(-g)); all X[n]. */
-    void (*swiglu_fwd)(dx_backend *be, void *h, const void *g, const void *u, size_t n);
-    /* dg = dh * u * s (1 + g (1 - s)), du = dh * silu(g), s = sigmoid(g); overwritten. */
+    /* SwiGLU (Shazeer 2020): h = silu(g) * u, silu(g) = g / (1 + exp(-g)); h X[N,F] dense;
+     * g, u X[N,F] with rows of `ld` elements (ld >= F: F for dense tensors, 2F when g and u are
+     * the column blocks of one fused gate|up GEMM output [N, 2F]). */
+    void (*swiglu_fwd)(dx_backend *be, void *h, const void *g, const void *u, int N, int F, int ld);
+    /* dg = dh * u * s (1 + g (1 - s)), du = dh * silu(g), s = sigmoid(g); dh X[N,F] dense; dg,
+     * du (overwritten; the rest of their rows is left as it is), g, u with row stride ld. */
     void (*swiglu_bwd)(dx_backend *be, void *dg, void *du, const void *dh, const void *g,
-                       const void *u, size_t n);
+                       const void *u, int N, int F, int ld);
 
     /* out X[N,D] = table X[V,D] rows ids int32[N]. */
     void (*embedding_fwd)(dx_backend *be, void *out, const int32_t *ids, const void *table,

@@ -190,6 +190,30 @@ static void cfree(void *p) { cpu->free(cpu, p); }
 #define BF DX_BF16
 #define F32 DX_F32
 
+/* Row-strided layouts (the fused K|V and gate|up GEMM outputs): rows of `cols` values in rows
+ * `ld` apart, the gap filled with `fill`. wide() builds one from a dense [rows, cols] array;
+ * narrow() takes the dense part back out; gap_kept() says whether every gap value is still fill. */
+static float *wide(const float *x, size_t rows, size_t cols, size_t ld, float fill)
+{
+    float *w = xmalloc(rows * ld * sizeof(float));
+    for (size_t r = 0; r < rows; r++)
+        for (size_t c = 0; c < ld; c++) w[r * ld + c] = c < cols ? x[r * cols + c] : fill;
+    return w;
+}
+static float *narrow(const float *w, size_t rows, size_t cols, size_t ld)
+{
+    float *x = xmalloc(rows * cols * sizeof(float));
+    for (size_t r = 0; r < rows; r++) memcpy(x + r * cols, w + r * ld, cols * sizeof(float));
+    return x;
+}
+static int gap_kept(const float *w, size_t rows, size_t cols, size_t ld, float fill)
+{
+    for (size_t r = 0; r < rows; r++)
+        for (size_t c = cols; c < ld; c++)
+            if (w[r * ld + c] != fill) return 0;
+    return 1;
+}
+
 /* compares a GPU buffer (dtype dt) with a CPU f32 buffer */
 static void cmp(const char *op, const char *shape, const void *g, dx_dtype dt, const void *c,
                 size_t n, double bound)
@@ -197,6 +221,19 @@ static void cmp(const char *op, const char *shape, const void *g, dx_dtype dt, c
     float *a = g_get(g, n, dt);
     report(op, shape, relerr_f(a, (const float *)c, n, dt == DX_BF16 ? 1e-3 : 1e-6), bound);
     free(a);
+}
+
+/* compares the dense part of a row-strided GPU bf16 buffer g [rows, ld] with a dense CPU f32
+ * buffer c [rows, cols], and checks that the op left the gap (filled with `fill`) alone */
+static void cmp_strided(const char *op, const char *shape, const void *g, const void *c,
+                        size_t rows, size_t cols, size_t ld, float fill, double bound)
+{
+    float *a = g_get(g, rows * ld, BF), *d = narrow(a, rows, cols, ld);
+    double e = relerr_f(d, (const float *)c, rows * cols, 1e-3);
+    if (!gap_kept(a, rows, cols, ld, fill)) e = INFINITY; /* wrote outside its columns */
+    report(op, shape, e, bound);
+    free(a);
+    free(d);
 }
 
 #define B_X 1e-2   /* bf16 outputs */
@@ -416,47 +453,68 @@ static void test_rmsnorm(uint64_t seed, int N, int D)
  * rope
  * ========================================================================================== */
 
-static void test_rope(uint64_t seed, int B, int T, int H, int Dh)
+/* pad: tokens are rows of H*Dh + pad elements on the GPU (0: dense; H*Dh: the K block of a
+ * fused K|V buffer; 2: rows not a multiple of 8 elements, the scalar kernel) */
+static void test_rope(uint64_t seed, int B, int T, int H, int Dh, int pad)
 {
-    const float theta = 10000.0f;
-    size_t n = (size_t)B * T * H * Dh;
-    char shape[64];
-    snprintf(shape, sizeof shape, "B=%d T=%d H=%d Dh=%d", B, T, H, Dh);
-    float *x = hrand(n, seed, 1, 0, 1);
+    const float theta = 10000.0f, fill = 7.0f;
+    const size_t rows = (size_t)B * T, cols = (size_t)H * Dh, ld = cols + pad, n = rows * cols;
+    char shape[80];
+    snprintf(shape, sizeof shape, "B=%d T=%d H=%d Dh=%d ld=%zu", B, T, H, Dh, ld);
+    float *x = hrand(n, seed, 1, 0, 1), *xw = wide(x, rows, cols, ld, fill);
     for (int dir = 0; dir < 2; dir++) {
-        void *g = g_from(x, n, BF), *c = c_from(x, n);
+        void *g = g_from(xw, rows * ld, BF), *c = c_from(x, n);
         if (dir == 0) {
-            gpu->rope_fwd(gpu, g, B, T, H, Dh, theta);
-            cpu->rope_fwd(cpu, c, B, T, H, Dh, theta);
+            gpu->rope_fwd(gpu, g, (int)ld, B, T, H, Dh, theta);
+            cpu->rope_fwd(cpu, c, (int)cols, B, T, H, Dh, theta);
         } else {
-            gpu->rope_bwd(gpu, g, B, T, H, Dh, theta);
-            cpu->rope_bwd(cpu, c, B, T, H, Dh, theta);
+            gpu->rope_bwd(gpu, g, (int)ld, B, T, H, Dh, theta);
+            cpu->rope_bwd(cpu, c, (int)cols, B, T, H, Dh, theta);
         }
-        cmp(dir == 0 ? "rope_fwd" : "rope_bwd", shape, g, BF, c, n, B_X);
+        cmp_strided(dir == 0 ? "rope_fwd" : "rope_bwd", shape, g, c, rows, cols, ld, fill, B_X);
         gfree(g);
         cfree(c);
     }
     free(x);
+    free(xw);
 }
 
 /* ============================================================================================
  * attention
  * ========================================================================================== */
 
-static void test_attention(uint64_t seed, int B, int T, int H, int Hkv, int Dh)
+/* fused: on the GPU, k and v are the two column blocks of one [B*T, 2 Hkv Dh] buffer (the
+ * model's K|V GEMM output), and so are dk and dv; the CPU twin has them dense */
+static void test_attention(uint64_t seed, int B, int T, int H, int Hkv, int Dh, int fused)
 {
     size_t nq = (size_t)B * T * H * Dh, nk = (size_t)B * T * Hkv * Dh, nl = (size_t)B * H * T;
-    char shape[64];
-    snprintf(shape, sizeof shape, "B=%d T=%d H=%d Hkv=%d Dh=%d", B, T, H, Hkv, Dh);
+    const size_t rows = (size_t)B * T, kd = (size_t)Hkv * Dh;
+    char shape[80];
+    snprintf(shape, sizeof shape, "B=%d T=%d H=%d Hkv=%d Dh=%d%s", B, T, H, Hkv, Dh, fused ? " K|V" : "");
     float *q = hrand(nq, seed, 1, 0, 1), *k = hrand(nk, seed + 1, 1, 0, 1);
     float *v = hrand(nk, seed + 2, 1, 0, 1), *dout = hrand(nq, seed + 3, 1, 0, 1);
+    const int ldkv = (int)(fused ? 2 * kd : kd);
 
-    void *gq = g_from(q, nq, BF), *gk = g_from(k, nk, BF), *gv = g_from(v, nk, BF);
+    void *gq = g_from(q, nq, BF), *gk, *gv, *gkv = NULL;
+    if (fused) { /* [k | v] per token */
+        float *kv = xmalloc(2 * nk * sizeof(float));
+        for (size_t r = 0; r < rows; r++) {
+            memcpy(kv + r * 2 * kd, k + r * kd, kd * sizeof(float));
+            memcpy(kv + r * 2 * kd + kd, v + r * kd, kd * sizeof(float));
+        }
+        gkv = g_from(kv, 2 * nk, BF);
+        free(kv);
+        gk = gkv;
+        gv = (char *)gkv + kd * sizeof(uint16_t);
+    } else {
+        gk = g_from(k, nk, BF);
+        gv = g_from(v, nk, BF);
+    }
     void *go = g_nan(nq, BF), *gl = g_nan(nl, F32);
     void *cq = c_from(q, nq), *ck = c_from(k, nk), *cv = c_from(v, nk);
     void *co = c_nan(nq), *cl = c_nan(nl);
-    gpu->attention_fwd(gpu, go, gl, gq, gk, gv, B, T, H, Hkv, Dh);
-    cpu->attention_fwd(cpu, co, cl, cq, ck, cv, B, T, H, Hkv, Dh);
+    gpu->attention_fwd(gpu, go, gl, gq, gk, gv, ldkv, B, T, H, Hkv, Dh);
+    cpu->attention_fwd(cpu, co, cl, cq, ck, cv, (int)kd, B, T, H, Hkv, Dh);
     char op[64];
     snprintf(op, sizeof op, "attention_fwd o %s", att_tag);
     cmp(op, shape, go, BF, co, nq, B_X);
@@ -468,25 +526,44 @@ static void test_attention(uint64_t seed, int B, int T, int H, int Hkv, int Dh)
     for (size_t i = 0; i < nq; i++) ob[i] = bf16_round(ob[i]);
     void *gob = g_from(ob, nq, BF), *glb = g_from((const float *)cl, nl, F32);
     void *cob = c_from(ob, nq), *gdo = g_from(dout, nq, BF), *cdo = c_from(dout, nq);
-    void *gdq = g_nan(nq, BF), *gdk = g_nan(nk, BF), *gdv = g_nan(nk, BF);
+    void *gdq = g_nan(nq, BF), *gdkv = NULL, *gdk, *gdv;
+    if (fused) {
+        gdkv = g_nan(2 * nk, BF);
+        gdk = gdkv;
+        gdv = (char *)gdkv + kd * sizeof(uint16_t);
+    } else {
+        gdk = g_nan(nk, BF);
+        gdv = g_nan(nk, BF);
+    }
     void *cdq = c_nan(nq), *cdk = c_nan(nk), *cdv = c_nan(nk);
-    gpu->attention_bwd(gpu, gdq, gdk, gdv, gdo, gq, gk, gv, gob, glb, B, T, H, Hkv, Dh);
-    cpu->attention_bwd(cpu, cdq, cdk, cdv, cdo, cq, ck, cv, cob, cl, B, T, H, Hkv, Dh);
+    gpu->attention_bwd(gpu, gdq, gdk, gdv, gdo, gq, gk, gv, gob, glb, ldkv, B, T, H, Hkv, Dh);
+    cpu->attention_bwd(cpu, cdq, cdk, cdv, cdo, cq, ck, cv, cob, cl, (int)kd, B, T, H, Hkv, Dh);
     snprintf(op, sizeof op, "attention_bwd dq %s", att_tag);
     cmp(op, shape, gdq, BF, cdq, nq, B_X);
-    snprintf(op, sizeof op, "attention_bwd dk %s", att_tag);
-    cmp(op, shape, gdk, BF, cdk, nk, B_X);
-    snprintf(op, sizeof op, "attention_bwd dv %s", att_tag);
-    cmp(op, shape, gdv, BF, cdv, nk, B_X);
+    if (fused) { /* dk | dv fill the rows between them: compare the whole [dk | dv] buffer */
+        float *cdkv = xmalloc(2 * nk * sizeof(float));
+        for (size_t r = 0; r < rows; r++) {
+            memcpy(cdkv + r * 2 * kd, (float *)cdk + r * kd, kd * sizeof(float));
+            memcpy(cdkv + r * 2 * kd + kd, (float *)cdv + r * kd, kd * sizeof(float));
+        }
+        snprintf(op, sizeof op, "attention_bwd dk|dv %s", att_tag);
+        cmp(op, shape, gdkv, BF, cdkv, 2 * nk, B_X);
+        free(cdkv);
+    } else {
+        snprintf(op, sizeof op, "attention_bwd dk %s", att_tag);
+        cmp(op, shape, gdk, BF, cdk, nk, B_X);
+        snprintf(op, sizeof op, "attention_bwd dv %s", att_tag);
+        cmp(op, shape, gdv, BF, cdv, nk, B_X);
+    }
 
     /* timing (informative): mean of 3 runs after the runs above */
     timer t;
     t_start(&t);
-    for (int r = 0; r < 3; r++) gpu->attention_fwd(gpu, go, gl, gq, gk, gv, B, T, H, Hkv, Dh);
+    for (int r = 0; r < 3; r++) gpu->attention_fwd(gpu, go, gl, gq, gk, gv, ldkv, B, T, H, Hkv, Dh);
     double fms = t_stop(&t) / 3;
     t_start(&t);
     for (int r = 0; r < 3; r++)
-        gpu->attention_bwd(gpu, gdq, gdk, gdv, gdo, gq, gk, gv, gob, glb, B, T, H, Hkv, Dh);
+        gpu->attention_bwd(gpu, gdq, gdk, gdv, gdo, gq, gk, gv, gob, glb, ldkv, B, T, H, Hkv, Dh);
     double bms = t_stop(&t) / 3;
     snprintf(op, sizeof op, "  time attention %s", att_tag);
     printf("%-30s %-40s fwd %.3f ms, bwd %.3f ms\n", op, shape, fms, bms);
@@ -496,7 +573,16 @@ static void test_attention(uint64_t seed, int B, int T, int H, int Hkv, int Dh)
     free(v);
     free(dout);
     free(ob);
-    void *gb[] = {gq, gk, gv, go, gl, gob, glb, gdo, gdq, gdk, gdv};
+    if (fused) {
+        gfree(gkv);
+        gfree(gdkv);
+    } else {
+        gfree(gk);
+        gfree(gv);
+        gfree(gdk);
+        gfree(gdv);
+    }
+    void *gb[] = {gq, go, gl, gob, glb, gdo, gdq};
     for (size_t i = 0; i < sizeof gb / sizeof gb[0]; i++) gfree(gb[i]);
     void *cb[] = {cq, ck, cv, co, cl, cob, cdo, cdq, cdk, cdv};
     for (size_t i = 0; i < sizeof cb / sizeof cb[0]; i++) cfree(cb[i]);
@@ -512,22 +598,25 @@ static int cmp_double(const void *a, const void *b)
 static void time_attention(int B, int T, int H, int Hkv, int Dh)
 {
     size_t nq = (size_t)B * T * H * Dh, nk = (size_t)B * T * Hkv * Dh, nl = (size_t)B * H * T;
-    float *xq = hrand(nq, 99, 1, 0, 1), *xk = hrand(nk, 98, 1, 0, 1);
+    /* k, v (dk, dv) as the model keeps them: column blocks of one [B*T, 2 Hkv Dh] buffer */
+    const int ldkv = 2 * Hkv * Dh;
+    float *xq = hrand(nq, 99, 1, 0, 1), *xk = hrand(2 * nk, 98, 1, 0, 1);
     void *gq = g_from(xq, nq, BF), *gdo = g_from(xq, nq, BF);
-    void *gk = g_from(xk, nk, BF), *gv = g_from(xk, nk, BF);
+    void *gkv = g_from(xk, 2 * nk, BF), *gk = gkv, *gv = (char *)gkv + (size_t)Hkv * Dh * 2;
     void *go = g_alloc(nq, BF), *gl = g_alloc(nl, F32);
-    void *gdq = g_alloc(nq, BF), *gdk = g_alloc(nk, BF), *gdv = g_alloc(nk, BF);
-    gpu->attention_fwd(gpu, go, gl, gq, gk, gv, B, T, H, Hkv, Dh); /* warm-up */
-    gpu->attention_bwd(gpu, gdq, gdk, gdv, gdo, gq, gk, gv, go, gl, B, T, H, Hkv, Dh);
+    void *gdq = g_alloc(nq, BF), *gdkv = g_alloc(2 * nk, BF), *gdk = gdkv;
+    void *gdv = (char *)gdkv + (size_t)Hkv * Dh * 2;
+    gpu->attention_fwd(gpu, go, gl, gq, gk, gv, ldkv, B, T, H, Hkv, Dh); /* warm-up */
+    gpu->attention_bwd(gpu, gdq, gdk, gdv, gdo, gq, gk, gv, go, gl, ldkv, B, T, H, Hkv, Dh);
     enum { NREP = 7 }; /* median of NREP timed runs */
     double fr[NREP], br[NREP];
     for (int r = 0; r < NREP; r++) {
         timer t;
         t_start(&t);
-        gpu->attention_fwd(gpu, go, gl, gq, gk, gv, B, T, H, Hkv, Dh);
+        gpu->attention_fwd(gpu, go, gl, gq, gk, gv, ldkv, B, T, H, Hkv, Dh);
         fr[r] = t_stop(&t);
         t_start(&t);
-        gpu->attention_bwd(gpu, gdq, gdk, gdv, gdo, gq, gk, gv, go, gl, B, T, H, Hkv, Dh);
+        gpu->attention_bwd(gpu, gdq, gdk, gdv, gdo, gq, gk, gv, go, gl, ldkv, B, T, H, Hkv, Dh);
         br[r] = t_stop(&t);
     }
     qsort(fr, NREP, sizeof fr[0], cmp_double);
@@ -542,7 +631,7 @@ static void time_attention(int B, int T, int H, int Hkv, int Dh)
            fms, ff / fms * 1e-9, bms, 2.5 * ff / bms * 1e-9);
     free(xq);
     free(xk);
-    void *gb[] = {gq, gk, gv, go, gl, gdo, gdq, gdk, gdv};
+    void *gb[] = {gq, gkv, go, gl, gdo, gdq, gdkv};
     for (size_t i = 0; i < sizeof gb / sizeof gb[0]; i++) gfree(gb[i]);
 }
 
@@ -550,27 +639,63 @@ static void time_attention(int B, int T, int H, int Hkv, int Dh)
  * element-wise ops
  * ========================================================================================== */
 
-static void test_swiglu(uint64_t seed, size_t n)
+/* N x I; fused: on the GPU g and u (dg and du) are the column blocks of one [N, 2I] buffer,
+ * the model's gate|up GEMM output; the CPU twin has them dense */
+static void test_swiglu(uint64_t seed, int N, int I, int fused)
 {
     char shape[64];
-    snprintf(shape, sizeof shape, "n=%zu", n);
+    const size_t n = (size_t)N * I, ld = fused ? 2 * (size_t)I : (size_t)I;
+    snprintf(shape, sizeof shape, "N=%d I=%d%s", N, I, fused ? " gate|up" : "");
     float *g = hrand(n, seed, 3, 0, 1), *u = hrand(n, seed + 1, 1, 0, 1), *dh = hrand(n, seed + 2, 1, 0, 1);
-    void *gg = g_from(g, n, BF), *gu = g_from(u, n, BF), *gdh = g_from(dh, n, BF);
+    void *gdh = g_from(dh, n, BF), *ggu = NULL, *gg, *gu, *gdgu = NULL, *gdg, *gdu;
+    if (fused) {
+        float *gu_h = xmalloc(2 * n * sizeof(float));
+        for (size_t r = 0; r < (size_t)N; r++) {
+            memcpy(gu_h + r * ld, g + r * I, (size_t)I * sizeof(float));
+            memcpy(gu_h + r * ld + I, u + r * I, (size_t)I * sizeof(float));
+        }
+        ggu = g_from(gu_h, 2 * n, BF);
+        free(gu_h);
+        gg = ggu;
+        gu = (char *)ggu + (size_t)I * 2;
+        gdgu = g_nan(2 * n, BF);
+        gdg = gdgu;
+        gdu = (char *)gdgu + (size_t)I * 2;
+    } else {
+        gg = g_from(g, n, BF);
+        gu = g_from(u, n, BF);
+        gdg = g_nan(n, BF);
+        gdu = g_nan(n, BF);
+    }
     void *cg = c_from(g, n), *cu = c_from(u, n), *cdh = c_from(dh, n);
-    void *gh = g_nan(n, BF), *gdg = g_nan(n, BF), *gdu = g_nan(n, BF);
+    void *gh = g_nan(n, BF);
     void *ch = c_nan(n), *cdg = c_nan(n), *cdu = c_nan(n);
-    gpu->swiglu_fwd(gpu, gh, gg, gu, n);
-    cpu->swiglu_fwd(cpu, ch, cg, cu, n);
+    gpu->swiglu_fwd(gpu, gh, gg, gu, N, I, (int)ld);
+    cpu->swiglu_fwd(cpu, ch, cg, cu, N, I, I);
     cmp("swiglu_fwd h", shape, gh, BF, ch, n, B_X);
-    gpu->swiglu_bwd(gpu, gdg, gdu, gdh, gg, gu, n);
-    cpu->swiglu_bwd(cpu, cdg, cdu, cdh, cg, cu, n);
-    cmp("swiglu_bwd dg", shape, gdg, BF, cdg, n, B_X);
-    cmp("swiglu_bwd du", shape, gdu, BF, cdu, n, B_X);
+    gpu->swiglu_bwd(gpu, gdg, gdu, gdh, gg, gu, N, I, (int)ld);
+    cpu->swiglu_bwd(cpu, cdg, cdu, cdh, cg, cu, N, I, I);
+    if (fused) {
+        float *c2 = xmalloc(2 * n * sizeof(float));
+        for (size_t r = 0; r < (size_t)N; r++) {
+            memcpy(c2 + r * ld, (float *)cdg + r * I, (size_t)I * sizeof(float));
+            memcpy(c2 + r * ld + I, (float *)cdu + r * I, (size_t)I * sizeof(float));
+        }
+        cmp("swiglu_bwd dg|du", shape, gdgu, BF, c2, 2 * n, B_X);
+        free(c2);
+        gfree(ggu);
+        gfree(gdgu);
+    } else {
+        cmp("swiglu_bwd dg", shape, gdg, BF, cdg, n, B_X);
+        cmp("swiglu_bwd du", shape, gdu, BF, cdu, n, B_X);
+        void *gb[] = {gg, gu, gdg, gdu};
+        for (size_t i = 0; i < 4; i++) gfree(gb[i]);
+    }
     free(g);
     free(u);
     free(dh);
-    void *gb[] = {gg, gu, gdh, gh, gdg, gdu};
-    for (size_t i = 0; i < 6; i++) gfree(gb[i]);
+    gfree(gdh);
+    gfree(gh);
     void *cb[] = {cg, cu, cdh, ch, cdg, cdu};
     for (size_t i = 0; i < 6; i++) cfree(cb[i]);
 }
@@ -893,18 +1018,22 @@ int main(void)
 
         const int ts[] = {1, 7, 129}, dhs[] = {32, 64, 128};
         for (int a = 0; a < 3; a++)
-            for (int b = 0; b < 3; b++) test_rope(seed += 10, 2, ts[a], 8, dhs[b]);
-        test_rope(seed += 10, 2, 7, 2, 64); /* after a longer T: reuses the cached table */
+            for (int b = 0; b < 3; b++) test_rope(seed += 10, 2, ts[a], 8, dhs[b], 0);
+        test_rope(seed += 10, 2, 7, 2, 64, 0); /* after a longer T: reuses the cached table */
+        test_rope(seed += 10, 2, 129, 4, 64, 4 * 64); /* the K block of a fused K|V buffer */
+        test_rope(seed += 10, 2, 7, 2, 32, 2);        /* rows not a multiple of 8: scalar */
 
         const size_t ns[] = {1, 13, 1001, (1u << 20) + 3};
         for (int a = 0; a < 4; a++) {
-            test_swiglu(seed += 10, ns[a]);
+            test_swiglu(seed += 10, 1, (int)ns[a], 0);
             test_add(seed += 10, ns[a]);
             test_adamw(seed += 10, ns[a], 1);
             test_adamw(seed += 10, ns[a], 0);
             test_sumsq_scale_cast(seed += 10, ns[a]);
         }
         test_sumsq_scale_cast(seed += 10, (1u << 22) + 7);
+        test_swiglu(seed += 10, 129, 5632 / 8, 1); /* fused gate|up, vector form */
+        test_swiglu(seed += 10, 7, 13, 1);         /* fused, scalar form */
 
         const int en[] = {7, 129, 64}, ed[] = {13, 96, 2048}, ev[] = {1001, 1001, 5};
         for (int a = 0; a < 3; a++) test_embedding(seed += 10, en[a], ed[a], ev[a]);
@@ -940,7 +1069,7 @@ int main(void)
         for (int a = 0; a < 4; a++)
             for (int b = 0; b < 2; b++)
                 for (int c = 0; c < 3; c++)
-                    test_attention(seed += 10, 2, ats[a], 8, hkvs[b], adhs[c]);
+                    test_attention(seed += 10, 2, ats[a], 8, hkvs[b], adhs[c], (a + b + c) % 2);
         if (!getenv("DX_CUDA_TEST_NO_PERF")) { /* set by host-side simulators of the kernels */
             time_attention(8, 2048, 32, 4, 64); /* TinyLlama-1.1B */
             time_attention(4, 2048, 32, 8, 128);

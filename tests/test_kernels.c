@@ -461,12 +461,12 @@ static void test_rope(uint64_t seed, int B, int T, int H, int Dh, int fd)
     for (int e = 0; e < 2; e++) {
         dx_backend *be = bes[e];
         void *bx = bfrom(be, x, n);
-        be->rope_fwd(be, bx, B, T, H, Dh, theta);
+        be->rope_fwd(be, bx, H * Dh, B, T, H, Dh, theta);
         double *y = bto(be, bx, n);
         snprintf(what, sizeof what, "rope_fwd B=%d T=%d H=%d Dh=%d", B, T, H, Dh);
         check_err(what, be->name, relerr(y, xr, n), fwdb(be, F32_FWD));
         bset(be, bx, R, n);
-        be->rope_bwd(be, bx, B, T, H, Dh, theta);
+        be->rope_bwd(be, bx, H * Dh, B, T, H, Dh, theta);
         g[e] = bto(be, bx, n);
         free(y);
         be->free(be, bx);
@@ -522,14 +522,14 @@ static void test_attention(uint64_t seed, int B, int T, int H, int Hkv, int Dh, 
         dx_backend *be = bes[e];
         void *bq = bfrom(be, q, nq), *bk = bfrom(be, k, nk), *bv = bfrom(be, v, nk);
         void *bo = bnan(be, nq), *bl = bnan(be, nl);
-        be->attention_fwd(be, bo, bl, bq, bk, bv, B, T, H, Hkv, Dh);
+        be->attention_fwd(be, bo, bl, bq, bk, bv, Hkv * Dh, B, T, H, Hkv, Dh);
         double *o = bto(be, bo, nq), *l = bto(be, bl, nl);
         snprintf(what, sizeof what, "attention_fwd %s o", shape);
         check_err(what, be->name, relerr(o, orf, nq), fwdb(be, F32_FWD_ATT));
         snprintf(what, sizeof what, "attention_fwd %s lse", shape);
         check_err(what, be->name, relerr(l, lr, nl), fwdb(be, F32_FWD));
         void *bdo = bfrom(be, R, nq), *bdq = bnan(be, nq), *bdk = bnan(be, nk), *bdv = bnan(be, nk);
-        be->attention_bwd(be, bdq, bdk, bdv, bdo, bq, bk, bv, bo, bl, B, T, H, Hkv, Dh);
+        be->attention_bwd(be, bdq, bdk, bdv, bdo, bq, bk, bv, bo, bl, Hkv * Dh, B, T, H, Hkv, Dh);
         g[e][0] = bto(be, bdq, nq);
         g[e][1] = bto(be, bdk, nk);
         g[e][2] = bto(be, bdv, nk);
@@ -596,12 +596,12 @@ static void test_swiglu(uint64_t seed, size_t n, double gscale, int fd)
     for (int e = 0; e < 2; e++) {
         dx_backend *be = bes[e];
         void *bg = bfrom(be, g, n), *bu = bfrom(be, u, n), *bh = bnan(be, n);
-        be->swiglu_fwd(be, bh, bg, bu, n);
+        be->swiglu_fwd(be, bh, bg, bu, 1, (int)n, (int)n);
         double *h = bto(be, bh, n);
         snprintf(what, sizeof what, "swiglu_fwd n=%zu |g|~%g", n, gscale);
         check_err(what, be->name, relerr(h, hr, n), fwdb(be, F32_FWD));
         void *bdh = bfrom(be, R, n), *bdg = bnan(be, n), *bdu = bnan(be, n);
-        be->swiglu_bwd(be, bdg, bdu, bdh, bg, bu, n);
+        be->swiglu_bwd(be, bdg, bdu, bdh, bg, bu, 1, (int)n, (int)n);
         gg[e] = bto(be, bdg, n);
         gu[e] = bto(be, bdu, n);
         free(h);
@@ -1001,8 +1001,8 @@ static void test_determinism(void)
             void *bq = bfrom(be, q, nq), *bk = bfrom(be, k, nk), *bv = bfrom(be, v, nk);
             void *bo = bnan(be, nq), *bl = bnan(be, nl), *bdo = bfrom(be, R, nq);
             void *bdq = bnan(be, nq), *bdk = bnan(be, nk), *bdv = bnan(be, nk);
-            be->attention_fwd(be, bo, bl, bq, bk, bv, B, T, H, Hkv, Dh);
-            be->attention_bwd(be, bdq, bdk, bdv, bdo, bq, bk, bv, bo, bl, B, T, H, Hkv, Dh);
+            be->attention_fwd(be, bo, bl, bq, bk, bv, Hkv * Dh, B, T, H, Hkv, Dh);
+            be->attention_bwd(be, bdq, bdk, bdv, bdo, bq, bk, bv, bo, bl, Hkv * Dh, B, T, H, Hkv, Dh);
             out[r] = malloc((nq * 2 + nk * 2 + nl) * sizeof(float));
             memcpy(out[r], bo, nq * 4);
             memcpy(out[r] + nq, bl, nl * 4);
@@ -1192,6 +1192,118 @@ static void test_tp_vocab(uint64_t seed, int N, int V, int D, int tp)
     free(logits);
 }
 
+/* ============================================================================================
+ * row-strided layouts: the model keeps k|v and gate|up as the column blocks of one fused GEMM
+ * output. On every backend, rope, attention and SwiGLU on the strided layout give bitwise the
+ * dense results and leave the rest of each row alone.
+ * ========================================================================================== */
+
+/* [rows, ld] from dense [rows, cols] blocks a (columns 0..cols) and b (cols..2 cols, if not NULL);
+ * other entries = fill */
+static double *dwide(const double *a, const double *b, size_t rows, size_t cols, size_t ld, double fill)
+{
+    double *w = dalloc(rows * ld);
+    for (size_t r = 0; r < rows; r++)
+        for (size_t c = 0; c < ld; c++)
+            w[r * ld + c] = c < cols ? a[r * cols + c] : (b && c < 2 * cols) ? b[r * cols + c - cols] : fill;
+    return w;
+}
+
+/* whether block `blk` (columns blk*cols ..) of the strided w equals dense d bitwise */
+static int same_block(const double *w, const double *d, size_t rows, size_t cols, size_t ld, size_t blk)
+{
+    for (size_t r = 0; r < rows; r++)
+        if (memcmp(w + r * ld + blk * cols, d + r * cols, cols * sizeof(double))) return 0;
+    return 1;
+}
+
+/* whether columns from..ld of every row still equal fill */
+static int gap_is(const double *w, size_t rows, size_t from, size_t ld, double fill)
+{
+    for (size_t r = 0; r < rows; r++)
+        for (size_t c = from; c < ld; c++)
+            if (w[r * ld + c] != fill) return 0;
+    return 1;
+}
+
+static void test_strided(uint64_t seed, int B, int T, int H, int Hkv, int Dh, int I)
+{
+    const size_t rows = (size_t)B * T, qd = (size_t)H * Dh, kd = (size_t)Hkv * Dh;
+    const size_t nq = rows * qd, nk = rows * kd, nl = (size_t)B * H * T, ni = rows * (size_t)I;
+    const double fill = 3.25;
+    dx_backend *bes[2] = {be32, be64};
+    for (int e = 0; e < 2; e++) {
+        dx_backend *be = bes[e];
+        char what[128];
+        /* rope on rows of ld = kd + 5 (the gap must stay) */
+        {
+            const size_t ld = kd + 5;
+            double *x = drand(nk, seed);
+            double *xw = dwide(x, NULL, rows, kd, ld, fill);
+            void *bd = bfrom(be, x, nk), *bw = bfrom(be, xw, rows * ld);
+            be->rope_fwd(be, bd, (int)kd, B, T, Hkv, Dh, 10000.0f);
+            be->rope_fwd(be, bw, (int)ld, B, T, Hkv, Dh, 10000.0f);
+            be->rope_bwd(be, bd, (int)kd, B, T, Hkv, Dh, 10000.0f);
+            be->rope_bwd(be, bw, (int)ld, B, T, Hkv, Dh, 10000.0f);
+            double *d = bto(be, bd, nk), *w = bto(be, bw, rows * ld);
+            snprintf(what, sizeof what, "rope fwd+bwd, rows of %zu = dense, gap kept", ld);
+            check(same_block(w, d, rows, kd, ld, 0) && gap_is(w, rows, kd, ld, fill), "%-52s %-5s", what, be->name);
+            free(x), free(xw), free(d), free(w);
+            be->free(be, bd), be->free(be, bw);
+        }
+        /* attention with k|v in one [rows, 2 kd] buffer, dk|dv likewise */
+        {
+            double *q = drand(nq, seed + 1), *k = drand(nk, seed + 2), *v = drand(nk, seed + 3);
+            double *dout = drand(nq, seed + 4), *kv = dwide(k, v, rows, kd, 2 * kd, fill);
+            void *bq = bfrom(be, q, nq), *bk = bfrom(be, k, nk), *bv = bfrom(be, v, nk);
+            void *bkv = bfrom(be, kv, 2 * nk), *bdo = bfrom(be, dout, nq);
+            void *bo[2] = {bnan(be, nq), bnan(be, nq)}, *bl[2] = {bnan(be, nl), bnan(be, nl)};
+            void *bdq[2] = {bnan(be, nq), bnan(be, nq)}, *bdk = bnan(be, nk), *bdv = bnan(be, nk);
+            void *bdkv = bnan(be, 2 * nk);
+            const size_t es = dx_dtype_size(be->act);
+            void *bv2 = (char *)bkv + kd * es, *bdv2 = (char *)bdkv + kd * es;
+            be->attention_fwd(be, bo[0], bl[0], bq, bk, bv, (int)kd, B, T, H, Hkv, Dh);
+            be->attention_fwd(be, bo[1], bl[1], bq, bkv, bv2, (int)(2 * kd), B, T, H, Hkv, Dh);
+            be->attention_bwd(be, bdq[0], bdk, bdv, bdo, bq, bk, bv, bo[0], bl[0], (int)kd, B, T, H, Hkv, Dh);
+            be->attention_bwd(be, bdq[1], bdkv, bdv2, bdo, bq, bkv, bv2, bo[1], bl[1], (int)(2 * kd), B, T, H, Hkv, Dh);
+            double *o0 = bto(be, bo[0], nq), *o1 = bto(be, bo[1], nq), *l0 = bto(be, bl[0], nl);
+            double *l1 = bto(be, bl[1], nl), *q0 = bto(be, bdq[0], nq), *q1 = bto(be, bdq[1], nq);
+            double *dk = bto(be, bdk, nk), *dv = bto(be, bdv, nk), *dkv = bto(be, bdkv, 2 * nk);
+            int ok = !memcmp(o0, o1, nq * sizeof(double)) && !memcmp(l0, l1, nl * sizeof(double)) &&
+                     !memcmp(q0, q1, nq * sizeof(double)) && same_block(dkv, dk, rows, kd, 2 * kd, 0) &&
+                     same_block(dkv, dv, rows, kd, 2 * kd, 1);
+            check(ok, "%-52s %-5s", "attention fwd+bwd, K|V fused = dense (bitwise)", be->name);
+            double *fr[] = {q, k, v, dout, kv, o0, o1, l0, l1, q0, q1, dk, dv, dkv};
+            for (size_t i = 0; i < sizeof fr / sizeof fr[0]; i++) free(fr[i]);
+            void *bb[] = {bq, bk, bv, bkv, bdo, bo[0], bo[1], bl[0], bl[1], bdq[0], bdq[1], bdk, bdv, bdkv};
+            for (size_t i = 0; i < sizeof bb / sizeof bb[0]; i++) be->free(be, bb[i]);
+        }
+        /* SwiGLU with g|u in one [rows, 2I] buffer, dg|du likewise */
+        {
+            double *g = drand_(ni, seed + 5, 3.0, 0), *u = drand(ni, seed + 6), *dh = drand(ni, seed + 7);
+            double *gu = dwide(g, u, rows, (size_t)I, 2 * (size_t)I, fill);
+            const size_t es = dx_dtype_size(be->act);
+            void *bg = bfrom(be, g, ni), *bu = bfrom(be, u, ni), *bgu = bfrom(be, gu, 2 * ni);
+            void *bdh = bfrom(be, dh, ni), *bh[2] = {bnan(be, ni), bnan(be, ni)};
+            void *bdg = bnan(be, ni), *bdu = bnan(be, ni), *bdgu = bnan(be, 2 * ni);
+            be->swiglu_fwd(be, bh[0], bg, bu, (int)rows, I, I);
+            be->swiglu_fwd(be, bh[1], bgu, (char *)bgu + (size_t)I * es, (int)rows, I, 2 * I);
+            be->swiglu_bwd(be, bdg, bdu, bdh, bg, bu, (int)rows, I, I);
+            be->swiglu_bwd(be, bdgu, (char *)bdgu + (size_t)I * es, bdh, bgu, (char *)bgu + (size_t)I * es,
+                           (int)rows, I, 2 * I);
+            double *h0 = bto(be, bh[0], ni), *h1 = bto(be, bh[1], ni), *dg = bto(be, bdg, ni);
+            double *du = bto(be, bdu, ni), *dgu = bto(be, bdgu, 2 * ni);
+            int ok = !memcmp(h0, h1, ni * sizeof(double)) && same_block(dgu, dg, rows, (size_t)I, 2 * (size_t)I, 0) &&
+                     same_block(dgu, du, rows, (size_t)I, 2 * (size_t)I, 1);
+            check(ok, "%-52s %-5s", "swiglu fwd+bwd, gate|up fused = dense (bitwise)", be->name);
+            double *fr[] = {g, u, dh, gu, h0, h1, dg, du, dgu};
+            for (size_t i = 0; i < sizeof fr / sizeof fr[0]; i++) free(fr[i]);
+            void *bb[] = {bg, bu, bgu, bdh, bh[0], bh[1], bdg, bdu, bdgu};
+            for (size_t i = 0; i < sizeof bb / sizeof bb[0]; i++) be->free(be, bb[i]);
+        }
+    }
+}
+
 int main(void)
 {
     be32 = dx_backend_cpu_create(2);
@@ -1232,6 +1344,9 @@ int main(void)
     test_swiglu(seed += 10, 1000, 3.0, 1);
     test_swiglu(seed += 10, 1000, 40.0, 1); /* exp(-g) under- and overflows */
     test_swiglu(seed += 10, 100003, 3.0, 0);
+
+    test_strided(seed += 10, 2, 9, 4, 2, 8, 13);
+    test_strided(seed += 10, 1, 70, 2, 1, 4, 64);
 
     test_embedding(seed += 10, 11, 30, 13, 1);
     test_embedding(seed += 10, 50, 300, 130, 1);

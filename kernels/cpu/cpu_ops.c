@@ -162,9 +162,11 @@ void DX_OP(rmsnorm_bwd)(dx_backend *be, void *dx_, void *dw_, const void *dy_, c
 
 /* ------------------------------------------------------------------------------------------ */
 
-/* Rotates every head of x[B,T,H,Dh] by the angles of its position t; dir = +1 forward,
- * -1 for the transpose (inverse) rotation. Angles are computed in double, once per t. */
-static void rope_apply(dx_backend *be, real *x, int B, int T, int H, int Dh, float theta, int dir)
+/* Rotates every head of x[B,T,H,Dh] (tokens are rows of ld elements) by the angles of its
+ * position t; dir = +1 forward, -1 for the transpose (inverse) rotation. Angles are computed in
+ * double, once per t. */
+static void rope_apply(dx_backend *be, real *x, int ld, int B, int T, int H, int Dh, float theta,
+                       int dir)
 {
     int half = Dh / 2;
 #pragma omp parallel num_threads(NT(be)) if (T > 1 && (size_t)B * T * H * Dh >= 8192)
@@ -180,7 +182,7 @@ static void rope_apply(dx_backend *be, real *x, int B, int T, int H, int Dh, flo
             }
             for (int b = 0; b < B; b++)
                 for (int h = 0; h < H; h++) {
-                    real *xa = x + (((size_t)b * T + t) * H + h) * Dh, *xb = xa + half;
+                    real *xa = x + ((size_t)b * T + t) * ld + (size_t)h * Dh, *xb = xa + half;
 #pragma omp simd
                     for (int i = 0; i < half; i++) {
                         real a = xa[i], bb = xb[i];
@@ -192,14 +194,14 @@ static void rope_apply(dx_backend *be, real *x, int B, int T, int H, int Dh, flo
     }
 }
 
-void DX_OP(rope_fwd)(dx_backend *be, void *x, int B, int T, int H, int Dh, float theta)
+void DX_OP(rope_fwd)(dx_backend *be, void *x, int ld, int B, int T, int H, int Dh, float theta)
 {
-    rope_apply(be, x, B, T, H, Dh, theta, +1);
+    rope_apply(be, x, ld, B, T, H, Dh, theta, +1);
 }
 
-void DX_OP(rope_bwd)(dx_backend *be, void *dx, int B, int T, int H, int Dh, float theta)
+void DX_OP(rope_bwd)(dx_backend *be, void *dx, int ld, int B, int T, int H, int Dh, float theta)
 {
-    rope_apply(be, dx, B, T, H, Dh, theta, -1);
+    rope_apply(be, dx, ld, B, T, H, Dh, theta, -1);
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -314,13 +316,13 @@ static void tile_rows(real *restrict dst, const real *restrict src, size_t strid
 }
 
 void DX_OP(attention_fwd)(dx_backend *be, void *o_, void *lse_, const void *q_, const void *k_,
-                          const void *v_, int B, int T, int H, int Hkv, int Dh)
+                          const void *v_, int ldkv, int B, int T, int H, int Hkv, int Dh)
 {
     real *o = o_, *lse = lse_;
     const real *q = q_, *k = k_, *v = v_;
     const int G = H / Hkv;
     const real scale = (real)(1.0 / sqrt((double)Dh));
-    const size_t qs = (size_t)H * Dh, ks = (size_t)Hkv * Dh; /* strides of t */
+    const size_t qs = (size_t)H * Dh, ks = (size_t)ldkv; /* strides of t */
     const int nqb = (T + DX_ATT_RB - 1) / DX_ATT_RB;
     const long tasks = (long)B * H * nqb;
 
@@ -387,13 +389,13 @@ void DX_OP(attention_fwd)(dx_backend *be, void *o_, void *lse_, const void *q_, 
  * Probabilities are recomputed from lse in passes 2 and 3 (FlashAttention-2). */
 void DX_OP(attention_bwd)(dx_backend *be, void *dq_, void *dk_, void *dv_, const void *dout_,
                           const void *q_, const void *k_, const void *v_, const void *o_,
-                          const void *lse_, int B, int T, int H, int Hkv, int Dh)
+                          const void *lse_, int ldkv, int B, int T, int H, int Hkv, int Dh)
 {
     real *dq = dq_, *dk = dk_, *dv = dv_;
     const real *dout = dout_, *q = q_, *k = k_, *v = v_, *o = o_, *lse = lse_;
     const int G = H / Hkv;
     const real scale = (real)(1.0 / sqrt((double)Dh));
-    const size_t qs = (size_t)H * Dh, ks = (size_t)Hkv * Dh;
+    const size_t qs = (size_t)H * Dh, ks = (size_t)ldkv;
     const long qrows = (long)B * T * H;
     const int nt = NT(be);
     const int nb = (T + DX_ATT_RB - 1) / DX_ATT_RB;
@@ -513,28 +515,36 @@ void DX_OP(attention_bwd)(dx_backend *be, void *dq_, void *dk_, void *dv_, const
 
 /* ------------------------------------------------------------------------------------------ */
 
-void DX_OP(swiglu_fwd)(dx_backend *be, void *h_, const void *g_, const void *u_, size_t n)
+void DX_OP(swiglu_fwd)(dx_backend *be, void *h_, const void *g_, const void *u_, int N, int F,
+                       int ld)
 {
-    real *h = h_;
-    const real *g = g_, *u = u_;
-#pragma omp parallel for simd num_threads(NT(be)) schedule(static) if (n >= DX_PAR_MIN)
-    for (size_t i = 0; i < n; i++) {
-        real gi = g[i];
-        h[i] = gi / (1 + r_exp(-gi)) * u[i];
+#pragma omp parallel for num_threads(NT(be)) schedule(static) if ((size_t)N * F >= DX_PAR_MIN)
+    for (int r = 0; r < N; r++) {
+        real *h = (real *)h_ + (size_t)r * F;
+        const real *g = (const real *)g_ + (size_t)r * ld, *u = (const real *)u_ + (size_t)r * ld;
+#pragma omp simd
+        for (int i = 0; i < F; i++) {
+            real gi = g[i];
+            h[i] = gi / (1 + r_exp(-gi)) * u[i];
+        }
     }
 }
 
 void DX_OP(swiglu_bwd)(dx_backend *be, void *dg_, void *du_, const void *dh_, const void *g_,
-                       const void *u_, size_t n)
+                       const void *u_, int N, int F, int ld)
 {
-    real *dg = dg_, *du = du_;
-    const real *dh = dh_, *g = g_, *u = u_;
-#pragma omp parallel for simd num_threads(NT(be)) schedule(static) if (n >= DX_PAR_MIN)
-    for (size_t i = 0; i < n; i++) {
-        real gi = g[i];
-        real s = 1 / (1 + r_exp(-gi));
-        dg[i] = dh[i] * u[i] * s * (1 + gi * (1 - s));
-        du[i] = dh[i] * (gi * s);
+#pragma omp parallel for num_threads(NT(be)) schedule(static) if ((size_t)N * F >= DX_PAR_MIN)
+    for (int r = 0; r < N; r++) {
+        real *dg = (real *)dg_ + (size_t)r * ld, *du = (real *)du_ + (size_t)r * ld;
+        const real *dh = (const real *)dh_ + (size_t)r * F;
+        const real *g = (const real *)g_ + (size_t)r * ld, *u = (const real *)u_ + (size_t)r * ld;
+#pragma omp simd
+        for (int i = 0; i < F; i++) {
+            real gi = g[i];
+            real s = 1 / (1 + r_exp(-gi));
+            dg[i] = dh[i] * u[i] * s * (1 + gi * (1 - s));
+            du[i] = dh[i] * (gi * s);
+        }
     }
 }
 

@@ -20,16 +20,19 @@
                         int N, int D, float eps);                                              \
     void P##rmsnorm_bwd(dx_backend *be, void *dx, void *dw, const void *dy, const void *x,    \
                         const void *w, const void *rstd, int N, int D);                        \
-    void P##rope_fwd(dx_backend *be, void *x, int B, int T, int H, int Dh, float theta);      \
-    void P##rope_bwd(dx_backend *be, void *dx, int B, int T, int H, int Dh, float theta);     \
+    void P##rope_fwd(dx_backend *be, void *x, int ld, int B, int T, int H, int Dh,            \
+                     float theta);                                                             \
+    void P##rope_bwd(dx_backend *be, void *dx, int ld, int B, int T, int H, int Dh,           \
+                     float theta);                                                             \
     void P##attention_fwd(dx_backend *be, void *o, void *lse, const void *q, const void *k,   \
-                          const void *v, int B, int T, int H, int Hkv, int Dh);                \
+                          const void *v, int ldkv, int B, int T, int H, int Hkv, int Dh);      \
     void P##attention_bwd(dx_backend *be, void *dq, void *dk, void *dv, const void *dout,     \
                           const void *q, const void *k, const void *v, const void *o,          \
-                          const void *lse, int B, int T, int H, int Hkv, int Dh);              \
-    void P##swiglu_fwd(dx_backend *be, void *h, const void *g, const void *u, size_t n);      \
+                          const void *lse, int ldkv, int B, int T, int H, int Hkv, int Dh);    \
+    void P##swiglu_fwd(dx_backend *be, void *h, const void *g, const void *u, int N, int F,   \
+                       int ld);                                                                \
     void P##swiglu_bwd(dx_backend *be, void *dg, void *du, const void *dh, const void *g,     \
-                       const void *u, size_t n);                                               \
+                       const void *u, int N, int F, int ld);                                   \
     void P##embedding_fwd(dx_backend *be, void *out, const int32_t *ids, const void *table,   \
                           int N, int D);                                                       \
     void P##embedding_bwd(dx_backend *be, void *dtable, const void *dout, const int32_t *ids, \

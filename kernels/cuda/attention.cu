@@ -92,7 +92,7 @@ template <int DH> constexpr size_t dq_smem()
 template <int DH>
 __global__ void __launch_bounds__(NT)
     att_fwd(bf16 *__restrict__ o, float *__restrict__ lse, const bf16 *__restrict__ q,
-            const bf16 *__restrict__ k, const bf16 *__restrict__ v, int T, int H, int Hkv,
+            const bf16 *__restrict__ k, const bf16 *__restrict__ v, int T, int H, int Hkv, size_t kst,
             float sl2)
 {
     constexpr int LD = DH + 1, LP = BC + 1, EPT = DH / 16;
@@ -103,7 +103,7 @@ __global__ void __launch_bounds__(NT)
     const int qt = gridDim.x - 1 - blockIdx.x; /* long (late) query tiles first */
     const int h = blockIdx.y, b = blockIdx.z, kh = h / (H / Hkv);
     const int q0 = qt * BR;
-    const size_t qst = (size_t)H * DH, kst = (size_t)Hkv * DH;
+    const size_t qst = (size_t)H * DH; /* k, v (dk, dv): rows kst apart */
     const bf16 *qb = q + (size_t)b * T * qst + (size_t)h * DH;
     const bf16 *kb = k + (size_t)b * T * kst + (size_t)kh * DH;
     const bf16 *vb = v + (size_t)b * T * kst + (size_t)kh * DH;
@@ -254,7 +254,7 @@ __global__ void __launch_bounds__(NT)
     att_bwd_dkdv(bf16 *__restrict__ dk, bf16 *__restrict__ dv, const bf16 *__restrict__ dout,
                  const bf16 *__restrict__ q, const bf16 *__restrict__ k,
                  const bf16 *__restrict__ v, const float *__restrict__ lse,
-                 const float *__restrict__ Dv, int T, int H, int Hkv, float sl2, float scale)
+                 const float *__restrict__ Dv, int T, int H, int Hkv, size_t kst, float sl2, float scale)
 {
     constexpr int LD = DH + 1, LP = BR + 1, EPT = DH / 16;
     DXC_DYNAMIC_SMEM(float, sm);
@@ -264,7 +264,7 @@ __global__ void __launch_bounds__(NT)
     const int tid = threadIdx.x, tx = tid & 15, ty = tid >> 4;
     const int kt = blockIdx.x, kh = blockIdx.y, b = blockIdx.z, G = H / Hkv;
     const int c0 = kt * BC;
-    const size_t qst = (size_t)H * DH, kst = (size_t)Hkv * DH;
+    const size_t qst = (size_t)H * DH; /* k, v (dk, dv): rows kst apart */
 
     load_tile<DH>(Ks, k + (size_t)b * T * kst + (size_t)kh * DH, kst, c0, T);
     load_tile<DH>(Vs, v + (size_t)b * T * kst + (size_t)kh * DH, kst, c0, T);
@@ -374,7 +374,7 @@ template <int DH>
 __global__ void __launch_bounds__(NT)
     att_bwd_dq(bf16 *__restrict__ dq, const bf16 *__restrict__ dout, const bf16 *__restrict__ q,
                const bf16 *__restrict__ k, const bf16 *__restrict__ v,
-               const float *__restrict__ lse, const float *__restrict__ Dv, int T, int H, int Hkv,
+               const float *__restrict__ lse, const float *__restrict__ Dv, int T, int H, int Hkv, size_t kst,
                float sl2, float scale)
 {
     constexpr int LD = DH + 1, LP = BC + 1, EPT = DH / 16;
@@ -386,7 +386,7 @@ __global__ void __launch_bounds__(NT)
     const int qt = gridDim.x - 1 - blockIdx.x; /* long (late) query tiles first */
     const int h = blockIdx.y, b = blockIdx.z, kh = h / (H / Hkv);
     const int q0 = qt * BR;
-    const size_t qst = (size_t)H * DH, kst = (size_t)Hkv * DH;
+    const size_t qst = (size_t)H * DH; /* k, v (dk, dv): rows kst apart */
     const bf16 *kb = k + (size_t)b * T * kst + (size_t)kh * DH;
     const bf16 *vb = v + (size_t)b * T * kst + (size_t)kh * DH;
     const float *lrow = lse + ((size_t)b * H + h) * T, *drow = Dv + ((size_t)b * H + h) * T;
@@ -496,7 +496,7 @@ void check_shape(const char *op, int B, int H, int Hkv, int Dh)
 
 template <int DH>
 void fwd_launch(dx_backend *be, void *o, void *lse, const void *q, const void *k, const void *v,
-                int B, int T, int H, int Hkv)
+                int B, int T, int H, int Hkv, size_t kst)
 {
     const char *op = "attention_fwd";
     const size_t smem = fwd_smem<DH>();
@@ -504,7 +504,7 @@ void fwd_launch(dx_backend *be, void *o, void *lse, const void *q, const void *k
     const float sl2 = (float)(1.0 / sqrt((double)DH) * 1.4426950408889634);
     dim3 grid((T + BR - 1) / BR, H, B);
     att_fwd<DH><<<grid, NT, smem, dxc(be)->stream>>>((bf16 *)o, (float *)lse, (const bf16 *)q,
-                                                    (const bf16 *)k, (const bf16 *)v, T, H, Hkv,
+                                                    (const bf16 *)k, (const bf16 *)v, T, H, Hkv, kst,
                                                     sl2);
     DXC_LAUNCHED(be, op);
 }
@@ -512,7 +512,7 @@ void fwd_launch(dx_backend *be, void *o, void *lse, const void *q, const void *k
 template <int DH>
 void bwd_launch(dx_backend *be, void *dq, void *dk, void *dv, const void *dout, const void *q,
                 const void *k, const void *v, const float *lse, const float *Dv, int B, int T,
-                int H, int Hkv)
+                int H, int Hkv, size_t kst)
 {
     const char *op = "attention_bwd";
     const float scale = (float)(1.0 / sqrt((double)DH));
@@ -524,14 +524,14 @@ void bwd_launch(dx_backend *be, void *dq, void *dk, void *dv, const void *dout, 
     dim3 g1((T + BC - 1) / BC, Hkv, B);
     att_bwd_dkdv<DH><<<g1, NT, s1, st>>>((bf16 *)dk, (bf16 *)dv, (const bf16 *)dout,
                                          (const bf16 *)q, (const bf16 *)k, (const bf16 *)v, lse,
-                                         Dv, T, H, Hkv, sl2, scale);
+                                         Dv, T, H, Hkv, kst, sl2, scale);
     DXC_LAUNCHED(be, op);
 
     const size_t s2 = dq_smem<DH>();
     dxc_set_smem(be, (const void *)att_bwd_dq<DH>, s2, op);
     dim3 g2((T + BR - 1) / BR, H, B);
     att_bwd_dq<DH><<<g2, NT, s2, st>>>((bf16 *)dq, (const bf16 *)dout, (const bf16 *)q,
-                                       (const bf16 *)k, (const bf16 *)v, lse, Dv, T, H, Hkv, sl2,
+                                       (const bf16 *)k, (const bf16 *)v, lse, Dv, T, H, Hkv, kst, sl2,
                                        scale);
     DXC_LAUNCHED(be, op);
 }
@@ -539,34 +539,37 @@ void bwd_launch(dx_backend *be, void *dq, void *dk, void *dv, const void *dout, 
 } // namespace
 
 void dxc_attention_fwd(dx_backend *be, void *o, void *lse, const void *q, const void *k,
-                       const void *v, int B, int T, int H, int Hkv, int Dh)
+                       const void *v, int ldkv, int B, int T, int H, int Hkv, int Dh)
 {
     const char *op = "attention_fwd";
+    const size_t kst = (size_t)ldkv;
     if (B <= 0 || T <= 0 || H <= 0) return;
     check_shape(op, B, H, Hkv, Dh);
     DXC_ENTER(be, op);
-    if (!dxc(be)->attn_simple && aligned16(o) && aligned16(q) && aligned16(k) && aligned16(v)) {
-        dxc_attention_fwd_mma(be, o, lse, q, k, v, B, T, H, Hkv, Dh);
+    if (!dxc(be)->attn_simple && ldkv % 8 == 0 && aligned16(o) && aligned16(q) && aligned16(k) &&
+        aligned16(v)) {
+        dxc_attention_fwd_mma(be, o, lse, q, k, v, ldkv, B, T, H, Hkv, Dh);
         return;
     }
     switch (Dh) {
-    case 32: fwd_launch<32>(be, o, lse, q, k, v, B, T, H, Hkv); break;
-    case 64: fwd_launch<64>(be, o, lse, q, k, v, B, T, H, Hkv); break;
-    default: fwd_launch<128>(be, o, lse, q, k, v, B, T, H, Hkv); break;
+    case 32: fwd_launch<32>(be, o, lse, q, k, v, B, T, H, Hkv, kst); break;
+    case 64: fwd_launch<64>(be, o, lse, q, k, v, B, T, H, Hkv, kst); break;
+    default: fwd_launch<128>(be, o, lse, q, k, v, B, T, H, Hkv, kst); break;
     }
 }
 
 void dxc_attention_bwd(dx_backend *be, void *dq, void *dk, void *dv, const void *dout,
                        const void *q, const void *k, const void *v, const void *o,
-                       const void *lse, int B, int T, int H, int Hkv, int Dh)
+                       const void *lse, int ldkv, int B, int T, int H, int Hkv, int Dh)
 {
     const char *op = "attention_bwd";
+    const size_t kst = (size_t)ldkv;
     if (B <= 0 || T <= 0 || H <= 0) return;
     check_shape(op, B, H, Hkv, Dh);
     DXC_ENTER(be, op);
     const size_t rows = (size_t)B * T * H;
     const float *L = (const float *)lse;
-    if (!dxc(be)->attn_simple && aligned16(dq) && aligned16(dk) && aligned16(dv) &&
+    if (!dxc(be)->attn_simple && ldkv % 8 == 0 && aligned16(dq) && aligned16(dk) && aligned16(dv) &&
         aligned16(dout) && aligned16(q) && aligned16(k) && aligned16(v) && aligned16(o)) {
         /* scratch: D (rows floats, padded to 16 bytes), then dq's fp32 accumulator */
         const size_t rows4 = (rows + 3) & ~(size_t)3;
@@ -580,7 +583,7 @@ void dxc_attention_bwd(dx_backend *be, void *dq, void *dk, void *dv, const void 
         default: att_bwd_dot_vec<128><<<blocks, 256, 0, st>>>(Dv, d_, o_, rows, T, H); break;
         }
         DXC_LAUNCHED(be, op);
-        dxc_attention_bwd_mma(be, dq, dk, dv, Dv + rows4, dout, q, k, v, L, Dv, B, T, H, Hkv, Dh);
+        dxc_attention_bwd_mma(be, dq, dk, dv, Dv + rows4, dout, q, k, v, L, Dv, ldkv, B, T, H, Hkv, Dh);
         return;
     }
     float *Dv = (float *)dxc_scratch(be, rows * sizeof(float), op);
@@ -588,8 +591,8 @@ void dxc_attention_bwd(dx_backend *be, void *dq, void *dk, void *dv, const void 
         Dv, (const bf16 *)dout, (const bf16 *)o, rows, T, H, Dh);
     DXC_LAUNCHED(be, op);
     switch (Dh) {
-    case 32: bwd_launch<32>(be, dq, dk, dv, dout, q, k, v, L, Dv, B, T, H, Hkv); break;
-    case 64: bwd_launch<64>(be, dq, dk, dv, dout, q, k, v, L, Dv, B, T, H, Hkv); break;
-    default: bwd_launch<128>(be, dq, dk, dv, dout, q, k, v, L, Dv, B, T, H, Hkv); break;
+    case 32: bwd_launch<32>(be, dq, dk, dv, dout, q, k, v, L, Dv, B, T, H, Hkv, kst); break;
+    case 64: bwd_launch<64>(be, dq, dk, dv, dout, q, k, v, L, Dv, B, T, H, Hkv, kst); break;
+    default: bwd_launch<128>(be, dq, dk, dv, dout, q, k, v, L, Dv, B, T, H, Hkv, kst); break;
     }
 }

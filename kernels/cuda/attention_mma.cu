@@ -267,7 +267,7 @@ template <int DH, int NW, int MT, int BN> constexpr size_t fwd_smem()
 template <int DH, int NW, int MT, int BN>
 __global__ void __launch_bounds__(NW * 32)
     att_fwd_tc(bf16 *__restrict__ o, float *__restrict__ lse, const bf16 *__restrict__ q,
-               const bf16 *__restrict__ k, const bf16 *__restrict__ v, int T, int H, int Hkv,
+               const bf16 *__restrict__ k, const bf16 *__restrict__ v, int T, int H, int Hkv, size_t kst,
                float sl2)
 {
     constexpr int L = lds<DH>(), NT = NW * 32, BM = 16 * MT * NW, NDT = DH / 8, NN = BN / 8;
@@ -277,7 +277,7 @@ __global__ void __launch_bounds__(NW * 32)
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const int h = blockIdx.x % H, b = blockIdx.x / H, kh = h / (H / Hkv);
     const int q0 = (gridDim.y - 1 - blockIdx.y) * BM; /* long (late) query tiles first */
-    const size_t qst = (size_t)H * DH, kst = (size_t)Hkv * DH;
+    const size_t qst = (size_t)H * DH; /* k, v (dk, dv): rows kst apart */
     const bf16 *kb = k + (size_t)b * T * kst + (size_t)kh * DH;
     const bf16 *vb = v + (size_t)b * T * kst + (size_t)kh * DH;
     const int la = lane_a_off<DH>(lane), lb = lane_b_off<DH>(lane);
@@ -390,7 +390,7 @@ __global__ void __launch_bounds__(NW * 32)
                     const bf16 *__restrict__ dout, const bf16 *__restrict__ q,
                     const bf16 *__restrict__ k, const bf16 *__restrict__ v,
                     const float *__restrict__ lse, const float *__restrict__ Dv, int T, int H,
-                    int Hkv, float sl2, float scale)
+                    int Hkv, size_t kst, float sl2, float scale)
 {
     constexpr int L = lds<DH>(), NT = NW * 32, BK = 16 * MT * NW, NDT = DH / 8, NN = BQ / 8;
     constexpr int LS = BQ + 8;                         /* dS^T row stride (bf16) */
@@ -404,7 +404,7 @@ __global__ void __launch_bounds__(NW * 32)
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const int kh = blockIdx.x % Hkv, b = blockIdx.x / Hkv, G = H / Hkv;
     const int c0 = blockIdx.y * BK; /* long (early) key tiles first */
-    const size_t qst = (size_t)H * DH, kst = (size_t)Hkv * DH;
+    const size_t qst = (size_t)H * DH; /* k, v (dk, dv): rows kst apart */
     const int la = lane_a_off<DH>(lane), lb = lane_b_off<DH>(lane);
 
     /* iteration it: query head kh * G + it / nq, query tile c0 + (it % nq) * BQ (queries
@@ -546,7 +546,7 @@ __global__ void __launch_bounds__(NW * 32)
     att_bwd_dq_tc(bf16 *__restrict__ dq, const bf16 *__restrict__ dout, const bf16 *__restrict__ q,
                   const bf16 *__restrict__ k, const bf16 *__restrict__ v,
                   const float *__restrict__ lse, const float *__restrict__ Dv, int T, int H,
-                  int Hkv, float sl2, float scale)
+                  int Hkv, size_t kst, float sl2, float scale)
 {
     constexpr int L = lds<DH>(), NT = NW * 32, BM = 16 * MT * NW, NDT = DH / 8, NN = BN / 8;
     DXC_DYNAMIC_SMEM(uint4, smem_raw);
@@ -555,7 +555,7 @@ __global__ void __launch_bounds__(NW * 32)
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const int h = blockIdx.x % H, b = blockIdx.x / H, kh = h / (H / Hkv);
     const int q0 = (gridDim.y - 1 - blockIdx.y) * BM; /* long (late) query tiles first */
-    const size_t qst = (size_t)H * DH, kst = (size_t)Hkv * DH;
+    const size_t qst = (size_t)H * DH; /* k, v (dk, dv): rows kst apart */
     const bf16 *kb = k + (size_t)b * T * kst + (size_t)kh * DH;
     const bf16 *vb = v + (size_t)b * T * kst + (size_t)kh * DH;
     const int la = lane_a_off<DH>(lane), lb = lane_b_off<DH>(lane);
@@ -631,7 +631,7 @@ __global__ void __launch_bounds__(NW * 32)
 
 template <int DH, int NW, int MT, int BN>
 void fwd_launch(dx_backend *be, void *o, void *lse, const void *q, const void *k, const void *v,
-                int B, int T, int H, int Hkv)
+                int B, int T, int H, int Hkv, size_t kst)
 {
     const char *op = "attention_fwd";
     constexpr int BM = 16 * MT * NW;
@@ -641,14 +641,14 @@ void fwd_launch(dx_backend *be, void *o, void *lse, const void *q, const void *k
     const float sl2 = (float)(1.0 / sqrt((double)DH) * 1.4426950408889634);
     dim3 grid((unsigned)(B * H), (unsigned)((T + BM - 1) / BM));
     kern<<<grid, NW * 32, smem, dxc(be)->stream>>>((bf16 *)o, (float *)lse, (const bf16 *)q,
-                                                  (const bf16 *)k, (const bf16 *)v, T, H, Hkv, sl2);
+                                                  (const bf16 *)k, (const bf16 *)v, T, H, Hkv, kst, sl2);
     DXC_LAUNCHED(be, op);
 }
 
 template <int DH, int NW, int MT, int BQ, bool DQ>
 void dkdv_launch(dx_backend *be, void *dk, void *dv, float *dq_acc, const void *dout,
                  const void *q, const void *k, const void *v, const float *lse, const float *Dv,
-                 int B, int T, int H, int Hkv)
+                 int B, int T, int H, int Hkv, size_t kst)
 {
     const char *op = "attention_bwd";
     constexpr int BK = 16 * MT * NW;
@@ -661,13 +661,13 @@ void dkdv_launch(dx_backend *be, void *dk, void *dv, float *dq_acc, const void *
     kern<<<grid, NW * 32, smem, dxc(be)->stream>>>((bf16 *)dk, (bf16 *)dv, dq_acc,
                                                   (const bf16 *)dout, (const bf16 *)q,
                                                   (const bf16 *)k, (const bf16 *)v, lse, Dv, T, H,
-                                                  Hkv, sl2, scale);
+                                                  Hkv, kst, sl2, scale);
     DXC_LAUNCHED(be, op);
 }
 
 template <int DH, int NW, int MT, int BN>
 void dq_launch(dx_backend *be, void *dq, const void *dout, const void *q, const void *k,
-               const void *v, const float *lse, const float *Dv, int B, int T, int H, int Hkv)
+               const void *v, const float *lse, const float *Dv, int B, int T, int H, int Hkv, size_t kst)
 {
     const char *op = "attention_bwd";
     constexpr int BM = 16 * MT * NW;
@@ -679,7 +679,7 @@ void dq_launch(dx_backend *be, void *dq, const void *dout, const void *q, const 
     dim3 grid((unsigned)(B * H), (unsigned)((T + BM - 1) / BM));
     kern<<<grid, NW * 32, smem, dxc(be)->stream>>>((bf16 *)dq, (const bf16 *)dout,
                                                   (const bf16 *)q, (const bf16 *)k,
-                                                  (const bf16 *)v, lse, Dv, T, H, Hkv, sl2, scale);
+                                                  (const bf16 *)v, lse, Dv, T, H, Hkv, kst, sl2, scale);
     DXC_LAUNCHED(be, op);
 }
 
@@ -705,18 +705,18 @@ __global__ void att_dq_from_acc(bf16 *__restrict__ dq, const float *__restrict__
 template <int DH, int NW, int MT, int BQ, int BN>
 void bwd_launch(dx_backend *be, void *dq, void *dk, void *dv, float *dq_acc, const void *dout,
                 const void *q, const void *k, const void *v, const float *lse, const float *Dv,
-                int B, int T, int H, int Hkv)
+                int B, int T, int H, int Hkv, size_t kst)
 {
     if (dxc(be)->attn_det) {
-        dkdv_launch<DH, NW, MT, BQ, false>(be, dk, dv, NULL, dout, q, k, v, lse, Dv, B, T, H, Hkv);
-        dq_launch<DH, NW, MT, BN>(be, dq, dout, q, k, v, lse, Dv, B, T, H, Hkv);
+        dkdv_launch<DH, NW, MT, BQ, false>(be, dk, dv, NULL, dout, q, k, v, lse, Dv, B, T, H, Hkv, kst);
+        dq_launch<DH, NW, MT, BN>(be, dq, dout, q, k, v, lse, Dv, B, T, H, Hkv, kst);
         return;
     }
     const char *op = "attention_bwd";
     const size_t n = (size_t)B * T * H * DH;
     cudaStream_t st = dxc(be)->stream;
     DXC_CHECK(op, cudaMemsetAsync(dq_acc, 0, n * sizeof(float), st));
-    dkdv_launch<DH, NW, MT, BQ, true>(be, dk, dv, dq_acc, dout, q, k, v, lse, Dv, B, T, H, Hkv);
+    dkdv_launch<DH, NW, MT, BQ, true>(be, dk, dv, dq_acc, dout, q, k, v, lse, Dv, B, T, H, Hkv, kst);
     const size_t n4 = n / 4;
     size_t blocks = (n4 + 255) / 256;
     if (blocks > (size_t)dxc(be)->num_sms * 16) blocks = (size_t)dxc(be)->num_sms * 16;
@@ -731,28 +731,31 @@ void bwd_launch(dx_backend *be, void *dq, void *dk, void *dv, float *dq_acc, con
  * at Dh <= 64 (B fragments reused twice); MT = 1 with 8 warps at Dh = 128 (the accumulators
  * fill the registers). Chosen by timing on an H100 (benchmarks/NOTES.md). */
 void dxc_attention_fwd_mma(dx_backend *be, void *o, void *lse, const void *q, const void *k,
-                           const void *v, int B, int T, int H, int Hkv, int Dh)
+                           const void *v, int ldkv, int B, int T, int H, int Hkv, int Dh)
 {
+    const size_t kst = (size_t)ldkv;
     switch (Dh) {
-    case 32: fwd_launch<32, 4, 2, 64>(be, o, lse, q, k, v, B, T, H, Hkv); break;
-    case 64: fwd_launch<64, 4, 2, 64>(be, o, lse, q, k, v, B, T, H, Hkv); break;
-    default: fwd_launch<128, 8, 1, 64>(be, o, lse, q, k, v, B, T, H, Hkv); break;
+    case 32: fwd_launch<32, 4, 2, 64>(be, o, lse, q, k, v, B, T, H, Hkv, kst); break;
+    case 64: fwd_launch<64, 4, 2, 64>(be, o, lse, q, k, v, B, T, H, Hkv, kst); break;
+    default: fwd_launch<128, 8, 1, 64>(be, o, lse, q, k, v, B, T, H, Hkv, kst); break;
     }
 }
 
 void dxc_attention_bwd_mma(dx_backend *be, void *dq, void *dk, void *dv, float *dq_acc,
                            const void *dout, const void *q, const void *k, const void *v,
-                           const float *lse, const float *Dv, int B, int T, int H, int Hkv, int Dh)
+                           const float *lse, const float *Dv, int ldkv, int B, int T, int H,
+                           int Hkv, int Dh)
 {
+    const size_t kst = (size_t)ldkv;
     switch (Dh) {
     case 32:
-        bwd_launch<32, 4, 2, 32, 32>(be, dq, dk, dv, dq_acc, dout, q, k, v, lse, Dv, B, T, H, Hkv);
+        bwd_launch<32, 4, 2, 32, 32>(be, dq, dk, dv, dq_acc, dout, q, k, v, lse, Dv, B, T, H, Hkv, kst);
         break;
     case 64:
-        bwd_launch<64, 4, 2, 32, 32>(be, dq, dk, dv, dq_acc, dout, q, k, v, lse, Dv, B, T, H, Hkv);
+        bwd_launch<64, 4, 2, 32, 32>(be, dq, dk, dv, dq_acc, dout, q, k, v, lse, Dv, B, T, H, Hkv, kst);
         break;
     default:
-        bwd_launch<128, 8, 1, 32, 32>(be, dq, dk, dv, dq_acc, dout, q, k, v, lse, Dv, B, T, H, Hkv);
+        bwd_launch<128, 8, 1, 32, 32>(be, dq, dk, dv, dq_acc, dout, q, k, v, lse, Dv, B, T, H, Hkv, kst);
         break;
     }
 }

@@ -984,14 +984,14 @@ static __global__ void k_rope_table(float *tab, int T, int half, int Dh, float t
 /* Scalar rotation: one (i, i + half) pair per thread and iteration; any even Dh, any alignment
  * of x (the fallback of k_rope_vec). */
 static __global__ void k_rope(bf16 *x, const float *__restrict__ tab, size_t sin_off,
-                              size_t nrows, int T, int H, int half, float dir)
+                              size_t nrows, int T, int H, int half, size_t ld, float dir)
 {
     const size_t n = nrows * half;
     DXC_FOR(idx, n)
     {
         const size_t row = idx / half; /* (b*T + t)*H + h */
         const int i = (int)(idx % half), t = (int)((row / H) % T);
-        bf16 *xr = x + row * 2 * half;
+        bf16 *xr = x + (row / H) * ld + (row % H) * 2 * half;
         const float c = tab[(size_t)t * half + i], s = dir * tab[sin_off + (size_t)t * half + i];
         const float a = __bfloat162float(xr[i]), b = __bfloat162float(xr[i + half]);
         xr[i] = tobf(a * c - b * s);
@@ -1007,15 +1007,16 @@ static __global__ void k_rope(bf16 *x, const float *__restrict__ tab, size_t sin
  * divisions; the loop index then cannot wrap), else size_t. */
 template <typename I>
 static __global__ void k_rope_vec(bf16 *x, const float *__restrict__ tab, size_t sin_off,
-                                  size_t nrows, int T, int H, int half, float dir)
+                                  size_t nrows, int T, int H, int half, size_t ld, float dir)
 {
     const int q8 = half >> 3;
     const I n = (I)(nrows * q8);
     for (I idx = (I)blockIdx.x * blockDim.x + threadIdx.x; idx < n;
          idx += (I)gridDim.x * blockDim.x) {
         const I row = idx / (I)q8; /* (b*T + t)*H + h */
-        const int q = (int)(idx - row * (I)q8), t = (int)((row / (I)H) % (I)T);
-        bf16 *xr = x + (size_t)row * 2 * half;
+        const I tok = row / (I)H;
+        const int q = (int)(idx - row * (I)q8), t = (int)(tok % (I)T);
+        bf16 *xr = x + (size_t)tok * ld + (size_t)(row - tok * (I)H) * 2 * half;
         const float *tr = tab + (size_t)t * half;
         const float4 *tc = reinterpret_cast<const float4 *>(tr) + 2 * q;
         const float4 *ts = reinterpret_cast<const float4 *>(tr + sin_off) + 2 * q;
@@ -1036,7 +1037,7 @@ static __global__ void k_rope_vec(bf16 *x, const float *__restrict__ tab, size_t
     }
 }
 
-static void rope_apply(dx_backend *be, void *x, int B, int T, int H, int Dh, float theta,
+static void rope_apply(dx_backend *be, void *x, int ld, int B, int T, int H, int Dh, float theta,
                        float dir, const char *op)
 {
     if (B <= 0 || T <= 0 || H <= 0 || Dh < 2) return;
@@ -1061,24 +1062,24 @@ static void rope_apply(dx_backend *be, void *x, int B, int T, int H, int Dh, flo
         im->rope_theta = theta;
     }
     const size_t nrows = (size_t)B * T * H;
-    if (half % 8 == 0 && al16(x))
+    if (half % 8 == 0 && ld % 8 == 0 && al16(x))
         (nrows * (half / 8) <= ((size_t)1 << 31) ? k_rope_vec<unsigned> : k_rope_vec<size_t>)
             <<<grid_for(be, nrows * (half / 8)), DXC_THREADS, 0, im->stream>>>(
-                (bf16 *)x, im->rope_tab, (size_t)im->rope_T * half, nrows, T, H, half, dir);
+                (bf16 *)x, im->rope_tab, (size_t)im->rope_T * half, nrows, T, H, half, (size_t)ld, dir);
     else
         k_rope<<<grid_for(be, nrows * half), DXC_THREADS, 0, im->stream>>>(
-            (bf16 *)x, im->rope_tab, (size_t)im->rope_T * half, nrows, T, H, half, dir);
+            (bf16 *)x, im->rope_tab, (size_t)im->rope_T * half, nrows, T, H, half, (size_t)ld, dir);
     DXC_LAUNCHED(be, op);
 }
 
-static void cuda_rope_fwd(dx_backend *be, void *x, int B, int T, int H, int Dh, float theta)
+static void cuda_rope_fwd(dx_backend *be, void *x, int ld, int B, int T, int H, int Dh, float theta)
 {
-    rope_apply(be, x, B, T, H, Dh, theta, 1.0f, "rope_fwd");
+    rope_apply(be, x, ld, B, T, H, Dh, theta, 1.0f, "rope_fwd");
 }
 
-static void cuda_rope_bwd(dx_backend *be, void *dx, int B, int T, int H, int Dh, float theta)
+static void cuda_rope_bwd(dx_backend *be, void *dx, int ld, int B, int T, int H, int Dh, float theta)
 {
-    rope_apply(be, dx, B, T, H, Dh, theta, -1.0f, "rope_bwd");
+    rope_apply(be, dx, ld, B, T, H, Dh, theta, -1.0f, "rope_bwd");
 }
 
 /* ============================================================================================
@@ -1103,66 +1104,102 @@ static __device__ __forceinline__ void swiglu_d(float dh, float g, float u, floa
     du = dh * (g * s);
 }
 
+/* SwiGLU over N rows of F: h [N, F] dense, g/u (dg/du) rows `rs` apart. Vector form (F % 8 == 0,
+ * rs % 8 == 0, every pointer 16-byte aligned): item v = row * (F/8) + column vector; scalar
+ * form otherwise: item i = row * F + column. Ix: the item index type, unsigned when the items
+ * fit 32 bits (cheap divisions), else size_t. */
+template <typename Ix>
 static __global__ void k_swiglu_fwd(bf16 *__restrict__ h, const bf16 *__restrict__ g,
-                                    const bf16 *__restrict__ u, size_t n, size_t nv)
+                                    const bf16 *__restrict__ u, size_t N, int F, size_t rs,
+                                    bool vec)
 {
-    DXC_FOR(v, nv)
-    {
-        float gf[8], uf[8], hf[8];
-        unpack8(ldg8(g, v), gf);
-        unpack8(ldg8(u, v), uf);
+    const Ix step = (Ix)gridDim.x * blockDim.x, first = (Ix)blockIdx.x * blockDim.x + threadIdx.x;
+    if (vec) {
+        const Ix iv = (Ix)(F >> 3), n = (Ix)(N * iv);
+        for (Ix v = first; v < n; v += step) {
+            const Ix r = v / iv;
+            const size_t gv = (size_t)r * (rs >> 3) + (v - r * iv);
+            float gf[8], uf[8], hf[8];
+            unpack8(ldg8(g, gv), gf);
+            unpack8(ldg8(u, gv), uf);
 #pragma unroll
-        for (int e = 0; e < 8; e++) hf[e] = swiglu_h(gf[e], uf[e]);
-        st8(h, v, pack8(hf));
+            for (int e = 0; e < 8; e++) hf[e] = swiglu_h(gf[e], uf[e]);
+            st8(h, v, pack8(hf));
+        }
+        return;
     }
-    DXC_FOR_FROM(i, nv * 8, n) h[i] = tobf(swiglu_h(ld(g, i), ld(u, i)));
+    const Ix n = (Ix)(N * (size_t)F);
+    for (Ix i = first; i < n; i += step) {
+        const Ix r = i / (Ix)F;
+        const size_t gi = (size_t)r * rs + (i - r * (Ix)F);
+        h[i] = tobf(swiglu_h(ld(g, gi), ld(u, gi)));
+    }
 }
 
+template <typename Ix>
 static __global__ void k_swiglu_bwd(bf16 *__restrict__ dg, bf16 *__restrict__ du,
                                     const bf16 *__restrict__ dh, const bf16 *__restrict__ g,
-                                    const bf16 *__restrict__ u, size_t n, size_t nv)
+                                    const bf16 *__restrict__ u, size_t N, int F, size_t rs,
+                                    bool vec)
 {
-    DXC_FOR(v, nv)
-    {
-        float dhf[8], gf[8], uf[8], dgf[8], duf[8];
-        unpack8(ldg8(dh, v), dhf);
-        unpack8(ldg8(g, v), gf);
-        unpack8(ldg8(u, v), uf);
+    const Ix step = (Ix)gridDim.x * blockDim.x, first = (Ix)blockIdx.x * blockDim.x + threadIdx.x;
+    if (vec) {
+        const Ix iv = (Ix)(F >> 3), n = (Ix)(N * iv);
+        for (Ix v = first; v < n; v += step) {
+            const Ix r = v / iv;
+            const size_t gv = (size_t)r * (rs >> 3) + (v - r * iv);
+            float dhf[8], gf[8], uf[8], dgf[8], duf[8];
+            unpack8(ldg8(dh, v), dhf);
+            unpack8(ldg8(g, gv), gf);
+            unpack8(ldg8(u, gv), uf);
 #pragma unroll
-        for (int e = 0; e < 8; e++) swiglu_d(dhf[e], gf[e], uf[e], dgf[e], duf[e]);
-        st8(dg, v, pack8(dgf));
-        st8(du, v, pack8(duf));
+            for (int e = 0; e < 8; e++) swiglu_d(dhf[e], gf[e], uf[e], dgf[e], duf[e]);
+            st8(dg, gv, pack8(dgf));
+            st8(du, gv, pack8(duf));
+        }
+        return;
     }
-    DXC_FOR_FROM(i, nv * 8, n)
-    {
+    const Ix n = (Ix)(N * (size_t)F);
+    for (Ix i = first; i < n; i += step) {
+        const Ix r = i / (Ix)F;
+        const size_t gi = (size_t)r * rs + (i - r * (Ix)F);
         float dgi, dui;
-        swiglu_d(ld(dh, i), ld(g, i), ld(u, i), dgi, dui);
-        dg[i] = tobf(dgi);
-        du[i] = tobf(dui);
+        swiglu_d(ld(dh, i), ld(g, gi), ld(u, gi), dgi, dui);
+        dg[gi] = tobf(dgi);
+        du[gi] = tobf(dui);
     }
 }
 
 /* Vectors for n elements when all pointers are aligned (nv = 0: scalar loop only). */
 static size_t vec8_count(size_t n, bool aligned) { return aligned ? n / 8 : 0; }
 
-static void cuda_swiglu_fwd(dx_backend *be, void *h, const void *g, const void *u, size_t n)
+static void cuda_swiglu_fwd(dx_backend *be, void *h, const void *g, const void *u, int N, int F,
+                            int ld)
 {
-    if (!n) return;
+    if (N <= 0 || F <= 0) return;
     DXC_ENTER(be, "swiglu_fwd");
-    const size_t nv = vec8_count(n, al16(h) && al16(g) && al16(u));
-    k_swiglu_fwd<<<grid_for(be, nv ? nv : n), DXC_THREADS, 0, dxc(be)->stream>>>(
-        (bf16 *)h, (const bf16 *)g, (const bf16 *)u, n, nv);
+    const size_t n = (size_t)N * F;
+    const bool vec = F % 8 == 0 && ld % 8 == 0 && al16(h) && al16(g) && al16(u);
+    const bool narrow = n + (size_t)DXC_THREADS * grid_for(be, vec ? n / 8 : n) < ((size_t)1 << 32);
+    (narrow ? k_swiglu_fwd<unsigned> : k_swiglu_fwd<size_t>)
+        <<<grid_for(be, vec ? n / 8 : n), DXC_THREADS, 0, dxc(be)->stream>>>(
+        (bf16 *)h, (const bf16 *)g, (const bf16 *)u, (size_t)N, F, (size_t)ld, vec);
     DXC_LAUNCHED(be, "swiglu_fwd");
 }
 
 static void cuda_swiglu_bwd(dx_backend *be, void *dg, void *du, const void *dh, const void *g,
-                            const void *u, size_t n)
+                            const void *u, int N, int F, int ld)
 {
-    if (!n) return;
+    if (N <= 0 || F <= 0) return;
     DXC_ENTER(be, "swiglu_bwd");
-    const size_t nv = vec8_count(n, al16(dg) && al16(du) && al16(dh) && al16(g) && al16(u));
-    k_swiglu_bwd<<<grid_for(be, nv ? nv : n), DXC_THREADS, 0, dxc(be)->stream>>>(
-        (bf16 *)dg, (bf16 *)du, (const bf16 *)dh, (const bf16 *)g, (const bf16 *)u, n, nv);
+    const size_t n = (size_t)N * F;
+    const bool vec = F % 8 == 0 && ld % 8 == 0 && al16(dg) && al16(du) && al16(dh) && al16(g) &&
+                     al16(u);
+    const bool narrow = n + (size_t)DXC_THREADS * grid_for(be, vec ? n / 8 : n) < ((size_t)1 << 32);
+    (narrow ? k_swiglu_bwd<unsigned> : k_swiglu_bwd<size_t>)
+        <<<grid_for(be, vec ? n / 8 : n), DXC_THREADS, 0, dxc(be)->stream>>>(
+        (bf16 *)dg, (bf16 *)du, (const bf16 *)dh, (const bf16 *)g, (const bf16 *)u, (size_t)N, F,
+        (size_t)ld, vec);
     DXC_LAUNCHED(be, "swiglu_bwd");
 }
 
@@ -1655,16 +1692,16 @@ static void cuda_acc_to_act(dx_backend *be, void *dst, const void *src, size_t n
  * ========================================================================================== */
 
 static void cuda_attention_fwd(dx_backend *be, void *o, void *lse, const void *q, const void *k,
-                               const void *v, int B, int T, int H, int Hkv, int Dh)
+                               const void *v, int ldkv, int B, int T, int H, int Hkv, int Dh)
 {
-    dxc_attention_fwd(be, o, lse, q, k, v, B, T, H, Hkv, Dh);
+    dxc_attention_fwd(be, o, lse, q, k, v, ldkv, B, T, H, Hkv, Dh);
 }
 
 static void cuda_attention_bwd(dx_backend *be, void *dq, void *dk, void *dv, const void *dout,
                                const void *q, const void *k, const void *v, const void *o,
-                               const void *lse, int B, int T, int H, int Hkv, int Dh)
+                               const void *lse, int ldkv, int B, int T, int H, int Hkv, int Dh)
 {
-    dxc_attention_bwd(be, dq, dk, dv, dout, q, k, v, o, lse, B, T, H, Hkv, Dh);
+    dxc_attention_bwd(be, dq, dk, dv, dout, q, k, v, o, lse, ldkv, B, T, H, Hkv, Dh);
 }
 
 /* ============================================================================================

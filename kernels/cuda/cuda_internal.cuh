@@ -98,19 +98,21 @@ void *dxc_scratch(dx_backend *be, size_t bytes, const char *op);
 void dxc_set_smem(dx_backend *be, const void *func, size_t bytes, const char *op);
 
 /* attention.cu (entry points; dispatch to the tensor-core kernels or the CUDA-core ones) */
+/* (the backend's attention_fwd / attention_bwd, kernels.h: k, v, dk, dv rows ldkv apart) */
 void dxc_attention_fwd(dx_backend *be, void *o, void *lse, const void *q, const void *k,
-                       const void *v, int B, int T, int H, int Hkv, int Dh);
+                       const void *v, int ldkv, int B, int T, int H, int Hkv, int Dh);
 void dxc_attention_bwd(dx_backend *be, void *dq, void *dk, void *dv, const void *dout,
                        const void *q, const void *k, const void *v, const void *o,
-                       const void *lse, int B, int T, int H, int Hkv, int Dh);
+                       const void *lse, int ldkv, int B, int T, int H, int Hkv, int Dh);
 
 /* attention_mma.cu (tensor cores; Dh in {32, 64, 128}, all bf16 pointers 16-byte aligned;
  * Dv = the D vector of the backward, laid out like lse; dq_acc = fp32 workspace of
- * B*T*H*Dh floats, 16-byte aligned, for the fused backward's dq accumulation) */
+ * B*T*H*Dh floats, 16-byte aligned, for the fused backward's dq accumulation; ldkv % 8 == 0) */
 void dxc_attention_fwd_mma(dx_backend *be, void *o, void *lse, const void *q, const void *k,
-                           const void *v, int B, int T, int H, int Hkv, int Dh);
+                           const void *v, int ldkv, int B, int T, int H, int Hkv, int Dh);
 void dxc_attention_bwd_mma(dx_backend *be, void *dq, void *dk, void *dv, float *dq_acc,
                            const void *dout, const void *q, const void *k, const void *v,
-                           const float *lse, const float *Dv, int B, int T, int H, int Hkv, int Dh);
+                           const float *lse, const float *Dv, int ldkv, int B, int T, int H,
+                           int Hkv, int Dh);
 
 #endif

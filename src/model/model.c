@@ -9,6 +9,8 @@
 #include "common/common.h"
 #include "trace/tracer.h"
 
+/* A layer's activations. k and v are the two column blocks of one buffer X[N, 2 KDl] (the fused
+ * K|V GEMM's output; v = k + KDl), g and u those of X[N, 2 Il] (the fused gate|up GEMM's). */
 typedef struct {
     void *xn1, *rstd1, *q, *k, *v, *att, *lse, *h, *xn2, *rstd2, *g, *u, *a;
 } layer_acts;
@@ -40,6 +42,7 @@ struct dx_model {
     int Hl, KVl;      /* query heads and KV heads computed here */
     int kv_repl;      /* k/v_proj replicated over TP; kv_head: the one KV head used here */
     int kv_head;
+    int kv_fused;     /* the held k_proj and v_proj rows are adjacent (one GEMM for both) */
     int Il, Vl, v0;   /* FFN rows, vocab rows, first vocab id */
     size_t xs, as;    /* element sizes of act and acc */
 
@@ -60,7 +63,8 @@ struct dx_model {
     void *hook_ctx;
     dx_tracer *tr;
 
-    /* scratch shared by all slots (one forward or backward runs at a time) */
+    /* scratch shared by all slots (one forward or backward runs at a time); dk|dv and dg|du are
+     * column blocks of one buffer each, like k|v and g|u (layer_acts) */
     void *dres, *dxn, *dq, *dk, *dv, *datt, *dg, *du, *da;
     void *full;   /* X[N, D]: sequence parallelism's gathered residual gradient / pre-scatter sums */
     void *shard;  /* X[Nr, D]: sequence parallelism's norm output before its all-gather */
@@ -125,14 +129,14 @@ static void layer_acts_alloc(dx_model *m, layer_acts *a, int gemm_out, int dropp
     if (gemm_out) {
         a->rstd1 = act_alloc(m, Nr, as, f);
         a->q = act_alloc(m, N * HDl, xs, f);
-        a->k = act_alloc(m, N * KDl, xs, f);
-        a->v = act_alloc(m, N * KDl, xs, f);
+        a->k = act_alloc(m, N * 2 * KDl, xs, f);
+        a->v = a->k ? at(a->k, KDl, xs) : NULL;
         a->att = act_alloc(m, N * HDl, xs, f);
         a->lse = act_alloc(m, N * (size_t)m->Hl, as, f);
         a->h = act_alloc(m, Nr * D, xs, f);
         a->rstd2 = act_alloc(m, Nr, as, f);
-        a->g = act_alloc(m, N * Il, xs, f);
-        a->u = act_alloc(m, N * Il, xs, f);
+        a->g = act_alloc(m, N * 2 * Il, xs, f);
+        a->u = a->g ? at(a->g, Il, xs) : NULL;
     }
 }
 
@@ -212,6 +216,7 @@ dx_model *dx_model_create_part(const dx_model_config *cfg, dx_backend *be, int m
     m->kv_repl = m->Hkv % m->tp != 0;
     m->KVl = m->kv_repl ? 1 : m->Hkv / m->tp;
     m->kv_head = m->kv_repl ? (m->tpr * m->Hl) / (m->H / m->Hkv) : 0;
+    m->kv_fused = !m->kv_repl;
     m->Il = m->I / m->tp;
     m->Vl = m->V / m->tp;
     m->v0 = m->tpr * m->Vl;
@@ -270,6 +275,11 @@ dx_model *dx_model_create_part(const dx_model_config *cfg, dx_backend *be, int m
             P("mlp.up_proj.weight", Il, D, 0, o_up, I, D, tr * Il, 0)
             P("mlp.down_proj.weight", D, Il, 0, o_down, D, I, 0, tr * Il)
 #undef P
+            /* the fused GEMMs read k_proj|v_proj and gate_proj|up_proj as one matrix each */
+            if ((m->kv_fused && m->o_v != m->o_k + (size_t)KDh * D) || m->o_up != m->o_gate + (size_t)Il * D) {
+                dx_fail("model: internal error: k/v_proj or gate/up_proj not adjacent in the layer group");
+                goto fail;
+            }
             m->groups[g].numel = off;
             m->groups[g].module = DX_MOD_LAYER;
             m->groups[g].layer = l;
@@ -342,11 +352,11 @@ dx_model *dx_model_create_part(const dx_model_config *cfg, dx_backend *be, int m
     m->dres = act_alloc(m, Nr * D, xs, &f);
     m->dxn = act_alloc(m, N * D, xs, &f);
     m->dq = act_alloc(m, N * HDl, xs, &f);
-    m->dk = act_alloc(m, N * KDl, xs, &f);
-    m->dv = act_alloc(m, N * KDl, xs, &f);
+    m->dk = act_alloc(m, N * 2 * KDl, xs, &f);
+    m->dv = m->dk ? at(m->dk, KDl, xs) : NULL;
     m->datt = act_alloc(m, N * HDl, xs, &f);
-    m->dg = act_alloc(m, N * Il, xs, &f);
-    m->du = act_alloc(m, N * Il, xs, &f);
+    m->dg = act_alloc(m, N * 2 * Il, xs, &f);
+    m->du = m->dg ? at(m->dg, Il, xs) : NULL;
     m->da = act_alloc(m, N * Il, xs, &f);
     if (m->sp) {
         m->full = act_alloc(m, N * D, xs, &f);
@@ -376,10 +386,11 @@ void dx_model_destroy(dx_model *m)
             if (S->acts)
                 for (int l = 0; l < C->nl; l++) {
                     layer_acts *a = &S->acts[l], *r = &m->rscr;
-                    void *ps[] = {a->xn1, a->rstd1, a->q, a->k, a->v, a->att, a->lse,
-                                  a->h, a->xn2, a->rstd2, a->g, a->u, a->a};
-                    void *sh[] = {r->xn1, r->rstd1, r->q, r->k, r->v, r->att, r->lse,
-                                  r->h, r->xn2, r->rstd2, r->g, r->u, r->a};
+                    /* v and u point into k's and g's buffers */
+                    void *ps[] = {a->xn1, a->rstd1, a->q, a->k, a->att, a->lse,
+                                  a->h, a->xn2, a->rstd2, a->g, a->a};
+                    void *sh[] = {r->xn1, r->rstd1, r->q, r->k, r->att, r->lse,
+                                  r->h, r->xn2, r->rstd2, r->g, r->a};
                     for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++)
                         if (ps[i] != sh[i]) be->free(be, ps[i]); /* the shared scratch: below */
                 }
@@ -394,11 +405,11 @@ void dx_model_destroy(dx_model *m)
     }
     {
         layer_acts *r = &m->rscr;
-        void *sh[] = {r->xn1, r->rstd1, r->q, r->k, r->v, r->att, r->lse,
-                      r->h, r->xn2, r->rstd2, r->g, r->u, r->a, m->rx};
+        void *sh[] = {r->xn1, r->rstd1, r->q, r->k, r->att, r->lse,
+                      r->h, r->xn2, r->rstd2, r->g, r->a, m->rx};
         for (size_t i = 0; i < sizeof sh / sizeof sh[0]; i++) be->free(be, sh[i]);
     }
-    void *ps[] = {m->dres, m->dxn, m->dq, m->dk, m->dv, m->datt, m->dg, m->du, m->da,
+    void *ps[] = {m->dres, m->dxn, m->dq, m->dk, m->datt, m->dg, m->da,
                   m->full, m->shard, m->stats, m->gstats};
     for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++) be->free(be, ps[i]);
     free(m->groups);
@@ -545,24 +556,35 @@ static int64_t gemm_bytes(const dx_model *m, int M, int N, int K, int c_acc, int
     return ((int64_t)M * K + (int64_t)K * N) * (int64_t)m->xs + (int64_t)M * N * cs * (beta ? 2 : 1);
 }
 
-/* y[N,out] (= or +=, beta) x[N,in] W[out,in]^T */
-static void linear_fwd(dx_model *m, int module, int layer, void *y, const void *x, const void *W,
-                       int N, int in, int out, float beta)
+/* y[N,out] (= or +=, beta) x[N,in] W[out,in]^T; y's rows are ldy elements apart (ldy >= out:
+ * y may be a column block of a wider buffer) */
+static void linear_fwd_ld(dx_model *m, int module, int layer, void *y, int ldy, const void *x,
+                          const void *W, int N, int in, int out, float beta)
 {
     dx_backend *be = m->be;
     OP(module, layer, DX_OP_GEMM, gemm_flops(N, out, in), gemm_bytes(m, N, out, in, 0, beta != 0),
-       be->gemm(be, 0, 1, N, out, in, 1.0f, x, in, W, in, beta, y, out, 0));
+       be->gemm(be, 0, 1, N, out, in, 1.0f, x, in, W, in, beta, y, ldy, 0));
+}
+static void linear_fwd(dx_model *m, int module, int layer, void *y, const void *x, const void *W,
+                       int N, int in, int out, float beta)
+{
+    linear_fwd_ld(m, module, layer, y, out, x, W, N, in, out, beta);
 }
 
-/* dx[N,in] (beta) = dy[N,out] W[out,in];  dW[out,in] += dy^T x */
-static void linear_bwd(dx_model *m, int module, int layer, void *dx, void *dW, const void *dy,
-                       const void *x, const void *W, int N, int in, int out, float beta)
+/* dx[N,in] (beta) = dy[N,out] W[out,in];  dW[out,in] += dy^T x; dy's rows are ldy apart */
+static void linear_bwd_ld(dx_model *m, int module, int layer, void *dx, void *dW, const void *dy,
+                          int ldy, const void *x, const void *W, int N, int in, int out, float beta)
 {
     dx_backend *be = m->be;
     OP(module, layer, DX_OP_GEMM, gemm_flops(N, in, out), gemm_bytes(m, N, in, out, 0, beta != 0),
-       be->gemm(be, 0, 0, N, in, out, 1.0f, dy, out, W, in, beta, dx, in, 0));
+       be->gemm(be, 0, 0, N, in, out, 1.0f, dy, ldy, W, in, beta, dx, in, 0));
     OP(module, layer, DX_OP_GEMM, gemm_flops(out, in, N), gemm_bytes(m, out, in, N, 1, 1),
-       be->gemm(be, 1, 0, out, in, N, 1.0f, dy, out, x, in, 1.0f, dW, in, 1));
+       be->gemm(be, 1, 0, out, in, N, 1.0f, dy, ldy, x, in, 1.0f, dW, in, 1));
+}
+static void linear_bwd(dx_model *m, int module, int layer, void *dx, void *dW, const void *dy,
+                       const void *x, const void *W, int N, int in, int out, float beta)
+{
+    linear_bwd_ld(m, module, layer, dx, dW, dy, out, x, W, N, in, out, beta);
 }
 
 /* RMSNorm of the residual rows x[Nr, D] into xn: the full xn[N, D] the column-parallel GEMMs
@@ -670,14 +692,18 @@ static int layer_fwd(dx_model *m, chunk *C, slot_acts *S, int li, void *out, int
         if (norm_fwd(m, DX_MOD_ATTENTION, l, a->xn1, a->rstd1, S->x[li], at(W, m->o_ln1, xs), N)) return -1;
         if (all) {
             linear_fwd(m, DX_MOD_ATTENTION, l, a->q, a->xn1, at(W, m->o_q, xs), N, D, HDl, 0.0f);
-            linear_fwd(m, DX_MOD_ATTENTION, l, a->k, a->xn1, Wk, N, D, KDl, 0.0f);
-            linear_fwd(m, DX_MOD_ATTENTION, l, a->v, a->xn1, Wv, N, D, KDl, 0.0f);
+            if (m->kv_fused) { /* k_proj and v_proj rows are adjacent: one GEMM, N = 2 KDl */
+                linear_fwd(m, DX_MOD_ATTENTION, l, a->k, a->xn1, Wk, N, D, 2 * KDl, 0.0f);
+            } else {
+                linear_fwd_ld(m, DX_MOD_ATTENTION, l, a->k, 2 * KDl, a->xn1, Wk, N, D, KDl, 0.0f);
+                linear_fwd_ld(m, DX_MOD_ATTENTION, l, a->v, 2 * KDl, a->xn1, Wv, N, D, KDl, 0.0f);
+            }
             OP(DX_MOD_ATTENTION, l, DX_OP_ROPE, 6 * (int64_t)N * (HDl + KDl), 2 * (int64_t)N * (HDl + KDl) * xsz,
-               be->rope_fwd(be, a->q, B, T, Hl, Dh, theta); be->rope_fwd(be, a->k, B, T, KVl, Dh, theta));
+               be->rope_fwd(be, a->q, HDl, B, T, Hl, Dh, theta); be->rope_fwd(be, a->k, 2 * KDl, B, T, KVl, Dh, theta));
         }
         if (all)
             OP(DX_MOD_ATTENTION, l, DX_OP_ATTENTION, att_flops, att_bytes,
-               be->attention_fwd(be, a->att, a->lse, a->q, a->k, a->v, B, T, Hl, KVl, Dh));
+               be->attention_fwd(be, a->att, a->lse, a->q, a->k, a->v, 2 * KDl, B, T, Hl, KVl, Dh));
         if (all && row_parallel_fwd(m, DX_MOD_ATTENTION, l, a->h, S->x[li], a->att, at(W, m->o_o, xs), N, HDl))
             return -1;
         MOD_END(m, DX_MOD_ATTENTION, l);
@@ -686,11 +712,11 @@ static int layer_fwd(dx_model *m, chunk *C, slot_acts *S, int li, void *out, int
         MOD_BEGIN(m);
         if (norm_fwd(m, DX_MOD_MLP, l, a->xn2, a->rstd2, a->h, at(W, m->o_ln2, xs), N)) return -1;
         if (all) {
-            linear_fwd(m, DX_MOD_MLP, l, a->g, a->xn2, at(W, m->o_gate, xs), N, D, Il, 0.0f);
-            linear_fwd(m, DX_MOD_MLP, l, a->u, a->xn2, at(W, m->o_up, xs), N, D, Il, 0.0f);
+            /* gate_proj and up_proj rows are adjacent: one GEMM, N = 2 Il, g | u */
+            linear_fwd(m, DX_MOD_MLP, l, a->g, a->xn2, at(W, m->o_gate, xs), N, D, 2 * Il, 0.0f);
         }
         OP(DX_MOD_MLP, l, DX_OP_SWIGLU, 6 * NI, 3 * NI * xsz,
-           be->swiglu_fwd(be, a->a, a->g, a->u, (size_t)N * Il));
+           be->swiglu_fwd(be, a->a, a->g, a->u, N, Il, 2 * Il));
         if (all && row_parallel_fwd(m, DX_MOD_MLP, l, out, a->h, a->a, at(W, m->o_down, xs), N, Il))
             return -1;
         MOD_END(m, DX_MOD_MLP, l);
@@ -851,11 +877,9 @@ int dx_model_backward_chunk(dx_model *m, int c, int s)
             linear_bwd(m, DX_MOD_MLP, l, m->da, at(G, m->o_down, as), dy, a->a,
                        at(W, m->o_down, xs), N, Il, D, 0.0f);
             OP(DX_MOD_MLP, l, DX_OP_SWIGLU, 12 * NI, 5 * NI * xsz,
-               be->swiglu_bwd(be, m->dg, m->du, m->da, a->g, a->u, (size_t)N * Il));
+               be->swiglu_bwd(be, m->dg, m->du, m->da, a->g, a->u, N, Il, 2 * Il));
             linear_bwd(m, DX_MOD_MLP, l, m->dxn, at(G, m->o_gate, as), m->dg, a->xn2,
-                       at(W, m->o_gate, xs), N, D, Il, 0.0f);
-            linear_bwd(m, DX_MOD_MLP, l, m->dxn, at(G, m->o_up, as), m->du, a->xn2,
-                       at(W, m->o_up, xs), N, D, Il, 1.0f);
+                       at(W, m->o_gate, xs), N, D, 2 * Il, 0.0f); /* gate | up */
             if (norm_bwd(m, DX_MOD_MLP, l, at(G, m->o_ln2, as), a->h, at(W, m->o_ln2, xs), a->rstd2, N))
                 return -1;
             MOD_END(m, DX_MOD_MLP, l);
@@ -868,15 +892,20 @@ int dx_model_backward_chunk(dx_model *m, int c, int s)
                        at(W, m->o_o, xs), N, HDl, D, 0.0f);
             OP(DX_MOD_ATTENTION, l, DX_OP_ATTENTION, att_flops, att_bytes,
                be->attention_bwd(be, m->dq, m->dk, m->dv, m->datt, a->q, a->k, a->v, a->att, a->lse,
-                                 B, T, Hl, KVl, Dh));
+                                 2 * KDl, B, T, Hl, KVl, Dh));
             OP(DX_MOD_ATTENTION, l, DX_OP_ROPE, 6 * (int64_t)N * (HDl + KDl), 2 * (int64_t)N * (HDl + KDl) * xsz,
-               be->rope_bwd(be, m->dq, B, T, Hl, Dh, theta); be->rope_bwd(be, m->dk, B, T, KVl, Dh, theta));
+               be->rope_bwd(be, m->dq, HDl, B, T, Hl, Dh, theta); be->rope_bwd(be, m->dk, 2 * KDl, B, T, KVl, Dh, theta));
             linear_bwd(m, DX_MOD_ATTENTION, l, m->dxn, at(G, m->o_q, as), m->dq, a->xn1,
                        at(W, m->o_q, xs), N, D, HDl, 0.0f);
-            linear_bwd(m, DX_MOD_ATTENTION, l, m->dxn, at(G, m->o_k + kvo, as), m->dk, a->xn1,
-                       at(W, m->o_k + kvo, xs), N, D, KDl, 1.0f);
-            linear_bwd(m, DX_MOD_ATTENTION, l, m->dxn, at(G, m->o_v + kvo, as), m->dv, a->xn1,
-                       at(W, m->o_v + kvo, xs), N, D, KDl, 1.0f);
+            if (m->kv_fused) {
+                linear_bwd(m, DX_MOD_ATTENTION, l, m->dxn, at(G, m->o_k, as), m->dk, a->xn1,
+                           at(W, m->o_k, xs), N, D, 2 * KDl, 1.0f); /* k | v */
+            } else {
+                linear_bwd_ld(m, DX_MOD_ATTENTION, l, m->dxn, at(G, m->o_k + kvo, as), m->dk, 2 * KDl,
+                              a->xn1, at(W, m->o_k + kvo, xs), N, D, KDl, 1.0f);
+                linear_bwd_ld(m, DX_MOD_ATTENTION, l, m->dxn, at(G, m->o_v + kvo, as), m->dv, 2 * KDl,
+                              a->xn1, at(W, m->o_v + kvo, xs), N, D, KDl, 1.0f);
+            }
             if (norm_bwd(m, DX_MOD_ATTENTION, l, at(G, m->o_ln1, as), S->x[li], at(W, m->o_ln1, xs), a->rstd1, N))
                 return -1;
             MOD_END(m, DX_MOD_ATTENTION, l);
