@@ -369,6 +369,7 @@ static int ckpt_check(const hf_ckpt *ck, const dx_model *m, size_t *max_numel)
         }
     for (int i = 0; i < dx_model_num_params_table(m); i++) {
         const dx_param *p = dx_model_param(m, i);
+        if (p->init) continue; /* LoRA adapters: not in the base model's files */
         const dx_st_file *f = NULL;
         const dx_st_tensor *t = ckpt_find(ck, p->name, &f);
         if (!t) return dx_fail("%s: missing tensor '%s'", ck->where, p->name);
@@ -421,6 +422,7 @@ int dx_hf_load_weights(const char *dir, dx_model *m, dx_zero *z, dx_comm *dp)
 
     for (int i = 0; !rc && i < dx_model_num_params_table(m); i++) {
         const dx_param *p = dx_model_param(m, i);
+        if (p->init) continue; /* LoRA adapters keep their PEFT initialisation */
         const dx_st_file *f = NULL;
         const dx_st_tensor *t = ckpt_find(&ck, p->name, &f);
         rc = dx_st_read_f32(f, t, buf);

@@ -140,6 +140,8 @@ void dx_config_defaults(dx_config *c)
     c->sample_temperature = 0.8;
     c->distributed_timeout_minutes = 10; /* Megatron-LM's and PyTorch's default */
     c->trace_level = DX_TRACE_STEP;
+    c->lora_alpha = 8;                                            /* PEFT's LoraConfig defaults */
+    c->lora_targets = (1u << DX_LORA_Q) | (1u << DX_LORA_V);
     snprintf(c->device, sizeof c->device, "auto"); /* cuda when a GPU is present, else cpu */
     snprintf(c->source, sizeof c->source, "defaults");
 }
@@ -231,6 +233,34 @@ static int set_pp_schedule(dx_config *c, const char *value, const char *source, 
         }
     return dx_fail("%s: key '%s': must be \"1f1b\", \"gpipe\" or \"interleaved-1f1b\", got '%s'",
                    source, path, value);
+}
+
+const char *const dx_lora_target_names[DX_LORA_NTARGETS] = {"q_proj", "k_proj", "v_proj", "o_proj",
+                                                             "gate_proj", "up_proj", "down_proj"};
+
+/* lora.target_modules from a comma-separated list (the flag's form, or a string in the file) */
+static int set_lora_targets(dx_config *c, const char *value, const char *source, const char *path)
+{
+    unsigned mask = 0;
+    const char *p = value;
+    while (*p) {
+        const char *e = strchr(p, ',');
+        size_t n = e ? (size_t)(e - p) : strlen(p);
+        while (n && isspace((unsigned char)*p)) p++, n--;
+        while (n && isspace((unsigned char)p[n - 1])) n--;
+        int t = -1;
+        for (int i = 0; i < DX_LORA_NTARGETS; i++)
+            if (strlen(dx_lora_target_names[i]) == n && !strncmp(p, dx_lora_target_names[i], n)) t = i;
+        if (t < 0)
+            return dx_fail("%s: key '%s': '%.*s' is not a Llama linear layer (q_proj, k_proj, v_proj, o_proj, "
+                           "gate_proj, up_proj, down_proj)", source, path, (int)n, p);
+        mask |= 1u << t;
+        if (!e) break;
+        p = e + 1;
+    }
+    if (!mask) return dx_fail("%s: key '%s': no target module given", source, path);
+    c->lora_targets = mask;
+    return 0;
 }
 
 static const char *const recompute_names[3] = {"none", "selective", "full"};
@@ -350,6 +380,14 @@ static const key_spec sample_keys[] = {
     END,
 };
 
+static const key_spec lora_keys[] = {
+    NONNEG("r", K_INT, OFF(lora_r)),
+    POS_DBL("lora_alpha", OFF(lora_alpha)),
+    NONNEG_DBL("lora_dropout", OFF(lora_dropout)),
+    {"target_modules", K_ENUM, 0, 0, 0, 0, 0, NULL, set_lora_targets},
+    END,
+};
+
 static const key_spec top_keys[] = {
     {"comment", K_COMMENT, 0, 0, 0, 0, 0, NULL, NULL},
     {"model", K_OBJECT, 0, 0, 0, 0, 0, model_keys, NULL},
@@ -390,6 +428,7 @@ static const key_spec top_keys[] = {
     {"trace", K_OBJECT, 0, 0, 0, 0, 0, trace_keys, NULL},
     {"device", K_ENUM, 0, 0, 0, 0, 0, NULL, set_device},
     {"sample", K_OBJECT, 0, 0, 0, 0, 0, sample_keys, NULL},
+    {"lora", K_OBJECT, 0, 0, 0, 0, 0, lora_keys, NULL},
     END,
 };
 
@@ -514,6 +553,21 @@ static int apply_value(dx_config *c, const key_spec *s, const cJSON *v, const ch
     case K_STRING:
     case K_ENUM:
     case K_COMMENT: {
+        if (s->kind == K_ENUM && s->set_enum == set_lora_targets && cJSON_IsArray(v)) {
+            /* PEFT's form: a list of names */
+            char list[256] = "";
+            size_t len = 0;
+            int i = 0;
+            for (const cJSON *e = v->child; e; e = e->next, i++) {
+                if (!cJSON_IsString(e) || !e->valuestring)
+                    return dx_fail("%s: key '%s[%d]': expected string, got %s", source, path, i, json_type_name(e));
+                int w = snprintf(list + len, sizeof list - len, "%s%s", len ? "," : "", e->valuestring);
+                if (w < 0 || (size_t)w >= sizeof list - len)
+                    return dx_fail("%s: key '%s': list too long", source, path);
+                len += (size_t)w;
+            }
+            return set_lora_targets(c, list, source, path);
+        }
         if (!cJSON_IsString(v) || !v->valuestring)
             return dx_fail("%s: key '%s': expected string, got %s", source, path,
                            json_type_name(v));
@@ -917,6 +971,22 @@ int dx_config_finalize(dx_config *c, int world)
                        "checkpoints)", src);
     if (!strcmp(c->resume, "auto") && !c->save_dir[0])
         return dx_fail("%s: key 'resume' = \"auto\": needs 'save_dir' (where to look for the newest checkpoint)", src);
+    if (c->lora_r > 0) {
+        if (c->lora_dropout != 0)
+            return dx_fail("%s: key 'lora.lora_dropout' = %g: dissect's LoRA has no dropout yet (use 0)", src,
+                           c->lora_dropout);
+        if (c->zero_stage == 3 || c->offload_optimizer)
+            return dx_fail("%s: key 'lora.r' = %d: LoRA needs ZeRO stage 0-2 without offload so far "
+                           "(zero_optimization.stage is %d%s)", src, c->lora_r, c->zero_stage,
+                           c->offload_optimizer ? ", offload_optimizer on" : "");
+        if (c->tp > 1 || c->pp > 1)
+            return dx_fail("%s: key 'lora.r' = %d: LoRA with tensor or pipeline parallelism is not "
+                           "supported yet (tensor_model_parallel_size %d, pipeline_model_parallel_size %d)",
+                           src, c->lora_r, c->tp, c->pp);
+        if (c->save_path[0] || c->save_dir[0] || c->resume[0])
+            return dx_fail("%s: key 'lora.r' = %d: checkpoints of LoRA runs are not supported yet (drop "
+                           "'save', 'save_dir' and 'resume')", src, c->lora_r);
+    }
     if (c->offload_param && c->zero_stage != 3)
         return dx_fail("%s: key 'zero_optimization.offload_param.device' = \"cpu\": needs ZeRO stage 3 "
                        "(zero_optimization.stage is %d), as in DeepSpeed", src, c->zero_stage);
@@ -1110,6 +1180,19 @@ char *dx_config_to_json(const dx_config *c)
                                     trace_level_names[lv >= 0 && lv < 3 ? lv : 0]));
     }
     CHK(cJSON_AddStringToObject(root, "device", c->device));
+    if (c->lora_r > 0 || c->lora_alpha != 8 || c->lora_dropout != 0 ||
+        c->lora_targets != ((1u << DX_LORA_Q) | (1u << DX_LORA_V))) {
+        cJSON *lora = cJSON_AddObjectToObject(root, "lora");
+        CHK(lora);
+        CHK(cJSON_AddNumberToObject(lora, "r", c->lora_r));
+        CHK(add_double(lora, "lora_alpha", c->lora_alpha));
+        CHK(add_double(lora, "lora_dropout", c->lora_dropout));
+        cJSON *tm = cJSON_AddArrayToObject(lora, "target_modules");
+        CHK(tm);
+        for (int t = 0; t < DX_LORA_NTARGETS; t++)
+            if ((c->lora_targets & (1u << t)) && tm && !cJSON_AddItemToArray(tm, cJSON_CreateString(dx_lora_target_names[t])))
+                ok = 0;
+    }
     cJSON *sample = cJSON_AddObjectToObject(root, "sample");
     CHK(sample);
     if (ok) {

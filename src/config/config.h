@@ -41,6 +41,10 @@ typedef struct {
 
 typedef enum { DX_TRACE_STEP = 0, DX_TRACE_MODULE = 1, DX_TRACE_OP = 2 } dx_trace_level;
 
+/* LoRA targets (PEFT's target_modules names), bit t = 1 << t, in a layer's order. */
+enum { DX_LORA_Q = 0, DX_LORA_K, DX_LORA_V, DX_LORA_O, DX_LORA_GATE, DX_LORA_UP, DX_LORA_DOWN, DX_LORA_NTARGETS };
+extern const char *const dx_lora_target_names[DX_LORA_NTARGETS];
+
 /* Pipeline schedules (key pipeline_schedule): 1F1B (PipeDream-Flush, Narayanan et al. 2021,
  * Megatron-LM's default), GPipe (all forwards, then all backwards; Huang et al. 2019), and
  * interleaved 1F1B over virtual stages (Narayanan et al. 2021, sec. 2.2). */
@@ -132,6 +136,17 @@ typedef struct {
     dx_trace_level trace_level;
 
     char device[16]; /* "auto" (cuda if a GPU is present, else cpu), "cpu" or "cuda" */
+
+    /* LoRA fine-tuning (Hu et al. 2021), "lora" with Hugging Face PEFT's LoraConfig names:
+     * r (rank; 0 = off, the default), lora_alpha (default 8, PEFT's; the adapter output is
+     * scaled by lora_alpha / r), lora_dropout (only 0 so far), target_modules (an array of the
+     * decoder's linear layers' names, or one comma-separated string: q_proj k_proj v_proj o_proj
+     * gate_proj up_proj down_proj; default q_proj, v_proj as PEFT's for Llama). The base model
+     * (its initial or hf_model weights) is frozen: no gradients or optimizer states. For now:
+     * ZeRO stage 0-2 without offload, TP = PP = 1, no checkpoints (save, save_dir, resume). */
+    int lora_r;
+    double lora_alpha, lora_dropout;
+    unsigned lora_targets; /* bit mask over DX_LORA_* */
 
     char source[1024]; /* file the config came from (for messages) */
 } dx_config;

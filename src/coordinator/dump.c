@@ -57,6 +57,7 @@ static int write_dump(const char *path, const dx_config *c, dx_worker *w, double
     const size_t as = dx_dtype_size(be->acc);
     for (int i = 0; !rc && i < dx_model_num_params_table(m); i++) {
         const dx_param *p = dx_model_param(m, i);
+        if (!dx_model_group(m, p->group)->grad) continue; /* frozen (LoRA's base): no gradient */
         float *buf = malloc(p->numel * sizeof *buf);
         if (!buf) {
             rc = dx_fail("dump: out of memory for the gradient of %s", p->name);

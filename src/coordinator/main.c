@@ -72,6 +72,10 @@ static const struct {
     {"recompute-granularity", "recompute_granularity", "activation recomputation: selective | full | none", 0},
     {"recompute-method", "recompute_method", "full recomputation: uniform | block", 0},
     {"recompute-num-layers", "recompute_num_layers", "block: recomputed layers per model chunk", 0},
+    {"lora-rank", "lora.r", "LoRA rank r: train adapters, the base model frozen (0 = off)", 0},
+    {"lora-alpha", "lora.lora_alpha", "LoRA alpha: adapter outputs scaled by alpha / r (default 8)", 0},
+    {"lora-dropout", "lora.lora_dropout", "LoRA dropout (only 0 so far)", 0},
+    {"lora-targets", "lora.target_modules", "LoRA targets, e.g. q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj", 0},
 };
 #define N_OVERRIDES (int)(sizeof overrides / sizeof overrides[0])
 

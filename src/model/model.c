@@ -2,17 +2,20 @@
  * see model.h. */
 #include "model.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/common.h"
+#include "model/lora.h"
 #include "trace/tracer.h"
 
 /* A layer's activations. k and v are the two column blocks of one buffer X[N, 2 KDl] (the fused
  * K|V GEMM's output; v = k + KDl), g and u those of X[N, 2 Il] (the fused gate|up GEMM's). */
 typedef struct {
     void *xn1, *rstd1, *q, *k, *v, *att, *lse, *h, *xn2, *rstd2, *g, *u, *a;
+    void *lt[DX_LORA_NTARGETS]; /* LoRA: t = x A^T [N, r] per target (per layer, never shared) */
 } layer_acts;
 
 /* One micro-batch's activations of a chunk. */
@@ -28,6 +31,7 @@ typedef struct {
     int first_layer, nl; /* global index of the first layer; layer count */
     int *rc;             /* [nl]: the recomputation of each layer (dx_recompute) */
     int g0;              /* group of its first layer */
+    int ga0;             /* LoRA: group of its first layer's adapters (-1 without LoRA) */
     int has_emb, has_head;
     slot_acts *slot;     /* [slots] */
 } chunk;
@@ -61,6 +65,15 @@ struct dx_model {
 
     dx_group_hook hook;
     void *hook_ctx;
+
+    /* LoRA (dx_model_part): rank, scale, targets; element offsets of each target's A and B in
+     * an adapter group (the same in every one); the base's input/output widths per target */
+    int lora_r, frozen_base;
+    float lora_scale;
+    unsigned lora_targets;
+    size_t o_lA[DX_LORA_NTARGETS], o_lB[DX_LORA_NTARGETS];
+    void *ldt;   /* X [N, r]: dt scratch of the adapters' backward */
+    void *dwscr; /* A [D]: the frozen norms' weight gradient, computed and dropped */
     dx_tracer *tr;
 
     /* scratch shared by all slots (one forward or backward runs at a time); dk|dv and dg|du are
@@ -193,6 +206,11 @@ dx_model *dx_model_create_part(const dx_model_config *cfg, dx_backend *be, int m
         return NULL;
     }
     if (check_part(cfg, part, max_B * max_T)) return NULL;
+    if (part->lora_r < 0 || (part->lora_r > 0 && (part->tp != 1 || !part->lora_targets))) {
+        dx_fail("model: LoRA rank %d with tensor-parallel size %d and targets 0x%x (needs rank >= 0, "
+                "TP 1 and at least one target)", part->lora_r, part->tp, part->lora_targets);
+        return NULL;
+    }
     dx_model *m = calloc(1, sizeof *m);
     if (!m) { dx_fail("model: out of memory"); return NULL; }
     m->cfg = *cfg;
@@ -232,8 +250,12 @@ dx_model *dx_model_create_part(const dx_model_config *cfg, dx_backend *be, int m
     for (int c = 0; c < m->nchunks; c++) held_layers += part->num_layers[c];
     const int has_emb = part->first_layer[0] == 0;
     const int has_head = part->first_layer[m->nchunks - 1] + part->num_layers[m->nchunks - 1] == L;
-    m->ngroups = held_layers + has_emb + has_head;
-    int cap = 9 * held_layers + 4;
+    m->lora_r = part->lora_r;
+    m->lora_scale = part->lora_scale;
+    m->lora_targets = part->lora_r > 0 ? part->lora_targets : 0;
+    m->frozen_base = m->lora_r > 0;
+    m->ngroups = held_layers + has_emb + has_head + (m->lora_r > 0 ? held_layers : 0);
+    int cap = 9 * held_layers + 4 + 2 * DX_LORA_NTARGETS * held_layers;
     m->groups = calloc((size_t)m->ngroups, sizeof *m->groups);
     m->params = calloc((size_t)cap, sizeof *m->params);
     if (!m->groups || !m->params) { dx_model_destroy(m); dx_fail("model: out of memory"); return NULL; }
@@ -297,6 +319,40 @@ dx_model *dx_model_create_part(const dx_model_config *cfg, dx_backend *be, int m
         m->groups[g].module = DX_MOD_LM_HEAD;
         m->groups[g].layer = -1;
     }
+    const int nbase = g + has_head; /* groups so far: the base model's */
+    for (int i = 0; i < nbase; i++) m->groups[i].frozen = m->frozen_base;
+    g = nbase;
+    for (int c = 0; c < m->nchunks; c++) m->ch[c].ga0 = -1;
+    if (m->lora_r > 0) { /* one adapter group per held layer, after the base groups */
+        const int r = m->lora_r;
+        const int lin[DX_LORA_NTARGETS] = {D, D, D, HDl, D, D, Il};   /* in_t */
+        const int lout[DX_LORA_NTARGETS] = {HDl, KDh, KDh, D, Il, Il, D}; /* out_t */
+        const char *const mod[DX_LORA_NTARGETS] = {"self_attn", "self_attn", "self_attn", "self_attn",
+                                                   "mlp", "mlp", "mlp"};
+        for (int c = 0; c < m->nchunks; c++) {
+            chunk *C = &m->ch[c];
+            C->ga0 = g;
+            for (int li = 0; li < C->nl; li++, g++) {
+                const int l = C->first_layer + li;
+                off = 0;
+                for (int t = 0; t < DX_LORA_NTARGETS; t++) {
+                    if (!(m->lora_targets & (1u << t))) continue;
+                    const int gidx = 3 + 9 * L + 2 * DX_LORA_NTARGETS * l + 2 * t;
+                    snprintf(name, sizeof name, "model.layers.%d.%s.%s.lora_A.weight", l, mod[t], dx_lora_target_names[t]);
+                    m->o_lA[t] = off;
+                    if (add_param(m, cap, name, g, &off, r, lin[t], 0, gidx, r, lin[t], 0, 0)) goto fail;
+                    m->params[m->nparams - 1].init = 1;
+                    snprintf(name, sizeof name, "model.layers.%d.%s.%s.lora_B.weight", l, mod[t], dx_lora_target_names[t]);
+                    m->o_lB[t] = off;
+                    if (add_param(m, cap, name, g, &off, lout[t], r, 0, gidx + 1, lout[t], r, 0, 0)) goto fail;
+                    m->params[m->nparams - 1].init = 2;
+                }
+                m->groups[g].numel = off;
+                m->groups[g].module = DX_MOD_LAYER;
+                m->groups[g].layer = l;
+            }
+        }
+    }
     for (int i = 0; i < m->ngroups; i++) m->groups[i].backward_reads_work = i != m->gemb;
 
     /* activations */
@@ -339,6 +395,8 @@ dx_model *dx_model_create_part(const dx_model_config *cfg, dx_backend *be, int m
                 S->acts[l] = m->rscr;
                 layer_acts_alloc(m, &S->acts[l], C->rc[l] != DX_RECOMPUTE_FULL, C->rc[l] == DX_RECOMPUTE_NONE,
                                  N, Nr, &f);
+                for (int t = 0; t < DX_LORA_NTARGETS; t++)
+                    S->acts[l].lt[t] = m->lora_targets & (1u << t) ? act_alloc(m, N * (size_t)m->lora_r, xs, &f) : NULL;
             }
             if (C->has_emb) S->ids = act_alloc(m, N, sizeof(int32_t), &f);
             if (C->has_head) {
@@ -358,6 +416,10 @@ dx_model *dx_model_create_part(const dx_model_config *cfg, dx_backend *be, int m
     m->dg = act_alloc(m, N * 2 * Il, xs, &f);
     m->du = m->dg ? at(m->dg, Il, xs) : NULL;
     m->da = act_alloc(m, N * Il, xs, &f);
+    if (m->lora_r > 0) {
+        m->ldt = act_alloc(m, N * (size_t)m->lora_r, xs, &f);
+        m->dwscr = act_alloc(m, (size_t)D, as, &f);
+    }
     if (m->sp) {
         m->full = act_alloc(m, N * D, xs, &f);
         m->shard = act_alloc(m, Nr * D, xs, &f);
@@ -393,6 +455,7 @@ void dx_model_destroy(dx_model *m)
                                   r->h, r->xn2, r->rstd2, r->g, r->a};
                     for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++)
                         if (ps[i] != sh[i]) be->free(be, ps[i]); /* the shared scratch: below */
+                    for (int t = 0; t < DX_LORA_NTARGETS; t++) be->free(be, a->lt[t]);
                 }
             if (S->dlogits != S->logits) be->free(be, S->dlogits);
             void *ps[] = {S->ids, S->xnf, S->rstdf, S->logits};
@@ -410,7 +473,7 @@ void dx_model_destroy(dx_model *m)
         for (size_t i = 0; i < sizeof sh / sizeof sh[0]; i++) be->free(be, sh[i]);
     }
     void *ps[] = {m->dres, m->dxn, m->dq, m->dk, m->datt, m->dg, m->da,
-                  m->full, m->shard, m->stats, m->gstats};
+                  m->full, m->shard, m->stats, m->gstats, m->ldt, m->dwscr};
     for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++) be->free(be, ps[i]);
     free(m->groups);
     free(m->params);
@@ -488,9 +551,16 @@ void dx_model_init_values(const dx_model *m, int g, size_t start, size_t count, 
             /* the element's index in the logical tensor */
             size_t le = e - p->offset, r = le / cols, c = le % cols;
             size_t ge = ((size_t)p->row0 + r) * fcols + (size_t)p->col0 + c;
-            out[e - start] = p->is_norm ? 1.0f
-                                        : (float)(m->cfg.initializer_range *
-                                                  dx_normal(seed, (uint64_t)p->global_index, ge));
+            if (p->init == 2) { /* LoRA's B */
+                out[e - start] = 0.0f;
+            } else if (p->init == 1) { /* LoRA's A: PEFT's kaiming_uniform(a = sqrt 5) */
+                const double z = dx_normal(seed, (uint64_t)p->global_index, ge);
+                out[e - start] = (float)((erfc(-z / sqrt(2.0)) - 1.0) / sqrt((double)p->full_cols));
+            } else {
+                out[e - start] = p->is_norm ? 1.0f
+                                            : (float)(m->cfg.initializer_range *
+                                                      dx_normal(seed, (uint64_t)p->global_index, ge));
+            }
         }
     }
 }
@@ -578,8 +648,46 @@ static void linear_bwd_ld(dx_model *m, int module, int layer, void *dx, void *dW
     dx_backend *be = m->be;
     OP(module, layer, DX_OP_GEMM, gemm_flops(N, in, out), gemm_bytes(m, N, in, out, 0, beta != 0),
        be->gemm(be, 0, 0, N, in, out, 1.0f, dy, ldy, W, in, beta, dx, in, 0));
-    OP(module, layer, DX_OP_GEMM, gemm_flops(out, in, N), gemm_bytes(m, out, in, N, 1, 1),
-       be->gemm(be, 1, 0, out, in, N, 1.0f, dy, ldy, x, in, 1.0f, dW, in, 1));
+    if (dW) /* NULL: W is frozen (LoRA's base), no weight gradient */
+        OP(module, layer, DX_OP_GEMM, gemm_flops(out, in, N), gemm_bytes(m, out, in, N, 1, 1),
+           be->gemm(be, 1, 0, out, in, N, 1.0f, dy, ldy, x, in, 1.0f, dW, in, 1));
+}
+
+/* Gradient pointer of a parameter at element offset off of a group's gradient G, or NULL when
+ * the group is frozen (G NULL). */
+static void *gat(void *G, size_t off, size_t as) { return G ? at(G, off, as) : NULL; }
+/* A norm weight's gradient: in G, or the scratch that a frozen norm's goes to */
+static void *dwat(dx_model *m, void *G, size_t off) { return G ? at(G, off, m->as) : m->dwscr; }
+
+/* LoRA of target t of local layer li (chunk C): y[N, out] (rows ldy apart) += s (x A^T) B^T,
+ * keeping x A^T in a->lt[t]; a no-op when t is not a target. */
+static void lora_fwd_t(dx_model *m, const chunk *C, layer_acts *a, int li, int t, void *y, int ldy,
+                       const void *x, int N, int in, int out)
+{
+    if (!(m->lora_targets & (1u << t))) return;
+    const void *Wa = m->groups[C->ga0 + li].work;
+    const dx_lora_shape sh = {in, out, m->lora_r, m->lora_scale};
+    const int r = m->lora_r, module = t <= DX_LORA_O ? DX_MOD_ATTENTION : DX_MOD_MLP;
+    OP(module, C->first_layer + li, DX_OP_LORA_GEMM, gemm_flops(N, r, in) + gemm_flops(N, out, r),
+       gemm_bytes(m, N, r, in, 0, 0) + gemm_bytes(m, N, out, r, 0, 1),
+       dx_lora_fwd(m->be, y, ldy, a->lt[t], x, at(Wa, m->o_lA[t], m->xs), at(Wa, m->o_lB[t], m->xs), N, &sh));
+}
+
+/* Its backward: dx[N, in] += the adapter's input gradient; dA, dB (+=) into the adapter group. */
+static void lora_bwd_t(dx_model *m, const chunk *C, layer_acts *a, int li, int t, void *dx,
+                       const void *dy, int ldy, const void *x, int N, int in, int out)
+{
+    if (!(m->lora_targets & (1u << t))) return;
+    const void *Wa = m->groups[C->ga0 + li].work;
+    void *Ga = m->groups[C->ga0 + li].grad;
+    const dx_lora_shape sh = {in, out, m->lora_r, m->lora_scale};
+    const int r = m->lora_r, module = t <= DX_LORA_O ? DX_MOD_ATTENTION : DX_MOD_MLP;
+    OP(module, C->first_layer + li, DX_OP_LORA_GEMM,
+       gemm_flops(out, r, N) + gemm_flops(N, r, out) + gemm_flops(r, in, N) + gemm_flops(N, in, r),
+       gemm_bytes(m, out, r, N, 1, 1) + gemm_bytes(m, N, r, out, 0, 0) + gemm_bytes(m, r, in, N, 1, 1) +
+           gemm_bytes(m, N, in, r, 0, 1),
+       dx_lora_bwd(m->be, dx, at(Ga, m->o_lA[t], m->as), at(Ga, m->o_lB[t], m->as), m->ldt, dy, ldy, x,
+                   a->lt[t], at(Wa, m->o_lA[t], m->xs), at(Wa, m->o_lB[t], m->xs), N, &sh));
 }
 static void linear_bwd(dx_model *m, int module, int layer, void *dx, void *dW, const void *dy,
                        const void *x, const void *W, int N, int in, int out, float beta)
@@ -698,6 +806,9 @@ static int layer_fwd(dx_model *m, chunk *C, slot_acts *S, int li, void *out, int
                 linear_fwd_ld(m, DX_MOD_ATTENTION, l, a->k, 2 * KDl, a->xn1, Wk, N, D, KDl, 0.0f);
                 linear_fwd_ld(m, DX_MOD_ATTENTION, l, a->v, 2 * KDl, a->xn1, Wv, N, D, KDl, 0.0f);
             }
+            lora_fwd_t(m, C, a, li, DX_LORA_Q, a->q, HDl, a->xn1, N, D, HDl);
+            lora_fwd_t(m, C, a, li, DX_LORA_K, a->k, 2 * KDl, a->xn1, N, D, KDl);
+            lora_fwd_t(m, C, a, li, DX_LORA_V, a->v, 2 * KDl, a->xn1, N, D, KDl);
             OP(DX_MOD_ATTENTION, l, DX_OP_ROPE, 6 * (int64_t)N * (HDl + KDl), 2 * (int64_t)N * (HDl + KDl) * xsz,
                be->rope_fwd(be, a->q, HDl, B, T, Hl, Dh, theta); be->rope_fwd(be, a->k, 2 * KDl, B, T, KVl, Dh, theta));
         }
@@ -706,6 +817,7 @@ static int layer_fwd(dx_model *m, chunk *C, slot_acts *S, int li, void *out, int
                be->attention_fwd(be, a->att, a->lse, a->q, a->k, a->v, 2 * KDl, B, T, Hl, KVl, Dh));
         if (all && row_parallel_fwd(m, DX_MOD_ATTENTION, l, a->h, S->x[li], a->att, at(W, m->o_o, xs), N, HDl))
             return -1;
+        if (all) lora_fwd_t(m, C, a, li, DX_LORA_O, a->h, D, a->att, N, HDl, D); /* TP 1 */
         MOD_END(m, DX_MOD_ATTENTION, l);
     }
     {
@@ -714,11 +826,14 @@ static int layer_fwd(dx_model *m, chunk *C, slot_acts *S, int li, void *out, int
         if (all) {
             /* gate_proj and up_proj rows are adjacent: one GEMM, N = 2 Il, g | u */
             linear_fwd(m, DX_MOD_MLP, l, a->g, a->xn2, at(W, m->o_gate, xs), N, D, 2 * Il, 0.0f);
+            lora_fwd_t(m, C, a, li, DX_LORA_GATE, a->g, 2 * Il, a->xn2, N, D, Il);
+            lora_fwd_t(m, C, a, li, DX_LORA_UP, a->u, 2 * Il, a->xn2, N, D, Il);
         }
         OP(DX_MOD_MLP, l, DX_OP_SWIGLU, 6 * NI, 3 * NI * xsz,
            be->swiglu_fwd(be, a->a, a->g, a->u, N, Il, 2 * Il));
         if (all && row_parallel_fwd(m, DX_MOD_MLP, l, out, a->h, a->a, at(W, m->o_down, xs), N, Il))
             return -1;
+        if (all) lora_fwd_t(m, C, a, li, DX_LORA_DOWN, out, D, a->a, N, Il, D);
         MOD_END(m, DX_MOD_MLP, l);
     }
     return 0;
@@ -780,10 +895,10 @@ int dx_model_forward_chunk(dx_model *m, int c, int s, const int32_t *ids, const 
     }
 
     for (int li = 0; li < C->nl; li++) {
-        const int gi = C->g0 + li;
-        if (hook(m, gi, DX_HOOK_PRE_FORWARD)) return -1;
+        const int gi = C->g0 + li, ga = C->ga0 >= 0 ? C->ga0 + li : -1;
+        if (hook(m, gi, DX_HOOK_PRE_FORWARD) || (ga >= 0 && hook(m, ga, DX_HOOK_PRE_FORWARD))) return -1;
         if (layer_fwd(m, C, S, li, S->x[li + 1], LAYER_ALL)) return -1;
-        if (hook(m, gi, DX_HOOK_POST_FORWARD)) return -1;
+        if (hook(m, gi, DX_HOOK_POST_FORWARD) || (ga >= 0 && hook(m, ga, DX_HOOK_POST_FORWARD))) return -1;
     }
     if (!C->has_head) return 0;
 
@@ -847,14 +962,14 @@ int dx_model_backward_chunk(dx_model *m, int c, int s)
         void *Gh = m->groups[gh].grad;
         {
             MOD_BEGIN(m);
-            linear_bwd(m, DX_MOD_LM_HEAD, -1, m->dxn, at(Gh, m->o_head, as), S->dlogits, S->xnf,
+            linear_bwd(m, DX_MOD_LM_HEAD, -1, m->dxn, gat(Gh, m->o_head, as), S->dlogits, S->xnf,
                        at(Wh, m->o_head, xs), N, D, Vl, 0.0f);
             MOD_END(m, DX_MOD_LM_HEAD, -1);
         }
         {
             MOD_BEGIN(m);
             OP(DX_MOD_RMSNORM, -1, DX_OP_MEMSET, 0, (int64_t)Nr * D * xsz, be->zero(be, m->dres, (size_t)Nr * D * xs));
-            if (norm_bwd(m, DX_MOD_RMSNORM, -1, at(Gh, m->o_normf, as), S->x[C->nl], at(Wh, m->o_normf, xs),
+            if (norm_bwd(m, DX_MOD_RMSNORM, -1, dwat(m, Gh, m->o_normf), S->x[C->nl], at(Wh, m->o_normf, xs),
                          S->rstdf, N))
                 return -1;
             MOD_END(m, DX_MOD_RMSNORM, -1);
@@ -863,8 +978,8 @@ int dx_model_backward_chunk(dx_model *m, int c, int s)
     }
 
     for (int li = C->nl - 1; li >= 0; li--) {
-        const int l = C->first_layer + li, gi = C->g0 + li;
-        if (hook(m, gi, DX_HOOK_PRE_BACKWARD)) return -1;
+        const int l = C->first_layer + li, gi = C->g0 + li, ga = C->ga0 >= 0 ? C->ga0 + li : -1;
+        if (hook(m, gi, DX_HOOK_PRE_BACKWARD) || (ga >= 0 && hook(m, ga, DX_HOOK_PRE_BACKWARD))) return -1;
         if (recompute_layer(m, C, S, li)) return -1;
         const void *W = m->groups[gi].work;
         void *G = m->groups[gi].grad;
@@ -874,13 +989,16 @@ int dx_model_backward_chunk(dx_model *m, int c, int s)
             MOD_BEGIN(m);
             const void *dy = row_parallel_dy(m, DX_MOD_MLP, l, N, &rc);
             if (rc) return -1;
-            linear_bwd(m, DX_MOD_MLP, l, m->da, at(G, m->o_down, as), dy, a->a,
+            linear_bwd(m, DX_MOD_MLP, l, m->da, gat(G, m->o_down, as), dy, a->a,
                        at(W, m->o_down, xs), N, Il, D, 0.0f);
+            lora_bwd_t(m, C, a, li, DX_LORA_DOWN, m->da, dy, D, a->a, N, Il, D);
             OP(DX_MOD_MLP, l, DX_OP_SWIGLU, 12 * NI, 5 * NI * xsz,
                be->swiglu_bwd(be, m->dg, m->du, m->da, a->g, a->u, N, Il, 2 * Il));
-            linear_bwd(m, DX_MOD_MLP, l, m->dxn, at(G, m->o_gate, as), m->dg, a->xn2,
+            linear_bwd(m, DX_MOD_MLP, l, m->dxn, gat(G, m->o_gate, as), m->dg, a->xn2,
                        at(W, m->o_gate, xs), N, D, 2 * Il, 0.0f); /* gate | up */
-            if (norm_bwd(m, DX_MOD_MLP, l, at(G, m->o_ln2, as), a->h, at(W, m->o_ln2, xs), a->rstd2, N))
+            lora_bwd_t(m, C, a, li, DX_LORA_GATE, m->dxn, m->dg, 2 * Il, a->xn2, N, D, Il);
+            lora_bwd_t(m, C, a, li, DX_LORA_UP, m->dxn, m->du, 2 * Il, a->xn2, N, D, Il);
+            if (norm_bwd(m, DX_MOD_MLP, l, dwat(m, G, m->o_ln2), a->h, at(W, m->o_ln2, xs), a->rstd2, N))
                 return -1;
             MOD_END(m, DX_MOD_MLP, l);
         }
@@ -888,32 +1006,36 @@ int dx_model_backward_chunk(dx_model *m, int c, int s)
             MOD_BEGIN(m);
             const void *dy = row_parallel_dy(m, DX_MOD_ATTENTION, l, N, &rc);
             if (rc) return -1;
-            linear_bwd(m, DX_MOD_ATTENTION, l, m->datt, at(G, m->o_o, as), dy, a->att,
+            linear_bwd(m, DX_MOD_ATTENTION, l, m->datt, gat(G, m->o_o, as), dy, a->att,
                        at(W, m->o_o, xs), N, HDl, D, 0.0f);
+            lora_bwd_t(m, C, a, li, DX_LORA_O, m->datt, dy, D, a->att, N, HDl, D);
             OP(DX_MOD_ATTENTION, l, DX_OP_ATTENTION, att_flops, att_bytes,
                be->attention_bwd(be, m->dq, m->dk, m->dv, m->datt, a->q, a->k, a->v, a->att, a->lse,
                                  2 * KDl, B, T, Hl, KVl, Dh));
             OP(DX_MOD_ATTENTION, l, DX_OP_ROPE, 6 * (int64_t)N * (HDl + KDl), 2 * (int64_t)N * (HDl + KDl) * xsz,
                be->rope_bwd(be, m->dq, HDl, B, T, Hl, Dh, theta); be->rope_bwd(be, m->dk, 2 * KDl, B, T, KVl, Dh, theta));
-            linear_bwd(m, DX_MOD_ATTENTION, l, m->dxn, at(G, m->o_q, as), m->dq, a->xn1,
+            linear_bwd(m, DX_MOD_ATTENTION, l, m->dxn, gat(G, m->o_q, as), m->dq, a->xn1,
                        at(W, m->o_q, xs), N, D, HDl, 0.0f);
             if (m->kv_fused) {
-                linear_bwd(m, DX_MOD_ATTENTION, l, m->dxn, at(G, m->o_k, as), m->dk, a->xn1,
+                linear_bwd(m, DX_MOD_ATTENTION, l, m->dxn, gat(G, m->o_k, as), m->dk, a->xn1,
                            at(W, m->o_k, xs), N, D, 2 * KDl, 1.0f); /* k | v */
             } else {
-                linear_bwd_ld(m, DX_MOD_ATTENTION, l, m->dxn, at(G, m->o_k + kvo, as), m->dk, 2 * KDl,
+                linear_bwd_ld(m, DX_MOD_ATTENTION, l, m->dxn, gat(G, m->o_k + kvo, as), m->dk, 2 * KDl,
                               a->xn1, at(W, m->o_k + kvo, xs), N, D, KDl, 1.0f);
-                linear_bwd_ld(m, DX_MOD_ATTENTION, l, m->dxn, at(G, m->o_v + kvo, as), m->dv, 2 * KDl,
+                linear_bwd_ld(m, DX_MOD_ATTENTION, l, m->dxn, gat(G, m->o_v + kvo, as), m->dv, 2 * KDl,
                               a->xn1, at(W, m->o_v + kvo, xs), N, D, KDl, 1.0f);
             }
-            if (norm_bwd(m, DX_MOD_ATTENTION, l, at(G, m->o_ln1, as), S->x[li], at(W, m->o_ln1, xs), a->rstd1, N))
+            lora_bwd_t(m, C, a, li, DX_LORA_Q, m->dxn, m->dq, HDl, a->xn1, N, D, HDl);
+            lora_bwd_t(m, C, a, li, DX_LORA_K, m->dxn, m->dk, 2 * KDl, a->xn1, N, D, KDl);
+            lora_bwd_t(m, C, a, li, DX_LORA_V, m->dxn, m->dv, 2 * KDl, a->xn1, N, D, KDl);
+            if (norm_bwd(m, DX_MOD_ATTENTION, l, dwat(m, G, m->o_ln1), S->x[li], at(W, m->o_ln1, xs), a->rstd1, N))
                 return -1;
             MOD_END(m, DX_MOD_ATTENTION, l);
         }
-        if (hook(m, gi, DX_HOOK_POST_BACKWARD)) return -1;
+        if (hook(m, gi, DX_HOOK_POST_BACKWARD) || (ga >= 0 && hook(m, ga, DX_HOOK_POST_BACKWARD))) return -1;
     }
 
-    if (C->has_emb) {
+    if (C->has_emb && !m->groups[m->gemb].frozen) {
         const int ge = m->gemb;
         if (hook(m, ge, DX_HOOK_PRE_BACKWARD)) return -1;
         const int64_t ND = (int64_t)N * D;

@@ -71,6 +71,8 @@ typedef struct {
                               * counted once in norms, written once in checkpoints */
     int tp_reduce;           /* its gradient is partial on each TP rank and summed over TP
                               * (norm weights under sequence parallelism, replicated k/v_proj) */
+    int init;                /* initial values (dx_model_init_values): 0 the rule above (normal or
+                              * 1), 1 uniform in +-1/sqrt(cols) (LoRA's A), 2 zeros (LoRA's B) */
 } dx_param;
 
 typedef struct {
@@ -81,6 +83,8 @@ typedef struct {
                               * scatter-add of dL/dx; ZeRO-3 then gathers it for forward only) */
     int module;   /* trace coordinates: DX_MOD_EMBEDDING, DX_MOD_LAYER or DX_MOD_LM_HEAD */
     int layer;    /* global decoder layer index, -1 for the embedding and head */
+    int frozen;   /* not trained (LoRA's base model): backward forms no gradient for it, grad
+                   * stays NULL; its owner keeps only the working copy */
 } dx_group;
 
 typedef enum { DX_HOOK_PRE_FORWARD, DX_HOOK_POST_FORWARD, DX_HOOK_PRE_BACKWARD, DX_HOOK_POST_BACKWARD } dx_hook_kind;
@@ -104,6 +108,15 @@ typedef struct {
      * recompute_num_layers layers of each chunk (block). Recomputed ops are traced in phase
      * "recompute". Gradients are bitwise those without recomputation. */
     int recompute, recompute_method, recompute_num_layers;
+    /* LoRA (Hu et al. 2021; src/model/lora.h), lora_r > 0: every base group is frozen, and one
+     * trainable adapter group per held layer follows the base groups (in chunk and layer
+     * order) with, for each target (bit t of lora_targets, DX_LORA_* in config.h), A [r, in]
+     * (PEFT's init: uniform +-1/sqrt(in)) and B [out, r] (zeros), named as PEFT's state dict
+     * without its "base_model.model." prefix, e.g. "model.layers.3.self_attn.q_proj.lora_A.weight".
+     * The adapter GEMMs are traced as op lora_gemm. tp must be 1. */
+    int lora_r;
+    float lora_scale;      /* lora_alpha / r */
+    unsigned lora_targets; /* bit mask over DX_LORA_Q .. DX_LORA_DOWN */
 } dx_model_part;
 
 typedef struct dx_model dx_model;

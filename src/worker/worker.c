@@ -191,7 +191,9 @@ static int open_data_and_model(dx_worker *w, const dx_config *c)
     dx_model_part part = {.tp = g->tp, .tp_rank = g->tp_rank, .sequence_parallel = c->sequence_parallel,
                           .tp_comm = g->tp > 1 ? g->tp_dev : NULL, .nchunks = v, .slots = 1,
                           .recompute = c->recompute, .recompute_method = c->recompute_method,
-                          .recompute_num_layers = c->recompute_num_layers};
+                          .recompute_num_layers = c->recompute_num_layers, .lora_r = c->lora_r,
+                          .lora_scale = c->lora_r > 0 ? (float)(c->lora_alpha / c->lora_r) : 0.0f,
+                          .lora_targets = c->lora_targets};
     if (v > 1) {
         for (int k = 0; k < v; k++) {
             part.num_layers[k] = c->layers_per_virtual_stage;

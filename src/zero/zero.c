@@ -29,6 +29,8 @@ typedef struct {
                              * into it since dx_zero_zero_grad) */
     dx_comm_req work_req;   /* stages 1-2: the all-gather of the updated work, waited for before
                              * the group's next forward (or backward, or any write of work) */
+    int frozen;             /* dx_group.frozen: work only, replicated (no gradient, no optimizer
+                             * state, owned range empty); stages 0-2 */
 } zgroup;
 
 struct dx_zero {
@@ -220,6 +222,7 @@ static int hook(void *ctx, int gi, dx_hook_kind kind)
     zgroup *g = &z->g[gi];
     dx_group *mg = dx_model_group(z->model, gi);
     dx_backend *be = z->be;
+    if (g->frozen) return 0; /* replicated and never updated: nothing to gather or reduce */
     switch (kind) {
     case DX_HOOK_PRE_FORWARD:
     case DX_HOOK_PRE_BACKWARD:
@@ -426,6 +429,17 @@ dx_zero *dx_zero_create(dx_model *m, dx_backend *be, dx_comm *dp, dx_comm *dp_ho
         g->n = dx_model_group(m, i)->numel;
         g->n_pad = (g->n + (size_t)z->P - 1) / (size_t)z->P * (size_t)z->P;
         g->shard = g->n_pad / (size_t)z->P;
+        if (dx_model_group(m, i)->frozen) { /* LoRA's base model: a replicated working copy only */
+            if (stage == 3 || z->offload) {
+                fail = 1;
+                dx_fail("zero: frozen parameters (LoRA's base model) need ZeRO stage 0-2 without offload");
+                break;
+            }
+            g->frozen = 1;
+            g->lo = g->hi = 0;
+            g->work = zalloc(z, g->n_pad * xs, DX_MEM_PARAMS, &fail);
+            continue;
+        }
         if (stage == 0) {
             g->lo = 0;
             g->hi = g->n;
@@ -503,7 +517,12 @@ dx_zero *dx_zero_create(dx_model *m, dx_backend *be, dx_comm *dp, dx_comm *dp_ho
             z->gfence[i] = -1;
         }
     }
-    float *host = fail ? NULL : malloc((stage == 0 ? max_pad : max_shard) * sizeof(float) + 1);
+    size_t max_frozen = 0;
+    for (int i = 0; i < z->ngroups; i++)
+        if (z->g[i].frozen && z->g[i].n > max_frozen) max_frozen = z->g[i].n;
+    size_t host_n = stage == 0 ? max_pad : max_shard;
+    if (max_frozen > host_n) host_n = max_frozen;
+    float *host = fail ? NULL : malloc(host_n * sizeof(float) + 1);
     if (fail || !host) dx_fail_prefix("rank %d: ZeRO stage %d state", dp->rank, stage);
     /* the initialisation below is collective (stages 1-2): agree first, so no rank waits there */
     *rc = dx_comm_agree(dp_host, fail || !host ? -1 : 0);
@@ -516,6 +535,13 @@ dx_zero *dx_zero_create(dx_model *m, dx_backend *be, dx_comm *dp, dx_comm *dp_ho
     /* initial parameters: master from the counter-based init, work = cast(master) */
     for (int i = 0; i < z->ngroups; i++) {
         zgroup *g = &z->g[i];
+        if (g->frozen) { /* work = the init values, on every rank */
+            dx_model_init_values(m, i, 0, g->n, seed, host);
+            if (be->upload_f32(be, g->work, be->act, host, g->n)) { fail = 1; break; }
+            dx_model_group(m, i)->work = g->work;
+            dx_model_group(m, i)->grad = NULL;
+            continue;
+        }
         size_t cnt = g->hi - g->lo;
         /* offload: straight into the host master; the working copy converted on upload */
         float *init = z->offload ? (float *)g->master : host;
@@ -561,7 +587,7 @@ void dx_zero_destroy(dx_zero *z)
     }
     for (int i = 0; i < z->ngroups; i++) {
         zgroup *g = &z->g[i];
-        if (z->stage == 1 || z->stage == 2) zfree_gathered(z, g->work);
+        if ((z->stage == 1 || z->stage == 2) && !g->frozen) zfree_gathered(z, g->work);
         else be->free(be, g->work);
         if (z->offload_param) host_free(z, g->work_shard);
         else be->free(be, g->work_shard);
@@ -599,6 +625,7 @@ int dx_zero_zero_grad(dx_zero *z)
         return -1;
     for (int i = 0; i < z->ngroups; i++) {
         zgroup *g = &z->g[i];
+        if (g->frozen) continue;
         z->be->zero(z->be, g->grad, (z->stage < 2 ? g->n_pad : g->shard) * z->as);
         g->grad_zero = 1;
     }
@@ -609,8 +636,9 @@ int dx_zero_reduce_grads(dx_zero *z)
 {
     if (z->P == 1 || z->stage >= 2) return 0;
     for (int i = 0; i < z->ngroups; i++)
-        COMM(z, i, DX_OP_ALL_REDUCE, z->g[i].n * z->as,
-             z->dp->all_reduce_sum(z->dp, z->g[i].grad, z->g[i].n, z->be->acc));
+        if (!z->g[i].frozen)
+            COMM(z, i, DX_OP_ALL_REDUCE, z->g[i].n * z->as,
+                 z->dp->all_reduce_sum(z->dp, z->g[i].grad, z->g[i].n, z->be->acc));
     return 0;
 }
 
@@ -625,6 +653,7 @@ static void *grad_at(dx_zero *z, zgroup *g, size_t e)
 static int group_updated(dx_zero *z, int gi, int gather)
 {
     zgroup *g = &z->g[gi];
+    if (g->frozen) return 0;
     if (gather)
         COMM(z, gi, DX_OP_ALL_GATHER, g->n_pad * z->xs,
              z->dp->all_gather_start(z->dp, at(g->work, (size_t)z->r * g->shard, z->xs), g->work,
@@ -877,6 +906,7 @@ int dx_zero_get_master(dx_zero *z, int gi, size_t start, size_t count, float *ou
     zgroup *g = &z->g[gi];
     dx_backend *be = z->be;
     if (start + count > g->n) return dx_fail("zero: master range [%zu, %zu) outside group %d of %zu elements", start, start + count, gi, g->n);
+    if (g->frozen) return be->download_f32(be, out, at(g->work, start, z->xs), be->act, count);
     if (z->stage == 0) return be->download_f32(be, out, at(g->master, start, z->as), be->acc, count);
     void *full = be->alloc(be, g->n_pad * z->as, DX_MEM_OTHER);
     if (!full) return -1;
@@ -900,6 +930,7 @@ int dx_zero_set_master(dx_zero *z, int gi, size_t start, size_t count, const flo
     if (start + count > g->n)
         return dx_fail("zero: master range [%zu, %zu) outside group %d of %zu elements", start,
                        start + count, gi, g->n);
+    if (g->frozen) return be->upload_f32(be, at(g->work, start, z->xs), be->act, src, count);
     size_t lo = start > g->lo ? start : g->lo, hi = start + count < g->hi ? start + count : g->hi;
     if (z->dp->wait(z->dp, &g->work_req)) return -1; /* the step's all-gather still writing work */
     if (z->offload_param) { /* no copy may still read the host shard */
