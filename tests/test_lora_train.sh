@@ -8,7 +8,12 @@
 #      below full training's;
 #   3. the adapter GEMMs are their own op (lora_gemm) in an op-level trace, forward and backward,
 #      7 targets x 2 layers x (2 forward + 4 backward) per micro-batch;
-#   4. bad LoRA settings are refused naming the key: dropout, ZeRO-3, an unknown target.
+#   4. bad LoRA settings are refused naming the key: dropout, ZeRO-3, an unknown target;
+#   5. the trained adapters are a PEFT directory (--lora-save): adapter_config.json with PEFT's
+#      keys and adapter_model.safetensors with PEFT's tensor names, shapes [r, in] / [out, r],
+#      F32, the data in place; the DP 2 runs' adapters equal one process's within 1e-5 (per
+#      tensor, norm-wise, as compare_checkpoints.py), and
+#      training moved B away from PEFT's zeros.
 set -euo pipefail
 : "${DISSECT:?path to the dissect binary}" "${SRCDIR:=.}" "${PYTHON3:=/usr/bin/python3}"
 tmp=$(mktemp -d)
@@ -24,9 +29,11 @@ run() { # name np args...
   OMP_NUM_THREADS=1 mpirun -np "$np" "$DISSECT" "${common[@]}" "$@" --trace "$tmp/$name.h5" > "$tmp/$name.log" 2>&1 \
     || { cat "$tmp/$name.log"; exit 1; }
 }
-run ref 1 "${lora[@]}" --micro-batch 12
+run ref 1 "${lora[@]}" --micro-batch 12 --lora-save "$tmp/ref.peft"
 run full 1 --micro-batch 12
-for st in 0 1 2; do run "dp2_s$st" 2 "${lora[@]}" --micro-batch 3 --grad-accum 2 --zero-stage $st; done
+for st in 0 1 2; do
+  run "dp2_s$st" 2 "${lora[@]}" --micro-batch 3 --grad-accum 2 --zero-stage $st --lora-save "$tmp/dp2_s$st.peft"
+done
 run op 1 "${lora[@]}" --micro-batch 12 --train-iters 2 --trace-level op
 fail=0
 ( cd "$tmp" && "$PYTHON3" "$SRCDIR/tests/compare_traces.py" --rtol 1e-5 ref.h5 dp2_s0.h5 dp2_s1.h5 dp2_s2.h5 ) || fail=1
@@ -63,6 +70,46 @@ with h5py.File(f"{tmp}/op.h5") as f:
             cnt[phn[e["phase"]]] = cnt.get(phn[e["phase"]], 0) + 1
 ok(cnt.get("forward", 0) == 2 * 7 * L and cnt.get("backward", 0) == 2 * 7 * L,
    f"op trace: lora_gemm events per phase {cnt} (2 steps x 7 targets x {L} layers each)")
+
+# the PEFT directories
+import json, struct
+def read_st(path):
+    raw = open(path, "rb").read()
+    n = struct.unpack("<Q", raw[:8])[0]
+    hdr = json.loads(raw[8:8 + n])
+    meta = hdr.pop("__metadata__", {})
+    data = raw[8 + n:]
+    out = {}
+    for name, t in hdr.items():
+        b, e = t["data_offsets"]
+        out[name] = (t["dtype"], t["shape"], np.frombuffer(data[b:e], dtype="<f4").reshape(t["shape"]))
+    return meta, out, len(data), n % 8
+cfg = json.load(open(f"{tmp}/ref.peft/adapter_config.json"))
+ok(cfg["peft_type"] == "LORA" and cfg["task_type"] == "CAUSAL_LM" and cfg["r"] == 4 and cfg["lora_alpha"] == 8
+   and cfg["lora_dropout"] == 0 and sorted(cfg["target_modules"]) == sorted(
+       ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"])
+   and cfg["bias"] == "none" and cfg["fan_in_fan_out"] is False,
+   f"adapter_config.json: PEFT's LoraConfig keys ({', '.join(sorted(cfg))})")
+meta, ref, nbytes, pad = read_st(f"{tmp}/ref.peft/adapter_model.safetensors")
+names = {"q_proj": "self_attn", "k_proj": "self_attn", "v_proj": "self_attn", "o_proj": "self_attn",
+         "gate_proj": "mlp", "up_proj": "mlp", "down_proj": "mlp"}
+want = {}
+for l in range(L):
+    for (tname, mod), (i, o) in zip(names.items(), shapes):
+        base = f"base_model.model.model.layers.{l}.{mod}.{tname}"
+        want[base + ".lora_A.weight"] = [r, i]
+        want[base + ".lora_B.weight"] = [o, r]
+got = {k: v[1] for k, v in ref.items()}
+ok(got == want and all(v[0] == "F32" for v in ref.values()) and meta.get("format") == "pt" and pad == 0
+   and nbytes == 4 * n,
+   f"adapter_model.safetensors: {len(ref)} tensors with PEFT's names and shapes, F32, {nbytes} data bytes, header padded to 8")
+bmax = max(float(np.abs(v[2]).max()) for k, v in ref.items() if "lora_B" in k)
+ok(bmax > 0, f"training moved lora_B from zeros (max |B| {bmax:.3g})")
+for st in range(3):
+    _, other, _, _ = read_st(f"{tmp}/dp2_s{st}.peft/adapter_model.safetensors")
+    # per tensor ||other - ref|| / ||ref||, as tests/compare_checkpoints.py
+    err = max(float(np.linalg.norm(other[k][2] - ref[k][2]) / (np.linalg.norm(ref[k][2]) + 1e-30)) for k in ref)
+    ok(set(other) == set(ref) and err < 1e-5, f"DP 2 ZeRO-{st} adapters = one process's: worst per-tensor relative difference {err:.2e} (bound 1e-5)")
 sys.exit(1 if bad else 0)
 PY
 

@@ -385,6 +385,7 @@ static const key_spec lora_keys[] = {
     POS_DBL("lora_alpha", OFF(lora_alpha)),
     NONNEG_DBL("lora_dropout", OFF(lora_dropout)),
     {"target_modules", K_ENUM, 0, 0, 0, 0, 0, NULL, set_lora_targets},
+    {"save", K_STRING, STR(lora_save), 0, 0, 0, NULL, NULL},
     END,
 };
 
@@ -971,6 +972,8 @@ int dx_config_finalize(dx_config *c, int world)
                        "checkpoints)", src);
     if (!strcmp(c->resume, "auto") && !c->save_dir[0])
         return dx_fail("%s: key 'resume' = \"auto\": needs 'save_dir' (where to look for the newest checkpoint)", src);
+    if (c->lora_save[0] && c->lora_r == 0)
+        return dx_fail("%s: key 'lora.save': needs lora.r > 0 (there are no adapters to save)", src);
     if (c->lora_r > 0) {
         if (c->lora_dropout != 0)
             return dx_fail("%s: key 'lora.lora_dropout' = %g: dissect's LoRA has no dropout yet (use 0)", src,
@@ -1187,6 +1190,7 @@ char *dx_config_to_json(const dx_config *c)
         CHK(cJSON_AddNumberToObject(lora, "r", c->lora_r));
         CHK(add_double(lora, "lora_alpha", c->lora_alpha));
         CHK(add_double(lora, "lora_dropout", c->lora_dropout));
+        if (c->lora_save[0]) CHK(cJSON_AddStringToObject(lora, "save", c->lora_save));
         cJSON *tm = cJSON_AddArrayToObject(lora, "target_modules");
         CHK(tm);
         for (int t = 0; t < DX_LORA_NTARGETS; t++)

@@ -143,10 +143,13 @@ typedef struct {
      * decoder's linear layers' names, or one comma-separated string: q_proj k_proj v_proj o_proj
      * gate_proj up_proj down_proj; default q_proj, v_proj as PEFT's for Llama). The base model
      * (its initial or hf_model weights) is frozen: no gradients or optimizer states. For now:
-     * ZeRO stage 0-2 without offload, TP = PP = 1, no checkpoints (save, save_dir, resume). */
+     * ZeRO stage 0-2 without offload, TP = PP = 1, no checkpoints (save, save_dir, resume).
+     * lora.save (dissect's): a directory for the trained adapters in PEFT's format. */
     int lora_r;
     double lora_alpha, lora_dropout;
     unsigned lora_targets; /* bit mask over DX_LORA_* */
+    char lora_save[1024];  /* "lora.save": PEFT adapter directory written at the end ("" = none;
+                              checkpoints/peft.h) */
 
     char source[1024]; /* file the config came from (for messages) */
 } dx_config;

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "checkpoints/checkpoint.h"
+#include "checkpoints/peft.h"
 #include "comm/grid.h"
 #include "comm/watchdog.h"
 #include "plan/plan.h"
@@ -532,6 +533,14 @@ int dx_run_train(const dx_config *c, dx_comm *world)
         save_checkpoint(c, w, world, NULL, last_step, CONSUMED_AFTER(last_step)))
         rc = -1;
 #undef CONSUMED_AFTER
+    if (!rc && !preempted && c->lora_save[0]) {
+        if (dx_peft_save(c->lora_save, dx_worker_model(w), dx_worker_zero(w), c, world)) {
+            fprintf(stderr, "dissect: error: rank %d: %s\n", rank, dx_last_error());
+            rc = -1;
+        } else if (rank == 0) {
+            printf("LoRA adapters written to %s (PEFT: adapter_config.json, adapter_model.safetensors)\n", c->lora_save);
+        }
+    }
 
     /* a short sample from the trained model */
     if (!rc && !preempted && c->sample_tokens > 0) {
