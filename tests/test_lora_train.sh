@@ -2,7 +2,7 @@
 # LoRA fine-tuning end to end on the CPU backend (fp32):
 #   1. adapters on all seven linear layers, rank 4: DP = 2 at ZeRO stages 0, 1 and 2 (micro-batch
 #      3 x accumulation 2) give the per-step losses of one process (micro-batch 12), within 1e-5
-#      relative, and the loss falls;
+#      relative, and the loss falls; selective and full recomputation give them bitwise;
 #   2. the base is frozen: the trace's per-rank gradient and optimizer-state bytes are those of
 #      the adapters alone (r x (in + out) per target and layer, fp32; AdamW: master, m, v), far
 #      below full training's;
@@ -35,8 +35,11 @@ for st in 0 1 2; do
   run "dp2_s$st" 2 "${lora[@]}" --micro-batch 3 --grad-accum 2 --zero-stage $st --lora-save "$tmp/dp2_s$st.peft"
 done
 run op 1 "${lora[@]}" --micro-batch 12 --train-iters 2 --trace-level op
+run rc_sel 1 "${lora[@]}" --micro-batch 12 --recompute-granularity selective
+run rc_full 1 "${lora[@]}" --micro-batch 12 --recompute-granularity full --recompute-method uniform
 fail=0
 ( cd "$tmp" && "$PYTHON3" "$SRCDIR/tests/compare_traces.py" --rtol 1e-5 ref.h5 dp2_s0.h5 dp2_s1.h5 dp2_s2.h5 ) || fail=1
+( cd "$tmp" && "$PYTHON3" "$SRCDIR/tests/compare_traces.py" --rtol 0 ref.h5 rc_sel.h5 rc_full.h5 ) || fail=1
 
 "$PYTHON3" - "$tmp" <<'PY' || fail=1
 import sys, h5py, numpy as np
