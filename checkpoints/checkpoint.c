@@ -105,13 +105,16 @@ static int all_tensors(dx_model *m, dx_comm *world, tensor_hdr **out, int *n)
     size_t *bytes = calloc((size_t)world->size, sizeof *bytes);
     tensor_hdr *all = NULL;
     int total = 0, rc = !mine || !counts || !bytes ? dx_fail("checkpoint: out of memory") : 0;
+    int nmine = 0; /* the trained parameters: a frozen base (LoRA) is not in checkpoints */
     for (int i = 0; mine && i < np; i++) {
         const dx_param *p = dx_model_param(m, i);
-        snprintf(mine[i].name, sizeof mine[i].name, "%s", p->name);
-        mine[i].full_rows = p->full_rows;
-        mine[i].full_cols = p->cols ? p->full_cols : 0;
+        if (dx_model_group(m, p->group)->frozen) continue;
+        snprintf(mine[nmine].name, sizeof mine[nmine].name, "%s", p->name);
+        mine[nmine].full_rows = p->full_rows;
+        mine[nmine].full_cols = p->cols ? p->full_cols : 0;
+        nmine++;
     }
-    if (!rc && world->gather(world, &np, counts, sizeof np, 0)) rc = -1;
+    if (!rc && world->gather(world, &nmine, counts, sizeof nmine, 0)) rc = -1;
     if (!rc && root) {
         for (int r = 0; r < world->size; r++) {
             bytes[r] = (size_t)counts[r] * sizeof(tensor_hdr);
@@ -120,7 +123,7 @@ static int all_tensors(dx_model *m, dx_comm *world, tensor_hdr **out, int *n)
         all = calloc((size_t)total + 1, sizeof *all);
         if (!all) rc = dx_fail("checkpoint: out of memory");
     }
-    if (world->gatherv(world, mine, (size_t)np * sizeof *mine, all, bytes, 0)) rc = -1;
+    if (world->gatherv(world, mine, (size_t)nmine * sizeof *mine, all, bytes, 0)) rc = -1;
     if (root && !rc) { /* dedupe, keeping the first occurrence's order */
         int k = 0;
         for (int i = 0; i < total; i++) {
@@ -305,6 +308,7 @@ static int check_file(hid_t f, const char *path, dx_model *m, dx_ckpt_state *st)
     st->seed = (uint64_t)seed;
     for (int i = 0; i < dx_model_num_params_table(m); i++) {
         const dx_param *p = dx_model_param(m, i);
+        if (dx_model_group(m, p->group)->frozen) continue; /* LoRA's base: from hf_model, not here */
         for (int s = 0; s < 3; s++) {
             char name[160];
             snprintf(name, sizeof name, "%s/%s", state_group[s], p->name);
@@ -369,7 +373,9 @@ int dx_checkpoint_load(const char *path, dx_model *m, dx_zero *z, dx_comm *world
     }
     const int np = dx_model_num_params_table(m);
     size_t cap = 0;
-    for (int i = 0; i < np; i++) cap = dx_model_param(m, i)->numel > cap ? dx_model_param(m, i)->numel : cap;
+    for (int i = 0; i < np; i++)
+        if (!dx_model_group(m, dx_model_param(m, i)->group)->frozen && dx_model_param(m, i)->numel > cap)
+            cap = dx_model_param(m, i)->numel;
     float *buf = rc ? NULL : malloc((cap ? cap : 1) * sizeof *buf);
     if (!rc && !buf) rc = dx_fail("checkpoint '%s': out of memory", path);
     /* every rank goes on to the collective master updates, or none */
@@ -380,6 +386,7 @@ int dx_checkpoint_load(const char *path, dx_model *m, dx_zero *z, dx_comm *world
     }
     for (int i = 0; i < np; i++) {
         const dx_param *p = dx_model_param(m, i);
+        if (dx_model_group(m, p->group)->frozen) continue; /* LoRA's base: from hf_model, not here */
         char name[160];
         /* master weights: this rank's TP slice, set on the DP group (collective) */
         snprintf(name, sizeof name, "params/%s", p->name);

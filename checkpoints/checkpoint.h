@@ -81,7 +81,8 @@ int dx_checkpoint_save_poll(dx_ckpt_async *a, dx_comm *world, int wait, double *
  * its parameters (master weights, set through dx_zero_set_master) and its owned pieces of the
  * moments; *st receives the position. Collective over the world. Errors (missing file, not a
  * dissect checkpoint, format_version 1 without optimizer states, a tensor missing or of another
- * shape, /params holding another number of parameters than total_params, the whole model's)
+ * shape, /params holding another number of parameters than total_params, the trained ones:
+ * the whole model's, or LoRA's adapters (a frozen base is not in checkpoints))
  * name the path and the tensor: -1 on every rank. */
 int dx_checkpoint_load(const char *path, dx_model *m, dx_zero *z, dx_comm *world, dx_comm *dp,
                        int64_t total_params, dx_ckpt_state *st);

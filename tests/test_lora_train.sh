@@ -13,7 +13,9 @@
 #      keys and adapter_model.safetensors with PEFT's tensor names, shapes [r, in] / [out, r],
 #      F32, the data in place; the DP 2 runs' adapters equal one process's within 1e-5 (per
 #      tensor, norm-wise, as compare_checkpoints.py), and
-#      training moved B away from PEFT's zeros.
+#      training moved B away from PEFT's zeros;
+#   6. checkpoints hold the adapters and their optimizer states only (no base tensor in the
+#      file), and a run resumed from step 5's ends with bitwise the uninterrupted run's adapters.
 set -euo pipefail
 : "${DISSECT:?path to the dissect binary}" "${SRCDIR:=.}" "${PYTHON3:=/usr/bin/python3}"
 tmp=$(mktemp -d)
@@ -35,6 +37,8 @@ for st in 0 1 2; do
   run "dp2_s$st" 2 "${lora[@]}" --micro-batch 3 --grad-accum 2 --zero-stage $st --lora-save "$tmp/dp2_s$st.peft"
 done
 run op 1 "${lora[@]}" --micro-batch 12 --train-iters 2 --trace-level op
+run ck 1 "${lora[@]}" --micro-batch 12 --save-dir "$tmp/run" --save-interval 5 --lora-save "$tmp/ck.peft"
+run res 1 "${lora[@]}" --micro-batch 12 --resume "$tmp/run/iter_0000005.h5" --lora-save "$tmp/res.peft"
 run rc_sel 1 "${lora[@]}" --micro-batch 12 --recompute-granularity selective
 run rc_full 1 "${lora[@]}" --micro-batch 12 --recompute-granularity full --recompute-method uniform
 fail=0
@@ -113,6 +117,16 @@ for st in range(3):
     # per tensor ||other - ref|| / ||ref||, as tests/compare_checkpoints.py
     err = max(float(np.linalg.norm(other[k][2] - ref[k][2]) / (np.linalg.norm(ref[k][2]) + 1e-30)) for k in ref)
     ok(set(other) == set(ref) and err < 1e-5, f"DP 2 ZeRO-{st} adapters = one process's: worst per-tensor relative difference {err:.2e} (bound 1e-5)")
+_, ck, _, _ = read_st(f"{tmp}/ck.peft/adapter_model.safetensors")
+_, res, _, _ = read_st(f"{tmp}/res.peft/adapter_model.safetensors")
+same = set(ck) == set(res) == set(ref) and all(np.array_equal(ck[k][2], res[k][2]) and np.array_equal(ck[k][2], ref[k][2]) for k in ck)
+ok(same, "resumed from step 5's checkpoint: adapters bitwise those of the uninterrupted run (and of the run without checkpoints)")
+with h5py.File(f"{tmp}/run/iter_0000005.h5") as f:
+    names = []
+    f.visititems(lambda k, v: names.append(k) if isinstance(v, h5py.Dataset) else None)
+base = [k for k in names if "lora_" not in k and ("weight" in k)]
+ada = [k for k in names if "lora_" in k]
+ok(not base and len(ada) == 3 * 2 * 7 * L, f"checkpoint: {len(ada)} adapter datasets (params, exp_avg, exp_avg_sq), no base tensor")
 sys.exit(1 if bad else 0)
 PY
 

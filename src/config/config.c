@@ -101,6 +101,19 @@ int64_t dx_model_num_params(const dx_model_config *m)
     return sat_add(sat_add(sat_mul(V, D), sat_mul(L, per_layer)), sat_add(D, sat_mul(V, D)));
 }
 
+int64_t dx_num_trainable_params(const dx_config *c)
+{
+    const dx_model_config *m = &c->model;
+    if (c->lora_r <= 0) return dx_model_num_params(m);
+    const int64_t D = m->hidden_size, HD = D, KD = (int64_t)m->num_key_value_heads * (D / m->num_attention_heads),
+                  I = m->intermediate_size;
+    const int64_t in[DX_LORA_NTARGETS] = {D, D, D, HD, D, D, I}, out[DX_LORA_NTARGETS] = {HD, KD, KD, D, I, I, D};
+    int64_t n = 0;
+    for (int t = 0; t < DX_LORA_NTARGETS; t++)
+        if (c->lora_targets & (1u << t)) n += c->lora_r * (in[t] + out[t]);
+    return n * m->num_hidden_layers;
+}
+
 int64_t dx_model_num_params_nonembed(const dx_model_config *m)
 {
     return dx_model_num_params(m) - sat_mul(m->vocab_size, m->hidden_size);
@@ -986,9 +999,6 @@ int dx_config_finalize(dx_config *c, int world)
             return dx_fail("%s: key 'lora.r' = %d: LoRA with tensor or pipeline parallelism is not "
                            "supported yet (tensor_model_parallel_size %d, pipeline_model_parallel_size %d)",
                            src, c->lora_r, c->tp, c->pp);
-        if (c->save_path[0] || c->save_dir[0] || c->resume[0])
-            return dx_fail("%s: key 'lora.r' = %d: checkpoints of LoRA runs are not supported yet (drop "
-                           "'save', 'save_dir' and 'resume')", src, c->lora_r);
     }
     if (c->offload_param && c->zero_stage != 3)
         return dx_fail("%s: key 'zero_optimization.offload_param.device' = \"cpu\": needs ZeRO stage 3 "

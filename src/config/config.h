@@ -143,7 +143,8 @@ typedef struct {
      * decoder's linear layers' names, or one comma-separated string: q_proj k_proj v_proj o_proj
      * gate_proj up_proj down_proj; default q_proj, v_proj as PEFT's for Llama). The base model
      * (its initial or hf_model weights) is frozen: no gradients or optimizer states. For now:
-     * ZeRO stage 0-2 without offload, TP = PP = 1, no checkpoints (save, save_dir, resume).
+     * ZeRO stage 0-2 without offload, TP = PP = 1. Checkpoints hold the adapters and their
+     * optimizer states only: a resumed run gets its base from hf_model (or the seed) again.
      * lora.save (dissect's): a directory for the trained adapters in PEFT's format. */
     int lora_r;
     double lora_alpha, lora_dropout;
@@ -212,6 +213,9 @@ char *dx_config_to_json(const dx_config *c);
 int64_t dx_model_num_params(const dx_model_config *m);
 /* Non-embedding parameters (everything but the token embedding table). */
 int64_t dx_model_num_params_nonembed(const dx_model_config *m);
+/* Parameters a run trains: the model's, or with LoRA (lora.r > 0) the adapters' alone,
+ * num_hidden_layers x sum over targets of r x (in + out). */
+int64_t dx_num_trainable_params(const dx_config *c);
 
 /* Reads DIR/config.json (a Hugging Face LlamaConfig) into *m (preset "" = custom shape):
  *   vocab_size, hidden_size, intermediate_size, num_hidden_layers, num_attention_heads:

@@ -288,7 +288,7 @@ int dx_run_train(const dx_config *c, dx_comm *world)
 
     /* the run directory: created and checked before anything is trained */
     if (!rc && rank == 0 && c->save_dir[0])
-        rc = prepare_dir(c->save_dir, "save_dir", dx_checkpoint_file_bytes((int64_t)dx_model_num_params(&c->model)));
+        rc = prepare_dir(c->save_dir, "save_dir", dx_checkpoint_file_bytes(dx_num_trainable_params(c)));
     if (dx_agree_and_report(world, rc)) goto out_err;
 
     if (!rc) w = dx_worker_create(c, world, &rc);
@@ -315,7 +315,7 @@ int dx_run_train(const dx_config *c, dx_comm *world)
             dx_ckpt_state st;
             const dx_grid *g = dx_worker_grid(w);
             rc = dx_checkpoint_load(path, dx_worker_model(w), dx_worker_zero(w), world, g->dp_host,
-                                    (int64_t)dx_model_num_params(&c->model), &st);
+                                    dx_num_trainable_params(c), &st);
             if (!rc && st.seed != c->seed)
                 rc = dx_fail("key 'resume': checkpoint '%s' was written with seed %llu, the config's 'seed' is %llu "
                              "(the data order would differ)", path, (unsigned long long)st.seed,

@@ -69,14 +69,28 @@ int dx_plan_rank_bytes(const dx_config *c, int rank, const char *device, dx_plan
     int64_t gn[3] = {has_emb ? Vl * D : 0, layer_n, has_head ? D + Vl * D : 0};
     int64_t gcount[3] = {has_emb, 0, has_head};
     for (int k = 0; k < v; k++) gcount[1] += num[k];
-    for (int t = 0; t < 3; t++) {
-        if (!gcount[t]) continue;
-        const int64_t n = gn[t], n_pad = (n + P - 1) / P * P, shard = n_pad / P, own = st == 0 ? n : shard;
+    /* LoRA: the base groups frozen (a replicated working copy only), one adapter group per layer
+     * (r x (in + out) per target) trained */
+    const int lora = c->lora_r > 0;
+    int64_t lora_n = 0, lora_t = 0;
+    if (lora) {
+        const int64_t lin[DX_LORA_NTARGETS] = {D, D, D, HDl, D, D, Il}, lout[DX_LORA_NTARGETS] = {HDl, KDh, KDh, D, Il, Il, D};
+        for (int t = 0; t < DX_LORA_NTARGETS; t++)
+            if (c->lora_targets & (1u << t)) lora_n += c->lora_r * (lin[t] + lout[t]), lora_t++;
+    }
+    for (int t = 0; t < 3 && lora; t++) { /* frozen: zalloc(n_pad) of X, nothing else */
+        const int64_t n_pad = (gn[t] + P - 1) / P * P;
+        params += gcount[t] * n_pad * xs;
+    }
+    for (int t = lora ? 3 : 0; t < 4; t++) {
+        const int64_t cnt = t == 3 ? (lora ? gcount[1] : 0) : gcount[t];
+        if (!cnt) continue;
+        const int64_t n = t == 3 ? lora_n : gn[t], n_pad = (n + P - 1) / P * P, shard = n_pad / P, own = st == 0 ? n : shard;
         const int64_t z1 = 1; /* zalloc(0) allocates 1 byte */
-        if (st == 3 && c->offload_param) hparams += gcount[t] * shard * xs; /* host shards */
-        else params += gcount[t] * (st == 3 ? (shard ? shard * xs : z1) : n_pad * xs);
-        grads += gcount[t] * ((st < 2 ? n_pad : shard) * as);
-        optim += gcount[t] * 3 * (own ? own * as : z1);
+        if (st == 3 && c->offload_param) hparams += cnt * shard * xs; /* host shards */
+        else params += cnt * (st == 3 ? (shard ? shard * xs : z1) : n_pad * xs);
+        grads += cnt * ((st < 2 ? n_pad : shard) * as);
+        optim += cnt * 3 * (own ? own * as : z1);
         if (n_pad > max_pad) max_pad = n_pad;
         if (shard > max_shard) max_shard = shard;
     }
@@ -106,6 +120,10 @@ int dx_plan_rank_bytes(const dx_config *c, int rank, const char *device, dx_plan
     acts += Nr * D * xs + N * D * xs + 2 * N * HDl * xs + 2 * N * KDl * xs + 3 * N * Il * xs; /* dres..da */
     if (sp) acts += N * D * xs + Nr * D * xs;                                    /* full, shard */
     if (tp > 1 && has_head) acts += N * 2 * as + tp * N * 2 * as;               /* stats, gstats */
+    if (lora) { /* x A^T kept per target, layer and slot; dt; the frozen norms' dw */
+        for (int k = 0; k < v; k++) acts += (int64_t)num[k] * slots * lora_t * N * c->lora_r * xs;
+        acts += N * c->lora_r * xs + D * as;
+    }
 
     out->bytes[DX_PLAN_PARAMS] = params;
     out->bytes[DX_PLAN_GRADS] = grads;
