@@ -988,6 +988,9 @@ int dx_config_finalize(dx_config *c, int world)
     if (c->lora_save[0] && c->lora_r == 0)
         return dx_fail("%s: key 'lora.save': needs lora.r > 0 (there are no adapters to save)", src);
     if (c->lora_r > 0) {
+        if (c->lora_r > c->model.hidden_size)
+            return dx_fail("%s: key 'lora.r' = %d: exceeds model.hidden_size (%d); a low-rank adapter's rank is "
+                           "far below the layer widths", src, c->lora_r, c->model.hidden_size);
         if (c->lora_dropout != 0)
             return dx_fail("%s: key 'lora.lora_dropout' = %g: dissect's LoRA has no dropout yet (use 0)", src,
                            c->lora_dropout);
