@@ -15,7 +15,10 @@
 #      tensor, norm-wise, as compare_checkpoints.py), and
 #      training moved B away from PEFT's zeros;
 #   6. checkpoints hold the adapters and their optimizer states only (no base tensor in the
-#      file), and a run resumed from step 5's ends with bitwise the uninterrupted run's adapters.
+#      file), and a run resumed from step 5's ends with bitwise the uninterrupted run's adapters;
+#   7. QLoRA (--quantize nf4) on a Hugging Face model trains bitwise as LoRA on the same model
+#      whose decoder matrices went through NF4 in tests/nf4_round_hf.py (numpy, written apart
+#      from the C codec): same losses, same adapters; its parameter bytes are the NF4 ones.
 set -euo pipefail
 : "${DISSECT:?path to the dissect binary}" "${SRCDIR:=.}" "${PYTHON3:=/usr/bin/python3}"
 tmp=$(mktemp -d)
@@ -39,11 +42,16 @@ done
 run op 1 "${lora[@]}" --micro-batch 12 --train-iters 2 --trace-level op
 run ck 1 "${lora[@]}" --micro-batch 12 --save-dir "$tmp/run" --save-interval 5 --lora-save "$tmp/ck.peft"
 run res 1 "${lora[@]}" --micro-batch 12 --resume "$tmp/run/iter_0000005.h5" --lora-save "$tmp/res.peft"
+"$PYTHON3" "$SRCDIR/tests/make_hf_dir.py" f32 "$tmp/hf" > /dev/null
+"$PYTHON3" "$SRCDIR/tests/nf4_round_hf.py" "$tmp/hf" "$tmp/hf_nf4"
+run qlora 1 "${lora[@]}" --micro-batch 12 --hf-model "$tmp/hf" --quantize nf4 --lora-save "$tmp/qlora.peft"
+run lora_nf4 1 "${lora[@]}" --micro-batch 12 --hf-model "$tmp/hf_nf4" --lora-save "$tmp/lora_nf4.peft"
 run rc_sel 1 "${lora[@]}" --micro-batch 12 --recompute-granularity selective
 run rc_full 1 "${lora[@]}" --micro-batch 12 --recompute-granularity full --recompute-method uniform
 fail=0
 ( cd "$tmp" && "$PYTHON3" "$SRCDIR/tests/compare_traces.py" --rtol 1e-5 ref.h5 dp2_s0.h5 dp2_s1.h5 dp2_s2.h5 ) || fail=1
 ( cd "$tmp" && "$PYTHON3" "$SRCDIR/tests/compare_traces.py" --rtol 0 ref.h5 rc_sel.h5 rc_full.h5 ) || fail=1
+( cd "$tmp" && "$PYTHON3" "$SRCDIR/tests/compare_traces.py" --rtol 0 lora_nf4.h5 qlora.h5 ) || fail=1
 
 "$PYTHON3" - "$tmp" <<'PY' || fail=1
 import sys, h5py, numpy as np
@@ -127,6 +135,20 @@ with h5py.File(f"{tmp}/run/iter_0000005.h5") as f:
 base = [k for k in names if "lora_" not in k and ("weight" in k)]
 ada = [k for k in names if "lora_" in k]
 ok(not base and len(ada) == 3 * 2 * 7 * L, f"checkpoint: {len(ada)} adapter datasets (params, exp_avg, exp_avg_sq), no base tensor")
+_, qa, _, _ = read_st(f"{tmp}/qlora.peft/adapter_model.safetensors")
+_, la, _, _ = read_st(f"{tmp}/lora_nf4.peft/adapter_model.safetensors")
+ok(set(qa) == set(la) and all(np.array_equal(qa[k][2], la[k][2]) for k in qa),
+   "QLoRA adapters bitwise those of LoRA on the NF4-rounded model")
+with h5py.File(f"{tmp}/qlora.h5") as f, h5py.File(f"{tmp}/lora_nf4.h5") as g:
+    pq, pl = int(f["steps"]["params_bytes"][-1][0]), int(g["steps"]["params_bytes"][-1][0])
+# make_hf_dir's model: hidden 48, 4 heads of 12, 2 KV heads, FFN 96, 2 layers, vocab 80
+Dh, Ih, KDh, Vh = 48, 96, 24, 80
+mats = [Dh * Dh, KDh * Dh, KDh * Dh, Dh * Dh, Ih * Dh, Ih * Dh, Dh * Ih]
+nf4 = sum(m // 2 + m // 64 + 4 * ((m // 64 + 255) // 256) for m in mats) + 4 * 2 * Dh
+layer = sum(mats) + 2 * Dh
+adap = 4 * sum(4 * (i + o) for i, o in [(Dh, Dh), (Dh, KDh), (Dh, KDh), (Dh, Dh), (Dh, Ih), (Dh, Ih), (Ih, Dh)])
+want_q = 2 * nf4 + 4 * layer + 4 * (Vh * Dh + Dh + Vh * Dh) + 2 * adap  # layers NF4 + one dequantized layer + embedding, head + adapters
+ok(pq == want_q and pq < pl, f"QLoRA parameter bytes {pq} = NF4 layers + one dequantized layer + embedding and head + adapters ({want_q}); LoRA {pl}")
 sys.exit(1 if bad else 0)
 PY
 

@@ -276,6 +276,14 @@ static int set_lora_targets(dx_config *c, const char *value, const char *source,
     return 0;
 }
 
+static int set_quantize(dx_config *c, const char *value, const char *source, const char *path)
+{
+    if (strcmp(value, "none") && strcmp(value, "nf4"))
+        return dx_fail("%s: key '%s': must be \"nf4\" or \"none\", got '%s'", source, path, value);
+    c->quantize_nf4 = !strcmp(value, "nf4");
+    return 0;
+}
+
 static const char *const recompute_names[3] = {"none", "selective", "full"};
 static const char *const recompute_method_names[2] = {"uniform", "block"};
 
@@ -443,6 +451,7 @@ static const key_spec top_keys[] = {
     {"device", K_ENUM, 0, 0, 0, 0, 0, NULL, set_device},
     {"sample", K_OBJECT, 0, 0, 0, 0, 0, sample_keys, NULL},
     {"lora", K_OBJECT, 0, 0, 0, 0, 0, lora_keys, NULL},
+    {"quantize", K_ENUM, 0, 0, 0, 0, 0, NULL, set_quantize},
     END,
 };
 
@@ -985,6 +994,8 @@ int dx_config_finalize(dx_config *c, int world)
                        "checkpoints)", src);
     if (!strcmp(c->resume, "auto") && !c->save_dir[0])
         return dx_fail("%s: key 'resume' = \"auto\": needs 'save_dir' (where to look for the newest checkpoint)", src);
+    if (c->quantize_nf4 && c->lora_r == 0)
+        return dx_fail("%s: key 'quantize' = \"nf4\": needs lora.r > 0 (QLoRA quantizes the frozen base of LoRA)", src);
     if (c->lora_save[0] && c->lora_r == 0)
         return dx_fail("%s: key 'lora.save': needs lora.r > 0 (there are no adapters to save)", src);
     if (c->lora_r > 0) {
@@ -1210,6 +1221,7 @@ char *dx_config_to_json(const dx_config *c)
             if ((c->lora_targets & (1u << t)) && tm && !cJSON_AddItemToArray(tm, cJSON_CreateString(dx_lora_target_names[t])))
                 ok = 0;
     }
+    if (c->quantize_nf4) CHK(cJSON_AddStringToObject(root, "quantize", "nf4"));
     cJSON *sample = cJSON_AddObjectToObject(root, "sample");
     CHK(sample);
     if (ok) {

@@ -151,6 +151,10 @@ typedef struct {
     unsigned lora_targets; /* bit mask over DX_LORA_* */
     char lora_save[1024];  /* "lora.save": PEFT adapter directory written at the end ("" = none;
                               checkpoints/peft.h) */
+    /* "quantize": "none" or "nf4" (QLoRA, Dettmers et al. 2023: with lora.r > 0, the frozen
+     * decoder layers' matrices stored as NF4 with double-quantized absmaxes, src/zero/zero.h's
+     * DX_ZERO_QUANTIZE_NF4; CPU backends only so far) */
+    int quantize_nf4;
 
     char source[1024]; /* file the config came from (for messages) */
 } dx_config;

@@ -1,6 +1,8 @@
 /* The memory plan; see plan.h. Each formula names the allocation it mirrors. */
 #include "plan.h"
 
+#include "nf4.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -80,6 +82,19 @@ int dx_plan_rank_bytes(const dx_config *c, int rank, const char *device, dx_plan
     }
     for (int t = 0; t < 3 && lora; t++) { /* frozen: zalloc(n_pad) of X, nothing else */
         const int64_t n_pad = (gn[t] + P - 1) / P * P;
+        if (t == 1 && c->quantize_nf4) { /* QLoRA (zero.c): NF4 matrices, raw norms, one dequantized copy */
+            const int64_t pn[9] = {D, HDl * D, KDh * D, KDh * D, D * HDl, D, Il * D, Il * D, D * Il};
+            const int64_t mat[9] = {0, 1, 1, 1, 1, 0, 1, 1, 1};
+            int64_t per = 0;
+            for (int k = 0; k < 9; k++) {
+                const int64_t nb = (pn[k] + DX_NF4_BLOCK - 1) / DX_NF4_BLOCK;
+                per += mat[k] && pn[k] % DX_NF4_BLOCK == 0
+                           ? (pn[k] + 1) / 2 + nb + (nb + DX_NF4_DQ_BLOCK - 1) / DX_NF4_DQ_BLOCK * 4
+                           : pn[k] * xs;
+            }
+            params += gcount[t] * per + (gcount[t] ? n_pad * xs : 0);
+            continue;
+        }
         params += gcount[t] * n_pad * xs;
     }
     for (int t = lora ? 3 : 0; t < 4; t++) {

@@ -264,7 +264,8 @@ dx_worker *dx_worker_create(const dx_config *c, dx_comm *world, int *rc)
     int offload = (c->offload_optimizer ? DX_ZERO_OFFLOAD_OPTIMIZER : 0) |
                   (c->offload_optimizer && c->offload_pin_memory ? DX_ZERO_OFFLOAD_PIN : 0) |
                   (c->offload_param ? DX_ZERO_OFFLOAD_PARAM : 0) |
-                  (c->offload_param && c->offload_param_pin_memory ? DX_ZERO_OFFLOAD_PARAM_PIN : 0);
+                  (c->offload_param && c->offload_param_pin_memory ? DX_ZERO_OFFLOAD_PARAM_PIN : 0) |
+                  (c->quantize_nf4 ? DX_ZERO_QUANTIZE_NF4 : 0);
     w->zero = dx_zero_create(w->model, w->be, w->grid.dp_dev, w->dp, c->zero_stage, offload, c->seed, rc);
     if (*rc) goto fail;
     dx_zero_grid zg = {.tp_dev = w->grid.tp > 1 ? w->grid.tp_dev : NULL, .tp_rank = w->grid.tp_rank,

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "common/common.h"
+#include "nf4.h"
 #include "trace/tracer.h"
 
 #define OFF_SLOTS DX_ZERO_OFFLOAD_SLOTS
@@ -16,6 +17,15 @@ typedef struct {
     size_t lo, hi; /* group coordinates */
     int last;      /* the last chunk of its group */
 } ochunk;
+
+/* QLoRA: one parameter of a quantized frozen group, NF4 (matrices of a multiple of 64 elements)
+ * or as it is (act dtype) */
+typedef struct {
+    size_t off, numel; /* group coordinates */
+    int quant;
+    dx_nf4_tensor t;   /* quant: its arrays in backend memory (host on the CPU backends) */
+    void *raw;         /* !quant: X [numel] */
+} qparam;
 
 typedef struct {
     size_t n, n_pad, shard; /* elements, padded elements, elements per rank */
@@ -31,9 +41,15 @@ typedef struct {
                              * the group's next forward (or backward, or any write of work) */
     int frozen;             /* dx_group.frozen: work only, replicated (no gradient, no optimizer
                              * state, owned range empty); stages 0-2 */
+    int nq;                 /* QLoRA: the group's parameters in NF4 / raw form (no work buffer) */
+    qparam *qp;
 } zgroup;
 
 struct dx_zero {
+    void *qwork;  /* QLoRA: X [largest quantized group]: the dequantized group in use */
+    size_t qmax_group, qmax_param;
+    float *qhost; /* host fp32 [largest quantized parameter] for (de)quantization */
+    int quantize; /* DX_ZERO_QUANTIZE_NF4 given */
     dx_model *model;
     dx_backend *be;
     dx_comm *dp, *dp_host;
@@ -216,13 +232,58 @@ static int gather_invalidate(dx_zero *z)
 
 static int early_ready(dx_zero *z, int gi);
 
+/* QLoRA: stores parameter q of a quantized group from host fp32 values v[numel] (NF4, or the
+ * act dtype as it is) */
+static int qparam_store(dx_zero *z, qparam *q, const float *v)
+{
+    dx_backend *be = z->be;
+    if (!q->quant) return be->upload_f32(be, q->raw, be->act, v, q->numel);
+    dx_nf4_tensor t;
+    if (dx_nf4_quantize(v, q->numel, &t)) return -1;
+    int rc = be->upload(be, q->t.idx, t.idx, (q->numel + 1) / 2) ||
+             be->upload(be, q->t.absmax8, t.absmax8, dx_nf4_blocks(q->numel)) ||
+             be->upload(be, q->t.scale, t.scale, dx_nf4_groups(q->numel) * sizeof(float));
+    q->t.offset = t.offset;
+    dx_nf4_free(&t);
+    return rc ? -1 : 0;
+}
+
+/* its dequantized values into dst (X [numel], backend memory) */
+static int qparam_load(dx_zero *z, const qparam *q, void *dst)
+{
+    dx_backend *be = z->be;
+    if (!q->quant) {
+        be->copy(be, dst, q->raw, q->numel * z->xs);
+        return 0;
+    }
+    dx_nf4_dequantize(&q->t, 0, q->numel, z->qhost); /* CPU backends: the arrays are host memory */
+    return be->upload_f32(be, dst, be->act, z->qhost, q->numel);
+}
+
+/* the whole quantized group gi into z->qwork, which becomes the model group's working copy */
+static int qgroup_dequantize(dx_zero *z, int gi)
+{
+    zgroup *g = &z->g[gi];
+    int rc = 0;
+    int64_t nb = 0;
+    for (int k = 0; k < g->nq; k++) nb += (int64_t)g->qp[k].numel * (int64_t)z->xs;
+    DX_TRACE_OP(z->tr, group_module(z, gi), group_layer(z, gi), DX_OP_DEQUANTIZE, 4 * (int64_t)g->n, nb,
+                for (int k = 0; k < g->nq && !rc; k++) rc = qparam_load(z, &g->qp[k], at(z->qwork, g->qp[k].off, z->xs)));
+    if (rc) return dx_fail_prefix("zero: dequantizing group %d", gi), -1;
+    dx_model_group(z->model, gi)->work = z->qwork;
+    return 0;
+}
+
 static int hook(void *ctx, int gi, dx_hook_kind kind)
 {
     dx_zero *z = ctx;
     zgroup *g = &z->g[gi];
     dx_group *mg = dx_model_group(z->model, gi);
     dx_backend *be = z->be;
-    if (g->frozen) return 0; /* replicated and never updated: nothing to gather or reduce */
+    if (g->frozen) { /* replicated and never updated: nothing to gather or reduce */
+        if (g->nq && (kind == DX_HOOK_PRE_FORWARD || kind == DX_HOOK_PRE_BACKWARD)) return qgroup_dequantize(z, gi);
+        return 0;
+    }
     switch (kind) {
     case DX_HOOK_PRE_FORWARD:
     case DX_HOOK_PRE_BACKWARD:
@@ -396,6 +457,13 @@ dx_zero *dx_zero_create(dx_model *m, dx_backend *be, dx_comm *dp, dx_comm *dp_ho
         z->offload_param = 1;
         z->pin_param = (offload_flags & DX_ZERO_OFFLOAD_PARAM_PIN) != 0;
     }
+    z->quantize = (offload_flags & DX_ZERO_QUANTIZE_NF4) != 0;
+    if (z->quantize && be->copy_stream && be->copy_stream(be, 0)) {
+        free(z);
+        dx_fail("quantize \"nf4\": the %s backend has no NF4 dequantization kernel yet (CPU only so far)", be->name);
+        *rc = dx_comm_agree(dp_host, -1);
+        return NULL;
+    }
     z->nthreads = be->nthreads > 0 ? be->nthreads : 1;
     for (int s = 0; s < OFF_SLOTS; s++) z->st_d2h[s] = z->st_h2d[s] = -1;
     z->g = calloc((size_t)z->ngroups, sizeof *z->g);
@@ -437,6 +505,30 @@ dx_zero *dx_zero_create(dx_model *m, dx_backend *be, dx_comm *dp, dx_comm *dp_ho
             }
             g->frozen = 1;
             g->lo = g->hi = 0;
+            if (z->quantize && dx_model_group(m, i)->module == DX_MOD_LAYER) { /* QLoRA: NF4 matrices */
+                for (int pi = 0; pi < dx_model_num_params_table(m); pi++) g->nq += dx_model_param(m, pi)->group == i;
+                g->qp = calloc((size_t)g->nq, sizeof *g->qp);
+                if (!g->qp) { fail = 1; dx_fail("zero: out of memory"); break; }
+                int k = 0;
+                for (int pi = 0; pi < dx_model_num_params_table(m); pi++) {
+                    const dx_param *p = dx_model_param(m, pi);
+                    if (p->group != i) continue;
+                    qparam *q = &g->qp[k++];
+                    q->off = p->offset;
+                    q->numel = q->t.n = p->numel;
+                    q->quant = p->cols && p->numel % DX_NF4_BLOCK == 0;
+                    if (q->quant) {
+                        q->t.idx = zalloc(z, (p->numel + 1) / 2, DX_MEM_PARAMS, &fail);
+                        q->t.absmax8 = zalloc(z, dx_nf4_blocks(p->numel), DX_MEM_PARAMS, &fail);
+                        q->t.scale = zalloc(z, dx_nf4_groups(p->numel) * sizeof(float), DX_MEM_PARAMS, &fail);
+                    } else {
+                        q->raw = zalloc(z, p->numel * xs, DX_MEM_PARAMS, &fail);
+                    }
+                    if (p->numel > z->qmax_param) z->qmax_param = p->numel;
+                }
+                if (g->n_pad > z->qmax_group) z->qmax_group = g->n_pad;
+                continue;
+            }
             g->work = zalloc(z, g->n_pad * xs, DX_MEM_PARAMS, &fail);
             continue;
         }
@@ -460,6 +552,11 @@ dx_zero *dx_zero_create(dx_model *m, dx_backend *be, dx_comm *dp, dx_comm *dp_ho
         g->v = state_alloc(z, own * as, &fail);
         if (g->n_pad > max_pad) max_pad = g->n_pad;
         if (g->shard > max_shard) max_shard = g->shard;
+    }
+    if (z->qmax_group && !fail) {
+        z->qwork = zalloc(z, z->qmax_group * xs, DX_MEM_PARAMS, &fail);
+        z->qhost = malloc(z->qmax_param * sizeof(float));
+        if (!z->qhost) fail = 1;
     }
     for (int s = 0; s < 2; s++) {
         if (stage >= 2) z->bucket[s] = zalloc(z, max_pad * as, DX_MEM_GRADS, &fail);
@@ -537,8 +634,14 @@ dx_zero *dx_zero_create(dx_model *m, dx_backend *be, dx_comm *dp, dx_comm *dp_ho
         zgroup *g = &z->g[i];
         if (g->frozen) { /* work = the init values, on every rank */
             dx_model_init_values(m, i, 0, g->n, seed, host);
-            if (be->upload_f32(be, g->work, be->act, host, g->n)) { fail = 1; break; }
-            dx_model_group(m, i)->work = g->work;
+            if (g->nq) {
+                for (int k = 0; k < g->nq && !fail; k++) fail = qparam_store(z, &g->qp[k], host + g->qp[k].off) != 0;
+                if (fail) break;
+            } else if (be->upload_f32(be, g->work, be->act, host, g->n)) {
+                fail = 1;
+                break;
+            }
+            dx_model_group(m, i)->work = g->work; /* NULL when quantized: set by the hooks */
             dx_model_group(m, i)->grad = NULL;
             continue;
         }
@@ -591,6 +694,13 @@ void dx_zero_destroy(dx_zero *z)
         else be->free(be, g->work);
         if (z->offload_param) host_free(z, g->work_shard);
         else be->free(be, g->work_shard);
+        for (int k = 0; k < g->nq; k++) {
+            be->free(be, g->qp[k].t.idx);
+            be->free(be, g->qp[k].t.absmax8);
+            be->free(be, g->qp[k].t.scale);
+            be->free(be, g->qp[k].raw);
+        }
+        free(g->qp);
         be->free(be, g->grad);
         state_free(z, g->master);
         state_free(z, g->m);
@@ -601,6 +711,8 @@ void dx_zero_destroy(dx_zero *z)
         zfree_gathered(z, z->gather[s]);
     }
     be->free(be, z->scalar);
+    be->free(be, z->qwork);
+    free(z->qhost);
     for (int s = 0; s < OFF_SLOTS; s++) { /* no copy may still use a staging slot */
         if (z->st_d2h[s] >= 0) be->copy_wait(be, z->st_d2h[s]);
         if (z->st_h2d[s] >= 0) be->copy_wait(be, z->st_h2d[s]);
@@ -906,6 +1018,14 @@ int dx_zero_get_master(dx_zero *z, int gi, size_t start, size_t count, float *ou
     zgroup *g = &z->g[gi];
     dx_backend *be = z->be;
     if (start + count > g->n) return dx_fail("zero: master range [%zu, %zu) outside group %d of %zu elements", start, start + count, gi, g->n);
+    if (g->nq) { /* QLoRA: the dequantized values, a whole parameter */
+        for (int k = 0; k < g->nq; k++)
+            if (g->qp[k].off == start && g->qp[k].numel == count) {
+                if (qparam_load(z, &g->qp[k], z->qwork)) return -1;
+                return be->download_f32(be, out, z->qwork, be->act, count);
+            }
+        return dx_fail("zero: quantized group %d is read a whole parameter at a time, not [%zu, %zu)", gi, start, start + count);
+    }
     if (g->frozen) return be->download_f32(be, out, at(g->work, start, z->xs), be->act, count);
     if (z->stage == 0) return be->download_f32(be, out, at(g->master, start, z->as), be->acc, count);
     void *full = be->alloc(be, g->n_pad * z->as, DX_MEM_OTHER);
@@ -930,6 +1050,11 @@ int dx_zero_set_master(dx_zero *z, int gi, size_t start, size_t count, const flo
     if (start + count > g->n)
         return dx_fail("zero: master range [%zu, %zu) outside group %d of %zu elements", start,
                        start + count, gi, g->n);
+    if (g->nq) { /* QLoRA: quantized as it is set, a whole parameter */
+        for (int k = 0; k < g->nq; k++)
+            if (g->qp[k].off == start && g->qp[k].numel == count) return qparam_store(z, &g->qp[k], src);
+        return dx_fail("zero: quantized group %d is set a whole parameter at a time, not [%zu, %zu)", gi, start, start + count);
+    }
     if (g->frozen) return be->upload_f32(be, at(g->work, start, z->xs), be->act, src, count);
     size_t lo = start > g->lo ? start : g->lo, hi = start + count < g->hi ? start + count : g->hi;
     if (z->dp->wait(z->dp, &g->work_req)) return -1; /* the step's all-gather still writing work */

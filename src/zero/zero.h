@@ -33,6 +33,14 @@ typedef struct dx_zero dx_zero;
 #define DX_ZERO_OFFLOAD_PIN 2       /* offload_optimizer.pin_memory: page-locked host states */
 #define DX_ZERO_OFFLOAD_PARAM 4     /* offload_param.device "cpu" (stage 3, with OFFLOAD_OPTIMIZER) */
 #define DX_ZERO_OFFLOAD_PARAM_PIN 8 /* offload_param.pin_memory: page-locked parameter shards */
+/* QLoRA (Dettmers et al. 2023): the frozen decoder-layer groups (dx_group.frozen, module
+ * DX_MOD_LAYER) keep their matrices as NF4 with double-quantized absmaxes (kernels/nf4.h; each
+ * matrix of a multiple of 64 elements, quantized on its own; the norm weights as they are), and
+ * a group's working copy is dequantized into one shared buffer just before its forward and its
+ * backward (traced as op "dequantize"). The embedding and LM head stay unquantized, as in
+ * QLoRA. dx_zero_set_master / get_master on such a group take whole parameters. CPU backends
+ * only so far (the dequantization reads the NF4 arrays on the host). */
+#define DX_ZERO_QUANTIZE_NF4 16
 
 /* Allocates the state for `stage` (0..3) over the DP group and initialises the parameters with
  * dx_model_init_values(seed) (identical whatever the DP size or stage). `dp` carries collectives

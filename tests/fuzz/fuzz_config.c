@@ -61,7 +61,7 @@ static int same_config(const dx_config *a, const dx_config *b, int tbs)
            same_str(a->trace_path, b->trace_path) && a->trace_level == b->trace_level &&
            same_str(a->device, b->device) && a->lora_r == b->lora_r && a->lora_alpha == b->lora_alpha &&
            a->lora_dropout == b->lora_dropout && a->lora_targets == b->lora_targets &&
-           same_str(a->lora_save, b->lora_save);
+           same_str(a->lora_save, b->lora_save) && a->quantize_nf4 == b->quantize_nf4;
 }
 
 /* dx_config_to_json, parsed back over a different starting config, gives the same config. */
