@@ -6,28 +6,15 @@
  *     respect to x, A and B (the base W is frozen: no gradient is formed for it);
  *   - the f32 backend against the f64 one. */
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "check.h"
 #include "common/common.h"
 #include "kernels.h"
 #include "model/lora.h"
 
-static int n_pass, n_fail;
-static void check(int ok, const char *fmt, ...) DX_PRINTF(2, 3);
-static void check(int ok, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    printf("%s ", ok ? "PASS" : "FAIL");
-    vprintf(fmt, ap);
-    printf("\n");
-    va_end(ap);
-    if (ok) n_pass++;
-    else n_fail++;
-}
 
 static double *drand(size_t n, uint64_t seed, double scale)
 {

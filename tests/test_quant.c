@@ -7,28 +7,13 @@
  *     nibble order, absmaxes within FP8's rounding after double quantization, an exact round
  *     trip of inputs on the code grid, the 4.127 bits per parameter, bad input refused. */
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "check.h"
 #include "common/common.h"
 #include "nf4.h"
-
-static int n_pass, n_fail;
-
-static void check(int ok, const char *fmt, ...) DX_PRINTF(2, 3);
-static void check(int ok, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    printf("%s ", ok ? "PASS" : "FAIL");
-    vprintf(fmt, ap);
-    printf("\n");
-    va_end(ap);
-    if (ok) n_pass++;
-    else n_fail++;
-}
 
 /* inverse of the standard normal CDF, by bisection on 0.5 erfc(-x / sqrt 2) */
 static double norm_ppf(double p)

@@ -46,7 +46,6 @@ struct dx_model {
     int Hl, KVl;      /* query heads and KV heads computed here */
     int kv_repl;      /* k/v_proj replicated over TP; kv_head: the one KV head used here */
     int kv_head;
-    int kv_fused;     /* the held k_proj and v_proj rows are adjacent (one GEMM for both) */
     int Il, Vl, v0;   /* FFN rows, vocab rows, first vocab id */
     size_t xs, as;    /* element sizes of act and acc */
 
@@ -68,7 +67,7 @@ struct dx_model {
 
     /* LoRA (dx_model_part): rank, scale, targets; element offsets of each target's A and B in
      * an adapter group (the same in every one); the base's input/output widths per target */
-    int lora_r, frozen_base;
+    int lora_r;
     float lora_scale;
     unsigned lora_targets;
     size_t o_lA[DX_LORA_NTARGETS], o_lB[DX_LORA_NTARGETS];
@@ -234,7 +233,6 @@ dx_model *dx_model_create_part(const dx_model_config *cfg, dx_backend *be, int m
     m->kv_repl = m->Hkv % m->tp != 0;
     m->KVl = m->kv_repl ? 1 : m->Hkv / m->tp;
     m->kv_head = m->kv_repl ? (m->tpr * m->Hl) / (m->H / m->Hkv) : 0;
-    m->kv_fused = !m->kv_repl;
     m->Il = m->I / m->tp;
     m->Vl = m->V / m->tp;
     m->v0 = m->tpr * m->Vl;
@@ -253,7 +251,6 @@ dx_model *dx_model_create_part(const dx_model_config *cfg, dx_backend *be, int m
     m->lora_r = part->lora_r;
     m->lora_scale = part->lora_scale;
     m->lora_targets = part->lora_r > 0 ? part->lora_targets : 0;
-    m->frozen_base = m->lora_r > 0;
     m->ngroups = held_layers + has_emb + has_head + (m->lora_r > 0 ? held_layers : 0);
     int cap = 9 * held_layers + 4 + 2 * DX_LORA_NTARGETS * held_layers;
     m->groups = calloc((size_t)m->ngroups, sizeof *m->groups);
@@ -298,7 +295,7 @@ dx_model *dx_model_create_part(const dx_model_config *cfg, dx_backend *be, int m
             P("mlp.down_proj.weight", D, Il, 0, o_down, D, I, 0, tr * Il)
 #undef P
             /* the fused GEMMs read k_proj|v_proj and gate_proj|up_proj as one matrix each */
-            if ((m->kv_fused && m->o_v != m->o_k + (size_t)KDh * D) || m->o_up != m->o_gate + (size_t)Il * D) {
+            if ((!m->kv_repl && m->o_v != m->o_k + (size_t)KDh * D) || m->o_up != m->o_gate + (size_t)Il * D) {
                 dx_fail("model: internal error: k/v_proj or gate/up_proj not adjacent in the layer group");
                 goto fail;
             }
@@ -320,7 +317,7 @@ dx_model *dx_model_create_part(const dx_model_config *cfg, dx_backend *be, int m
         m->groups[g].layer = -1;
     }
     const int nbase = g + has_head; /* groups so far: the base model's */
-    for (int i = 0; i < nbase; i++) m->groups[i].frozen = m->frozen_base;
+    for (int i = 0; i < nbase; i++) m->groups[i].frozen = m->lora_r > 0;
     g = nbase;
     for (int c = 0; c < m->nchunks; c++) m->ch[c].ga0 = -1;
     if (m->lora_r > 0) { /* one adapter group per held layer, after the base groups */
@@ -800,7 +797,7 @@ static int layer_fwd(dx_model *m, chunk *C, slot_acts *S, int li, void *out, int
         if (norm_fwd(m, DX_MOD_ATTENTION, l, a->xn1, a->rstd1, S->x[li], at(W, m->o_ln1, xs), N)) return -1;
         if (all) {
             linear_fwd(m, DX_MOD_ATTENTION, l, a->q, a->xn1, at(W, m->o_q, xs), N, D, HDl, 0.0f);
-            if (m->kv_fused) { /* k_proj and v_proj rows are adjacent: one GEMM, N = 2 KDl */
+            if (!m->kv_repl) { /* k_proj and v_proj rows are adjacent: one GEMM, N = 2 KDl */
                 linear_fwd(m, DX_MOD_ATTENTION, l, a->k, a->xn1, Wk, N, D, 2 * KDl, 0.0f);
             } else {
                 linear_fwd_ld(m, DX_MOD_ATTENTION, l, a->k, 2 * KDl, a->xn1, Wk, N, D, KDl, 0.0f);
@@ -1016,7 +1013,7 @@ int dx_model_backward_chunk(dx_model *m, int c, int s)
                be->rope_bwd(be, m->dq, HDl, B, T, Hl, Dh, theta); be->rope_bwd(be, m->dk, 2 * KDl, B, T, KVl, Dh, theta));
             linear_bwd(m, DX_MOD_ATTENTION, l, m->dxn, gat(G, m->o_q, as), m->dq, a->xn1,
                        at(W, m->o_q, xs), N, D, HDl, 0.0f);
-            if (m->kv_fused) {
+            if (!m->kv_repl) { /* k | v adjacent */
                 linear_bwd(m, DX_MOD_ATTENTION, l, m->dxn, gat(G, m->o_k, as), m->dk, a->xn1,
                            at(W, m->o_k, xs), N, D, 2 * KDl, 1.0f); /* k | v */
             } else {

@@ -74,12 +74,10 @@ int dx_plan_rank_bytes(const dx_config *c, int rank, const char *device, dx_plan
     /* LoRA: the base groups frozen (a replicated working copy only), one adapter group per layer
      * (r x (in + out) per target) trained */
     const int lora = c->lora_r > 0;
-    int64_t lora_n = 0, lora_t = 0;
-    if (lora) {
-        const int64_t lin[DX_LORA_NTARGETS] = {D, D, D, HDl, D, D, Il}, lout[DX_LORA_NTARGETS] = {HDl, KDh, KDh, D, Il, Il, D};
-        for (int t = 0; t < DX_LORA_NTARGETS; t++)
-            if (c->lora_targets & (1u << t)) lora_n += c->lora_r * (lin[t] + lout[t]), lora_t++;
-    }
+    /* adapters per layer (LoRA runs with TP 1: the full widths), and targets */
+    const int64_t lora_n = lora ? dx_num_trainable_params(c) / mc->num_hidden_layers : 0;
+    int64_t lora_t = 0;
+    for (int t = 0; t < DX_LORA_NTARGETS && lora; t++) lora_t += (c->lora_targets >> t) & 1u;
     for (int t = 0; t < 3 && lora; t++) { /* frozen: zalloc(n_pad) of X, nothing else */
         const int64_t n_pad = (gn[t] + P - 1) / P * P;
         if (t == 1 && c->quantize_nf4) { /* QLoRA (zero.c): NF4 matrices, raw norms, one dequantized copy */

@@ -269,7 +269,7 @@ static int qgroup_dequantize(dx_zero *z, int gi)
     for (int k = 0; k < g->nq; k++) nb += (int64_t)g->qp[k].numel * (int64_t)z->xs;
     DX_TRACE_OP(z->tr, group_module(z, gi), group_layer(z, gi), DX_OP_DEQUANTIZE, 4 * (int64_t)g->n, nb,
                 for (int k = 0; k < g->nq && !rc; k++) rc = qparam_load(z, &g->qp[k], at(z->qwork, g->qp[k].off, z->xs)));
-    if (rc) return dx_fail_prefix("zero: dequantizing group %d", gi), -1;
+    if (rc) return dx_fail_prefix("zero: dequantizing group %d", gi);
     dx_model_group(z->model, gi)->work = z->qwork;
     return 0;
 }
