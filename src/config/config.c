@@ -328,7 +328,7 @@ static const key_spec model_keys[] = {
     POS_INT("max_position_embeddings", K_INT, MOFF(max_position_embeddings)),
     POS_DBL("rms_norm_eps", MOFF(rms_norm_eps)),
     POS_DBL("rope_theta", MOFF(rope_theta)),
-    POS_DBL("initializer_range", MOFF(initializer_range)),
+    NONNEG_DBL("initializer_range", MOFF(initializer_range)), /* >= 0, as config.json */
     END,
 };
 
@@ -1207,7 +1207,7 @@ char *dx_config_to_json(const dx_config *c)
                                     trace_level_names[lv >= 0 && lv < 3 ? lv : 0]));
     }
     CHK(cJSON_AddStringToObject(root, "device", c->device));
-    if (c->lora_r > 0 || c->lora_alpha != 8 || c->lora_dropout != 0 ||
+    if (c->lora_r > 0 || c->lora_alpha != 8 || c->lora_dropout != 0 || c->lora_save[0] ||
         c->lora_targets != ((1u << DX_LORA_Q) | (1u << DX_LORA_V))) {
         cJSON *lora = cJSON_AddObjectToObject(root, "lora");
         CHK(lora);
