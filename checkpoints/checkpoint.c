@@ -329,30 +329,6 @@ static int check_file(hid_t f, const char *path, dx_model *m, dx_ckpt_state *st)
     return 0;
 }
 
-/* Elements of all datasets directly in group g into *total. */
-static int count_elems(hid_t g, int64_t *total)
-{
-    H5G_info_t gi;
-    if (H5Gget_info(g, &gi) < 0) return -1;
-    for (hsize_t i = 0; i < gi.nlinks; i++) {
-        /* by index, not by name: a name longer than any buffer here still opens its own object */
-        hid_t d = H5Oopen_by_idx(g, ".", H5_INDEX_NAME, H5_ITER_INC, i, H5P_DEFAULT);
-        if (d < 0) return -1;
-        hid_t sp = H5Iget_type(d) == H5I_DATASET ? H5Dget_space(d) : -1;
-        /* the product of the dims, checked: HDF5's own count wraps (2^62 x 2^62 elements: 0) */
-        hsize_t dims[H5S_MAX_RANK];
-        int nd = sp < 0 ? -1 : H5Sget_simple_extent_dims(sp, dims, NULL);
-        int64_t n = nd < 0 ? -1 : 1;
-        for (int k = 0; k < nd && n > 0; k++)
-            n = dims[k] > (hsize_t)(INT64_MAX / n) ? -1 : n * (int64_t)dims[k];
-        if (sp >= 0) H5Sclose(sp);
-        H5Oclose(d);
-        if (n < 0 || n > INT64_MAX - *total) return -1; /* no count or sum past int64 */
-        *total += n;
-    }
-    return 0;
-}
-
 int dx_checkpoint_load(const char *path, dx_model *m, dx_zero *z, dx_comm *world, dx_comm *dp,
                        int64_t total_params, dx_ckpt_state *st)
 {
@@ -363,7 +339,7 @@ int dx_checkpoint_load(const char *path, dx_model *m, dx_zero *z, dx_comm *world
     int64_t held = 0;
     if (!rc) {
         hid_t g = H5Gopen2(f, "params", H5P_DEFAULT);
-        if (g < 0 || count_elems(g, &held))
+        if (g < 0 || dx_h5_count_elems(g, &held))
             rc = dx_fail("checkpoint '%s': cannot list /params", path);
         if (g >= 0) H5Gclose(g);
         if (!rc && held != total_params)

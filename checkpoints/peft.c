@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 
 #include "common/common.h"
+#include "safetensors.h"
 
 #define PEFT_PREFIX "base_model.model."
 
@@ -28,6 +29,19 @@ static int write_file(const char *path, const void *a, size_t na, const void *b,
         return dx_fail("%s: cannot write: %s", path, strerror(errno));
     }
     if (rename(tmp, path)) return dx_fail("%s: cannot rename %s: %s", path, tmp, strerror(errno));
+    return 0;
+}
+
+/* dx_st_write's source: the gathered adapters, tensor k at data[off[k], off[k + 1]) */
+typedef struct {
+    const float *data;
+    size_t *off;
+} adapters;
+
+static int copy_adapter(void *ctx, int k, float *out)
+{
+    const adapters *a = ctx;
+    memcpy(out, a->data + a->off[k], (a->off[k + 1] - a->off[k]) * sizeof(float));
     return 0;
 }
 
@@ -84,47 +98,24 @@ int dx_peft_save(const char *dir, dx_model *m, dx_zero *z, const dx_config *c, d
     snprintf(spath, sizeof spath, "%s/adapter_model.safetensors", dir);
     if (!rc && writer) {
         if (mkdir(dir, 0777) && errno != EEXIST) rc = dx_fail("%s: cannot create: %s", dir, strerror(errno));
-        cJSON *h = rc ? NULL : cJSON_CreateObject();
-        if (!rc && !h) rc = dx_fail("PEFT adapters: out of memory");
-        size_t begin = 0;
-        for (int i = 0; !rc && i < np; i++) {
+        int n = 0;
+        for (int i = 0; i < np; i++) n += dx_model_param(m, i)->init != 0;
+        dx_st_spec *t = rc ? NULL : calloc((size_t)n, sizeof *t);
+        char(*names)[160] = rc ? NULL : calloc((size_t)n, sizeof *names);
+        adapters a = {data, calloc((size_t)n + 1, sizeof(size_t))};
+        if (!rc && (!t || !names || !a.off)) rc = dx_fail("PEFT adapters: out of memory");
+        for (int i = 0, k = 0; !rc && i < np; i++) {
             const dx_param *p = dx_model_param(m, i);
             if (!p->init) continue;
-            char name[160];
-            snprintf(name, sizeof name, PEFT_PREFIX "%s", p->name);
-            cJSON *t = cJSON_CreateObject();
-            const double shape[2] = {p->rows, p->cols};
-            const double offs[2] = {(double)begin, (double)(begin + p->numel * sizeof(float))};
-            if (!t || !cJSON_AddStringToObject(t, "dtype", "F32") ||
-                !cJSON_AddItemToObject(t, "shape", cJSON_CreateDoubleArray(shape, 2)) ||
-                !cJSON_AddItemToObject(t, "data_offsets", cJSON_CreateDoubleArray(offs, 2)) ||
-                !cJSON_AddItemToObject(h, name, t)) {
-                cJSON_Delete(t);
-                rc = dx_fail("PEFT adapters: out of memory");
-            }
-            begin += p->numel * sizeof(float);
+            snprintf(names[k], sizeof names[k], PEFT_PREFIX "%s", p->name);
+            t[k] = (dx_st_spec){names[k], 2, {p->rows, p->cols}};
+            a.off[k + 1] = a.off[k] + p->numel;
+            k++;
         }
-        cJSON *meta = rc ? NULL : cJSON_AddObjectToObject(h, "__metadata__");
-        if (!rc && (!meta || !cJSON_AddStringToObject(meta, "format", "pt"))) rc = dx_fail("PEFT adapters: out of memory");
-        char *hs = rc ? NULL : cJSON_PrintUnformatted(h);
-        cJSON_Delete(h);
-        if (!rc && !hs) rc = dx_fail("PEFT adapters: out of memory");
-        if (!rc) {
-            size_t hn = strlen(hs), padded = (hn + 7) / 8 * 8;
-            char *hb = malloc(8 + padded);
-            if (!hb) {
-                rc = dx_fail("PEFT adapters: out of memory");
-            } else {
-                uint64_t n = padded;
-                for (int b = 0; b < 8; b++) hb[b] = (char)((n >> (8 * b)) & 0xFF); /* little endian */
-                memcpy(hb + 8, hs, hn);
-                memset(hb + 8 + hn, ' ', padded - hn);
-                /* the tensors' bytes: fp32 little endian (the host's order on x86-64 and arm64) */
-                rc = write_file(spath, hb, 8 + padded, data, total * sizeof(float), NULL, 0);
-                free(hb);
-            }
-        }
-        free(hs);
+        if (!rc) rc = dx_st_write(spath, t, n, 0, copy_adapter, &a);
+        free(t);
+        free(names);
+        free(a.off);
         char *cj = rc ? NULL : config_json(c);
         if (!rc && !cj) rc = -1;
         if (!rc) rc = write_file(cpath, cj, strlen(cj), "\n", 1, NULL, 0);

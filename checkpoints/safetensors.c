@@ -438,3 +438,95 @@ int dx_hf_load_weights(const char *dir, dx_model *m, dx_zero *z, dx_comm *dp)
     ckpt_close(&ck);
     return rc;
 }
+
+/* ------------------------------------------------------------------------------------------ */
+/* writing                                                                                     */
+
+static uint16_t f32_to_bf16(float x)
+{
+    uint32_t b;
+    memcpy(&b, &x, 4);
+    if ((b & 0x7F800000u) == 0x7F800000u && (b & 0x007FFFFFu)) return (uint16_t)((b >> 16) | 0x40); /* quiet NaN */
+    b += 0x7FFFu + ((b >> 16) & 1u); /* round to nearest even */
+    return (uint16_t)(b >> 16);
+}
+
+int dx_st_write(const char *path, const dx_st_spec *t, int n, int bf16, dx_st_fill_fn fill, void *ctx)
+{
+    const size_t esz = bf16 ? 2 : 4;
+    cJSON *h = cJSON_CreateObject();
+    if (!h) return dx_fail("%s: out of memory", path);
+    int rc = 0;
+    uint64_t begin = 0, maxn = 1;
+    for (int i = 0; !rc && i < n; i++) {
+        uint64_t numel = 1;
+        if (!t[i].name || !t[i].name[0] || t[i].ndim < 1 || t[i].ndim > 2) {
+            rc = dx_fail("%s: tensor %d: empty name or ndim %d (1 or 2 supported)", path, i, t[i].ndim);
+            break;
+        }
+        if (cJSON_GetObjectItemCaseSensitive(h, t[i].name)) {
+            rc = dx_fail("%s: tensor '%s' given twice", path, t[i].name);
+            break;
+        }
+        double shape[2];
+        for (int d = 0; d < t[i].ndim; d++) {
+            if (t[i].shape[d] < 0) {
+                rc = dx_fail("%s: tensor '%s': negative dimension", path, t[i].name);
+                break;
+            }
+            numel *= (uint64_t)t[i].shape[d];
+            shape[d] = (double)t[i].shape[d];
+        }
+        if (rc) break;
+        const double offs[2] = {(double)begin, (double)(begin + numel * esz)};
+        cJSON *e = cJSON_CreateObject();
+        if (!e || !cJSON_AddStringToObject(e, "dtype", bf16 ? "BF16" : "F32") ||
+            !cJSON_AddItemToObject(e, "shape", cJSON_CreateDoubleArray(shape, t[i].ndim)) ||
+            !cJSON_AddItemToObject(e, "data_offsets", cJSON_CreateDoubleArray(offs, 2)) ||
+            !cJSON_AddItemToObject(h, t[i].name, e)) {
+            cJSON_Delete(e);
+            rc = dx_fail("%s: out of memory", path);
+        }
+        begin += numel * esz;
+        if (numel > maxn) maxn = numel;
+    }
+    cJSON *meta = rc ? NULL : cJSON_AddObjectToObject(h, "__metadata__");
+    if (!rc && (!meta || !cJSON_AddStringToObject(meta, "format", "pt"))) rc = dx_fail("%s: out of memory", path);
+    char *hs = rc ? NULL : cJSON_PrintUnformatted(h);
+    cJSON_Delete(h);
+    if (!rc && !hs) rc = dx_fail("%s: out of memory", path);
+    float *buf = rc ? NULL : malloc(maxn * sizeof(float));
+    uint16_t *half = rc || !bf16 ? NULL : malloc(maxn * sizeof(uint16_t));
+    if (!rc && (!buf || (bf16 && !half)))
+        rc = dx_fail("%s: out of memory for a buffer of %llu floats", path, (unsigned long long)maxn);
+    char tmp[1200];
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *f = rc ? NULL : fopen(tmp, "wb");
+    if (!rc && !f) rc = dx_fail("%s: cannot create: %s", tmp, strerror(errno));
+    if (!rc) {
+        size_t hn = strlen(hs), padded = (hn + 7) / 8 * 8;
+        uint8_t len[8];
+        for (int b = 0; b < 8; b++) len[b] = (uint8_t)(((uint64_t)padded >> (8 * b)) & 0xFF); /* little endian */
+        int ok = fwrite(len, 1, 8, f) == 8 && fwrite(hs, 1, hn, f) == hn;
+        for (size_t k = hn; ok && k < padded; k++) ok = fputc(' ', f) != EOF;
+        if (!ok) rc = dx_fail("%s: cannot write: %s", tmp, strerror(errno));
+    }
+    for (int i = 0; !rc && i < n; i++) {
+        size_t numel = (size_t)t[i].shape[0] * (size_t)(t[i].ndim == 2 ? t[i].shape[1] : 1);
+        if (fill(ctx, i, buf)) {
+            rc = -1;
+            break;
+        }
+        if (bf16)
+            for (size_t k = 0; k < numel; k++) half[k] = f32_to_bf16(buf[k]);
+        /* the values little endian: the host's order on x86-64 and arm64 */
+        if (numel && fwrite(bf16 ? (const void *)half : (const void *)buf, esz, numel, f) != numel) rc = dx_fail("%s: cannot write: %s", tmp, strerror(errno));
+    }
+    if (f && fclose(f) && !rc) rc = dx_fail("%s: cannot write: %s", tmp, strerror(errno));
+    if (!rc && rename(tmp, path)) rc = dx_fail("%s: cannot rename %s: %s", path, tmp, strerror(errno));
+    if (rc && f) remove(tmp);
+    free(buf);
+    free(half);
+    free(hs);
+    return rc;
+}

@@ -94,4 +94,26 @@ int dx_st_read_f32(const dx_st_file *f, const dx_st_tensor *t, float *out);
  * the lowest failing rank, broadcasts) its current error message, and returns -1. */
 int dx_hf_load_weights(const char *dir, dx_model *m, dx_zero *z, dx_comm *dp);
 
+/* ---- writing ---------------------------------------------------------------------------- */
+
+/* One tensor to write: its name and logical shape (ndim 1 or 2). */
+typedef struct {
+    const char *name;
+    int ndim;
+    int64_t shape[2];
+} dx_st_spec;
+
+/* Supplies tensor i's numel floats (fp32, row-major) into out; 0, or -1 + dx_fail. */
+typedef int (*dx_st_fill_fn)(void *ctx, int i, float *out);
+
+/* Writes a safetensors file of the n tensors t[0..n-1], in that order: the 8-byte little-endian
+ * header length, the JSON header (each name -> dtype, shape, data_offsets; "__metadata__":
+ * {"format": "pt"}, what torch's save_file writes), padded with spaces to a multiple of 8, then
+ * each tensor's elements as fill(ctx, i, buf) gives them, stored as "F32" (bf16 = 0) or "BF16"
+ * (bf16 = 1: each fp32 value rounded to nearest-even, NaN kept quiet). Streams: one buffer of the
+ * largest tensor. The file is written as PATH.tmp and renamed to PATH when complete (a failure
+ * leaves no PATH and removes PATH.tmp). Returns 0, or -1 + dx_fail naming PATH (or fill's error).
+ * Duplicate names and empty names are refused (safetensors keys are unique). */
+int dx_st_write(const char *path, const dx_st_spec *t, int n, int bf16, dx_st_fill_fn fill, void *ctx);
+
 #endif

@@ -434,6 +434,7 @@ static const key_spec top_keys[] = {
     {"seed", K_SEED, OFF(seed), 0, R_LO | R_HI, 0, SEED_MAX, NULL, NULL},
     NONNEG("eval_interval", K_LONG, OFF(eval_interval)), /* 0 = never */
     POS_INT("eval_iters", K_LONG, OFF(eval_iters)),
+    {"eval_on_start", K_BOOL, OFF(eval_on_start), 0, 0, 0, 0, NULL, NULL},
     POS_INT("log_interval", K_LONG, OFF(log_interval)),
     {"optimizer", K_OBJECT, 0, 0, 0, 0, 0, optimizer_keys, NULL},
     {"zero_optimization", K_OBJECT, 0, 0, 0, 0, 0, zero_keys, NULL},
@@ -1152,6 +1153,7 @@ char *dx_config_to_json(const dx_config *c)
     CHK(add_int(root, "seed", (long long)c->seed));
     CHK(add_int(root, "eval_interval", (long long)c->eval_interval));
     CHK(add_int(root, "eval_iters", (long long)c->eval_iters));
+    CHK(cJSON_AddBoolToObject(root, "eval_on_start", c->eval_on_start));
     CHK(add_int(root, "log_interval", (long long)c->log_interval));
     cJSON *opt = cJSON_AddObjectToObject(root, "optimizer");
     CHK(opt);

@@ -12,6 +12,7 @@
  *            zero_optimization {stage}.
  *   Megatron-LM: seq_length, train_iters, lr_warmup_iters, lr_decay_iters, min_lr,
  *            eval_interval, eval_iters, log_interval, seed.
+ *   Hugging Face Trainer: eval_on_start.
  *   dissect: data {train, valid, tokenizer}, save (checkpoint path), save_dir, save_interval, keep_last,
  *            resume, trace {path, level}, device, sample {tokens,
  *            temperature}, hf_model (a Hugging Face Llama directory: config.json + safetensors; its
@@ -128,6 +129,8 @@ typedef struct {
 
     /* evaluation, logging, sampling */
     long eval_interval, eval_iters, log_interval;
+    int eval_on_start; /* Hugging Face Trainer's eval_on_start: a validation run before step 1 (the
+                        * starting model's loss: a fine-tuning's baseline) */
     int sample_tokens;
     double sample_temperature;
 

@@ -14,6 +14,7 @@
 
 #include "comm/comm.h"
 #include "common/common.h"
+#include "checkpoints/hf_export.h"
 #include "config/config.h"
 #include "dump.h"
 #include "plan_cli.h"
@@ -44,6 +45,7 @@ static const struct {
     {"device", "device", "auto | cpu | cuda (auto: cuda when a GPU is present)", 0},
     {"eval-interval", "eval_interval", "steps between validation runs (0 = never)", 0},
     {"eval-iters", "eval_iters", "validation batches per run", 0},
+    {"eval-on-start", "eval_on_start", "a validation run before the first step (no value)", 1},
     {"log-interval", "log_interval", "steps between progress lines", 0},
     {"train-data", "data.train", "training token shard", 0},
     {"valid-data", "data.valid", "validation token shard", 0},
@@ -87,6 +89,7 @@ static void usage(FILE *f)
                "       mpirun -np 1 dissect dump --config FILE [flags] --out OUT.h5\n"
                "       dissect report RUN.h5 [--steps A:B] [--top N] [--chrome OUT.json]\n"
                "       dissect plan --config FILE [flags] [--world N] [--memory-gib G]   (memory per rank)\n"
+               "       dissect export CHECKPOINT.h5 OUT_DIR [--dtype float32|bfloat16]   (a Hugging Face Llama directory)\n"
                "       dissect --version\n\n"
                "Trains a Llama-2-family model; rank 0 also coordinates and writes the trace.\n\n"
                "  --config FILE          JSON config (Hugging Face / DeepSpeed / Megatron-LM key names)\n"
@@ -157,6 +160,8 @@ int main(int argc, char **argv)
     }
     /* the report reads a trace file; it needs no MPI (serial HDF5 access) */
     if (argc >= 2 && !strcmp(argv[1], "report")) return dx_report_main(argc - 1, argv + 1);
+    /* a checkpoint to a Hugging Face directory: no MPI either */
+    if (argc >= 2 && !strcmp(argv[1], "export")) return dx_hf_export_main(argc - 1, argv + 1);
     /* the memory plan of a config for --world ranks: no MPI either */
     if (argc >= 2 && !strcmp(argv[1], "plan")) {
         int world = 1, k = 0;

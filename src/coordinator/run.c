@@ -417,6 +417,20 @@ int dx_run_train(const dx_config *c, dx_comm *world)
     long pending_step = 0;
     if (c->async_save && dx_agree_and_report(world, saver ? 0 : -1)) rc = -1;
     long last_step = step0;
+    /* eval_on_start: the starting model's validation loss (a fine-tuning's baseline; printed, the
+     * trace's step rows begin at the first step) */
+    if (c->eval_on_start && !rc && step0 < c->train_iters) {
+        double v0 = NAN;
+        if (dx_worker_eval(w, &v0)) {
+            fprintf(stderr, "dissect: error: rank %d, evaluation before step %ld: %s\n", rank, step0 + 1,
+                    dx_last_error());
+            dx_comm_mpi_abort(1);
+        }
+        if (rank == 0 && !isnan(v0)) {
+            printf("step %5ld | validation loss %.4f | perplexity %.2f (before training)\n", step0, v0, exp(v0));
+            fflush(stdout);
+        }
+    }
     for (long step = step0 + 1; step <= c->train_iters && !preempted && !rc; step++) {
         dx_step_stats st;
         dx_watch_step(step);

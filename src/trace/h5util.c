@@ -1,6 +1,8 @@
 #include "h5util.h"
 
 #include <stddef.h>
+#include <stdint.h>
+#include <string.h>
 
 #include "events.h"
 
@@ -36,6 +38,49 @@ int dx_h5_write_scalar_attr(hid_t obj, const char *name, hid_t file_type, hid_t 
     if (a >= 0) H5Aclose(a);
     if (sp >= 0) H5Sclose(sp);
     return rc;
+}
+
+/* Elements of all datasets directly in group g into *total. */
+int dx_h5_count_elems(hid_t g, int64_t *total)
+{
+    H5G_info_t gi;
+    if (H5Gget_info(g, &gi) < 0) return -1;
+    for (hsize_t i = 0; i < gi.nlinks; i++) {
+        /* by index, not by name: a name longer than any buffer here still opens its own object */
+        hid_t d = H5Oopen_by_idx(g, ".", H5_INDEX_NAME, H5_ITER_INC, i, H5P_DEFAULT);
+        if (d < 0) return -1;
+        hid_t sp = H5Iget_type(d) == H5I_DATASET ? H5Dget_space(d) : -1;
+        /* the product of the dims, checked: HDF5's own count wraps (2^62 x 2^62 elements: 0) */
+        hsize_t dims[H5S_MAX_RANK];
+        int nd = sp < 0 ? -1 : H5Sget_simple_extent_dims(sp, dims, NULL);
+        int64_t n = nd < 0 ? -1 : 1;
+        for (int k = 0; k < nd && n > 0; k++)
+            n = dims[k] > (hsize_t)(INT64_MAX / n) ? -1 : n * (int64_t)dims[k];
+        if (sp >= 0) H5Sclose(sp);
+        H5Oclose(d);
+        if (n < 0 || n > INT64_MAX - *total) return -1; /* no count or sum past int64 */
+        *total += n;
+    }
+    return 0;
+}
+
+char *dx_h5_read_vlen_str_attr(hid_t obj, const char *name)
+{
+    if (H5Aexists(obj, name) <= 0) return NULL;
+    hid_t a = H5Aopen(obj, name, H5P_DEFAULT), ft = a < 0 ? -1 : H5Aget_type(a);
+    char *out = NULL;
+    if (ft >= 0 && H5Tget_class(ft) == H5T_STRING && H5Tis_variable_str(ft) > 0) {
+        hid_t mt = dx_h5_vlen_str_type();
+        char *s = NULL;
+        if (mt >= 0 && H5Aread(a, mt, &s) >= 0 && s) {
+            out = strdup(s);
+            H5free_memory(s);
+        }
+        if (mt >= 0) H5Tclose(mt);
+    }
+    if (ft >= 0) H5Tclose(ft);
+    if (a >= 0) H5Aclose(a);
+    return out;
 }
 
 int dx_h5_read_scalar_attr(hid_t obj, const char *name, hid_t mem_type, void *v)

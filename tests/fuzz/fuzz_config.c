@@ -56,7 +56,7 @@ static int same_config(const dx_config *a, const dx_config *b, int tbs)
            a->recompute == b->recompute && a->recompute_method_set == b->recompute_method_set &&
            (!a->recompute_method_set || a->recompute_method == b->recompute_method) &&
            a->recompute_num_layers == b->recompute_num_layers && a->eval_interval == b->eval_interval &&
-           a->eval_iters == b->eval_iters && a->log_interval == b->log_interval &&
+           a->eval_iters == b->eval_iters && a->eval_on_start == b->eval_on_start && a->log_interval == b->log_interval &&
            a->sample_tokens == b->sample_tokens && a->sample_temperature == b->sample_temperature &&
            same_str(a->trace_path, b->trace_path) && a->trace_level == b->trace_level &&
            same_str(a->device, b->device) && a->lora_r == b->lora_r && a->lora_alpha == b->lora_alpha &&
