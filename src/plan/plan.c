@@ -67,12 +67,13 @@ int dx_plan_rank_bytes(const dx_config *c, int rank, const char *device, dx_plan
     /* ---- groups (model.c) and ZeRO (zero.c) ---- */
     const int64_t P = c->dp, st = c->zero_stage;
     const int64_t layer_n = 2 * D + HDl * D + 2 * KDh * D + D * HDl + 3 * Il * D;
-    int64_t max_pad = 0, max_shard = 0, params = 0, grads = 0, optim = 0, hparams = 0;
+    int64_t max_pad = 0, max_shard = 0, max_gather = 0, params = 0, grads = 0, optim = 0, hparams = 0;
     int64_t gn[3] = {has_emb ? Vl * D : 0, layer_n, has_head ? D + Vl * D : 0};
     int64_t gcount[3] = {has_emb, 0, has_head};
     for (int k = 0; k < v; k++) gcount[1] += num[k];
-    /* LoRA: the base groups frozen (a replicated working copy only), one adapter group per layer
-     * (r x (in + out) per target) trained */
+    /* LoRA: the base groups frozen (a replicated working copy only; ZeRO-3: its shard, gathered
+     * into the slots), one adapter group per layer (r x (in + out) per target) trained (ZeRO-3:
+     * as stage 2) */
     const int lora = c->lora_r > 0;
     /* adapters per layer (LoRA runs with TP 1: the full widths), and targets */
     const int64_t lora_n = lora ? dx_num_trainable_params(c) / mc->num_hidden_layers : 0;
@@ -93,22 +94,29 @@ int dx_plan_rank_bytes(const dx_config *c, int rank, const char *device, dx_plan
             params += gcount[t] * per + (gcount[t] ? n_pad * xs : 0);
             continue;
         }
-        params += gcount[t] * n_pad * xs;
+        if (st == 3) {
+            params += gcount[t] * (n_pad / P ? n_pad / P * xs : 1);
+            if (gcount[t] && n_pad > max_gather) max_gather = n_pad;
+        } else {
+            params += gcount[t] * n_pad * xs;
+        }
     }
     for (int t = lora ? 3 : 0; t < 4; t++) {
         const int64_t cnt = t == 3 ? (lora ? gcount[1] : 0) : gcount[t];
         if (!cnt) continue;
-        const int64_t n = t == 3 ? lora_n : gn[t], n_pad = (n + P - 1) / P * P, shard = n_pad / P, own = st == 0 ? n : shard;
+        const int64_t gs = lora && st == 3 ? 2 : st; /* the group's stage (zero.c) */
+        const int64_t n = t == 3 ? lora_n : gn[t], n_pad = (n + P - 1) / P * P, shard = n_pad / P, own = gs == 0 ? n : shard;
         const int64_t z1 = 1; /* zalloc(0) allocates 1 byte */
-        if (st == 3 && c->offload_param) hparams += cnt * shard * xs; /* host shards */
-        else params += cnt * (st == 3 ? (shard ? shard * xs : z1) : n_pad * xs);
-        grads += cnt * ((st < 2 ? n_pad : shard) * as);
+        if (gs == 3 && c->offload_param) hparams += cnt * shard * xs; /* host shards */
+        else params += cnt * (gs == 3 ? (shard ? shard * xs : z1) : n_pad * xs);
+        grads += cnt * ((gs < 2 ? n_pad : shard) * as);
         optim += cnt * 3 * (own ? own * as : z1);
         if (n_pad > max_pad) max_pad = n_pad;
         if (shard > max_shard) max_shard = shard;
+        if (gs == 3 && n_pad > max_gather) max_gather = n_pad;
     }
-    if (st >= 2) grads += 2 * max_pad * as;  /* the two gradient buckets */
-    if (st == 3) params += 2 * max_pad * xs; /* the two gather slots */
+    if (st >= 2) grads += 2 * max_pad * as;                                 /* the two gradient buckets */
+    if (st == 3) params += 2 * (max_gather ? max_gather * xs : 1);          /* the two gather slots */
 
     /* ---- activations (model.c dx_model_create_part) ---- */
     const int full = c->recompute == DX_RECOMPUTE_FULL, block = full && c->recompute_method == DX_RECOMPUTE_BLOCK;

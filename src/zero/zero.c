@@ -39,8 +39,13 @@ typedef struct {
                              * into it since dx_zero_zero_grad) */
     dx_comm_req work_req;   /* stages 1-2: the all-gather of the updated work, waited for before
                              * the group's next forward (or backward, or any write of work) */
-    int frozen;             /* dx_group.frozen: work only, replicated (no gradient, no optimizer
-                             * state, owned range empty); stages 0-2 */
+    int frozen;             /* dx_group.frozen (LoRA's base): no gradient, no optimizer state,
+                             * owned range empty; its parameters replicated (work, stages 0-2;
+                             * or NF4, QLoRA) or sharded and gathered on use (stage 3) */
+    int stage;              /* the group's own ZeRO stage: the run's, except at stage 3 with a
+                             * frozen base, where the (small) LoRA adapter groups take stage 2 and
+                             * stay gathered, as DeepSpeed keeps parameters under
+                             * stage3_param_persistence_threshold; 0 for replicated frozen groups */
     int nq;                 /* QLoRA: the group's parameters in NF4 / raw form (no work buffer) */
     qparam *qp;
 } zgroup;
@@ -189,6 +194,8 @@ static int gather_start_host(dx_zero *z, int gi, int slot)
 static int gather_start(dx_zero *z, int gi, int slot)
 {
     zgroup *g = &z->g[gi];
+    /* (a kept gather of a frozen group may still be writing the slot) */
+    if (z->dp->wait(z->dp, &z->gather_req[slot])) return -1;
     z->gather_group[slot] = gi;
     if (z->offload_param) return gather_start_host(z, gi, slot);
     /* the padding tail of the last rank's shard is sent but never read */
@@ -212,7 +219,7 @@ static int gather_use(dx_zero *z, int gi, int backward)
     z->cur_slot = s;
     dx_model_group(z->model, gi)->work = z->gather[s];
     int next = backward ? gi - 1 : gi + 1;
-    if (next >= 0 && next < z->ngroups && z->gather_group[1 - s] != next &&
+    if (next >= 0 && next < z->ngroups && z->g[next].stage == 3 && z->gather_group[1 - s] != next &&
         (!backward || dx_model_group(z->model, next)->backward_reads_work)) {
         /* the other slot's group has finished: its kernels were queued before this point */
         if (z->dp->wait(z->dp, &z->gather_req[1 - s]) || gather_start(z, next, 1 - s)) return -1;
@@ -220,15 +227,18 @@ static int gather_use(dx_zero *z, int gi, int backward)
     return 0;
 }
 
-/* Forgets the gathered parameters (they changed: optimizer step, weights loaded). */
-static int gather_invalidate(dx_zero *z)
+/* Forgets the gathered parameters (they changed: optimizer step, weights loaded); a step
+ * (all = 0) keeps a frozen group's, which no step changes. */
+static int gather_invalidate_(dx_zero *z, int all)
 {
     for (int s = 0; s < 2; s++) {
+        if (!all && z->gather_group[s] >= 0 && z->g[z->gather_group[s]].frozen) continue;
         if (z->gather[s] && z->dp->wait(z->dp, &z->gather_req[s])) return -1;
         z->gather_group[s] = -1;
     }
     return 0;
 }
+static int gather_invalidate(dx_zero *z) { return gather_invalidate_(z, 1); }
 
 static int early_ready(dx_zero *z, int gi);
 
@@ -280,18 +290,22 @@ static int hook(void *ctx, int gi, dx_hook_kind kind)
     zgroup *g = &z->g[gi];
     dx_group *mg = dx_model_group(z->model, gi);
     dx_backend *be = z->be;
-    if (g->frozen) { /* replicated and never updated: nothing to gather or reduce */
+    if (g->frozen) { /* never updated: nothing to reduce; gathered on use at stage 3 */
         if (g->nq && (kind == DX_HOOK_PRE_FORWARD || kind == DX_HOOK_PRE_BACKWARD)) return qgroup_dequantize(z, gi);
+        if (g->stage != 3) return 0;
+        if (kind == DX_HOOK_PRE_FORWARD || (kind == DX_HOOK_PRE_BACKWARD && mg->backward_reads_work))
+            return gather_use(z, gi, kind == DX_HOOK_PRE_BACKWARD);
+        if (kind == DX_HOOK_POST_FORWARD || kind == DX_HOOK_POST_BACKWARD) mg->work = NULL;
         return 0;
     }
     switch (kind) {
     case DX_HOOK_PRE_FORWARD:
     case DX_HOOK_PRE_BACKWARD:
-        if ((z->stage == 1 || z->stage == 2) && z->dp->wait(z->dp, &g->work_req)) return -1;
-        if (z->stage == 3 && (kind == DX_HOOK_PRE_FORWARD || mg->backward_reads_work) &&
+        if ((g->stage == 1 || g->stage == 2) && z->dp->wait(z->dp, &g->work_req)) return -1;
+        if (g->stage == 3 && (kind == DX_HOOK_PRE_FORWARD || mg->backward_reads_work) &&
             gather_use(z, gi, kind == DX_HOOK_PRE_BACKWARD))
             return -1;
-        if (kind == DX_HOOK_PRE_BACKWARD && z->stage >= 2) {
+        if (kind == DX_HOOK_PRE_BACKWARD && g->stage >= 2) {
             /* the bucket holds this rank's accumulated shard in its own slot, zeros elsewhere;
              * backward adds this micro-batch's gradient; reduce-scatter then sums the slots.
              * Its previous reduce-scatter must have finished reading it. */
@@ -310,10 +324,10 @@ static int hook(void *ctx, int gi, dx_hook_kind kind)
         }
         return 0;
     case DX_HOOK_POST_FORWARD:
-        if (z->stage == 3) mg->work = NULL;
+        if (g->stage == 3) mg->work = NULL;
         return 0;
     case DX_HOOK_POST_BACKWARD:
-        if (z->stage >= 2) {
+        if (g->stage >= 2) {
             int b = z->bucket_next;
             COMM(z, gi, DX_OP_REDUCE_SCATTER, g->n_pad * z->as,
                  z->dp->reduce_scatter_start(z->dp, z->bucket[b], g->grad, g->shard, be->acc,
@@ -327,9 +341,9 @@ static int hook(void *ctx, int gi, dx_hook_kind kind)
              * PRE_BACKWARD (its bucket's last reduce-scatter came after this group's), or
              * dx_zero_step / dx_zero_zero_grad, which wait for both */
         }
-        if (z->stage == 3) mg->work = NULL;
+        if (g->stage == 3) mg->work = NULL;
         /* early update without reduction (stage 1, one DP rank): the gradient is final now */
-        if (z->in_backward && z->stage < 2 && early_ready(z, gi)) return -1;
+        if (z->in_backward && g->stage < 2 && early_ready(z, gi)) return -1;
         return 0;
     }
     return 0;
@@ -490,17 +504,19 @@ dx_zero *dx_zero_create(dx_model *m, dx_backend *be, dx_comm *dp, dx_comm *dp_ho
     }
 
     int fail = 0;
-    size_t max_pad = 0, max_shard = 0;
+    size_t max_pad = 0, max_shard = 0, max_gather = 0;
     const size_t xs = z->xs, as = z->as;
+    int has_frozen = 0;
+    for (int i = 0; i < z->ngroups; i++) has_frozen |= dx_model_group(m, i)->frozen;
     for (int i = 0; i < z->ngroups; i++) {
         zgroup *g = &z->g[i];
         g->n = dx_model_group(m, i)->numel;
         g->n_pad = (g->n + (size_t)z->P - 1) / (size_t)z->P * (size_t)z->P;
         g->shard = g->n_pad / (size_t)z->P;
-        if (dx_model_group(m, i)->frozen) { /* LoRA's base model: a replicated working copy only */
-            if (stage == 3 || z->offload) {
+        if (dx_model_group(m, i)->frozen) { /* LoRA's base model: working parameters only */
+            if (z->offload) {
                 fail = 1;
-                dx_fail("zero: frozen parameters (LoRA's base model) need ZeRO stage 0-2 without offload");
+                dx_fail("zero: frozen parameters (LoRA's base model) need ZeRO without offload");
                 break;
             }
             g->frozen = 1;
@@ -529,10 +545,17 @@ dx_zero *dx_zero_create(dx_model *m, dx_backend *be, dx_comm *dp, dx_comm *dp_ho
                 if (g->n_pad > z->qmax_group) z->qmax_group = g->n_pad;
                 continue;
             }
+            if (stage == 3) { /* sharded, all-gathered into a slot before each use */
+                g->stage = 3;
+                g->work_shard = zalloc(z, g->shard * xs, DX_MEM_PARAMS, &fail);
+                if (g->n_pad > max_gather) max_gather = g->n_pad;
+                continue;
+            }
             g->work = zalloc(z, g->n_pad * xs, DX_MEM_PARAMS, &fail);
             continue;
         }
-        if (stage == 0) {
+        const int gs = g->stage = stage == 3 && has_frozen ? 2 : stage;
+        if (gs == 0) {
             g->lo = 0;
             g->hi = g->n;
         } else {
@@ -540,12 +563,13 @@ dx_zero *dx_zero_create(dx_model *m, dx_backend *be, dx_comm *dp, dx_comm *dp_ho
             g->hi = g->lo + g->shard < g->n ? g->lo + g->shard : g->n;
             if (g->lo > g->n) g->lo = g->hi = g->n;
         }
-        size_t own = stage == 0 ? g->n : g->shard;
-        if (stage == 1 || stage == 2) g->work = zalloc_gathered(z, g->n_pad * xs, DX_MEM_PARAMS, &fail);
-        else if (stage == 0) g->work = zalloc(z, g->n_pad * xs, DX_MEM_PARAMS, &fail);
+        size_t own = gs == 0 ? g->n : g->shard;
+        if (gs == 1 || gs == 2) g->work = zalloc_gathered(z, g->n_pad * xs, DX_MEM_PARAMS, &fail);
+        else if (gs == 0) g->work = zalloc(z, g->n_pad * xs, DX_MEM_PARAMS, &fail);
         else if (z->offload_param) g->work_shard = host_alloc(z, g->shard * xs, z->pin_param, &fail);
         else g->work_shard = zalloc(z, g->shard * xs, DX_MEM_PARAMS, &fail);
-        g->grad = zalloc(z, (stage < 2 ? g->n_pad : g->shard) * as, DX_MEM_GRADS, &fail);
+        if (gs == 3 && g->n_pad > max_gather) max_gather = g->n_pad;
+        g->grad = zalloc(z, (gs < 2 ? g->n_pad : g->shard) * as, DX_MEM_GRADS, &fail);
         g->grad_zero = 1;
         g->master = state_alloc(z, own * as, &fail);
         g->m = state_alloc(z, own * as, &fail);
@@ -560,7 +584,7 @@ dx_zero *dx_zero_create(dx_model *m, dx_backend *be, dx_comm *dp, dx_comm *dp_ho
     }
     for (int s = 0; s < 2; s++) {
         if (stage >= 2) z->bucket[s] = zalloc(z, max_pad * as, DX_MEM_GRADS, &fail);
-        if (stage == 3) z->gather[s] = zalloc_gathered(z, max_pad * xs, DX_MEM_PARAMS, &fail);
+        if (stage == 3) z->gather[s] = zalloc_gathered(z, max_gather * xs, DX_MEM_PARAMS, &fail);
         z->gather_group[s] = -1;
     }
     z->cur_slot = 1;
@@ -632,6 +656,18 @@ dx_zero *dx_zero_create(dx_model *m, dx_backend *be, dx_comm *dp, dx_comm *dp_ho
     /* initial parameters: master from the counter-based init, work = cast(master) */
     for (int i = 0; i < z->ngroups; i++) {
         zgroup *g = &z->g[i];
+        if (g->frozen && g->stage == 3) { /* this rank's shard of the init values */
+            size_t a = (size_t)z->r * g->shard, b = a + g->shard < g->n ? a + g->shard : g->n;
+            if (a < b) {
+                dx_model_init_values(m, i, a, b - a, seed, host);
+                if (be->upload_f32(be, g->work_shard, be->act, host, b - a)) {
+                    fail = 1;
+                    break;
+                }
+            }
+            dx_model_group(m, i)->work = dx_model_group(m, i)->grad = NULL;
+            continue;
+        }
         if (g->frozen) { /* work = the init values, on every rank */
             dx_model_init_values(m, i, 0, g->n, seed, host);
             if (g->nq) {
@@ -652,7 +688,7 @@ dx_zero *dx_zero_create(dx_model *m, dx_backend *be, dx_comm *dp, dx_comm *dp_ho
         if (z->offload_param) {
             dx_host_convert_f32(g->work_shard, be->act, init, cnt);
         } else if (z->offload) {
-            if (be->upload_f32(be, stage == 3 ? g->work_shard : at(g->work, g->lo, xs), be->act, init, cnt)) {
+            if (be->upload_f32(be, g->stage == 3 ? g->work_shard : at(g->work, g->lo, xs), be->act, init, cnt)) {
                 fail = 1;
                 break;
             }
@@ -660,16 +696,16 @@ dx_zero *dx_zero_create(dx_model *m, dx_backend *be, dx_comm *dp, dx_comm *dp_ho
             fail = 1;
             break;
         }
-        if (stage == 3) {
+        if (g->stage == 3) {
             if (!z->offload) be->acc_to_act(be, g->work_shard, g->master, cnt);
         } else {
             if (!z->offload) be->acc_to_act(be, at(g->work, g->lo, xs), g->master, cnt);
-            if (stage >= 1 && dp->all_gather(dp, at(g->work, (size_t)z->r * g->shard, xs), g->work,
-                                             g->shard, be->act)) { fail = 1; break; }
+            if (g->stage >= 1 && dp->all_gather(dp, at(g->work, (size_t)z->r * g->shard, xs), g->work,
+                                                g->shard, be->act)) { fail = 1; break; }
         }
         dx_group *mg = dx_model_group(m, i);
-        mg->work = g->work;                      /* NULL at stage 3 until gathered */
-        mg->grad = stage < 2 ? g->grad : NULL;   /* stages 2-3: the bucket, in backward */
+        mg->work = g->work;                        /* NULL at stage 3 until gathered */
+        mg->grad = g->stage < 2 ? g->grad : NULL;  /* stages 2-3: the bucket, in backward */
     }
     free(host);
     if (fail) { dx_zero_destroy(z); return NULL; }
@@ -690,7 +726,7 @@ void dx_zero_destroy(dx_zero *z)
     }
     for (int i = 0; i < z->ngroups; i++) {
         zgroup *g = &z->g[i];
-        if ((z->stage == 1 || z->stage == 2) && !g->frozen) zfree_gathered(z, g->work);
+        if ((g->stage == 1 || g->stage == 2) && !g->frozen) zfree_gathered(z, g->work);
         else be->free(be, g->work);
         if (z->offload_param) host_free(z, g->work_shard);
         else be->free(be, g->work_shard);
@@ -738,7 +774,7 @@ int dx_zero_zero_grad(dx_zero *z)
     for (int i = 0; i < z->ngroups; i++) {
         zgroup *g = &z->g[i];
         if (g->frozen) continue;
-        z->be->zero(z->be, g->grad, (z->stage < 2 ? g->n_pad : g->shard) * z->as);
+        z->be->zero(z->be, g->grad, (g->stage < 2 ? g->n_pad : g->shard) * z->as);
         g->grad_zero = 1;
     }
     return 0;
@@ -748,7 +784,7 @@ int dx_zero_reduce_grads(dx_zero *z)
 {
     if (z->P == 1 || z->stage >= 2) return 0;
     for (int i = 0; i < z->ngroups; i++)
-        if (!z->g[i].frozen)
+        if (!z->g[i].frozen) /* (stages 0-1: every trained group has the run's stage) */
             COMM(z, i, DX_OP_ALL_REDUCE, z->g[i].n * z->as,
                  z->dp->all_reduce_sum(z->dp, z->g[i].grad, z->g[i].n, z->be->acc));
     return 0;
@@ -757,7 +793,7 @@ int dx_zero_reduce_grads(dx_zero *z)
 /* Gradient element e (group coordinates, lo <= e < hi) of the owned range. */
 static void *grad_at(dx_zero *z, zgroup *g, size_t e)
 {
-    return z->stage < 2 ? at(g->grad, e, z->as) : at(g->grad, e - g->lo, z->as);
+    return g->stage < 2 ? at(g->grad, e, z->as) : at(g->grad, e - g->lo, z->as);
 }
 
 /* After group gi's last parameter is updated: stages 1-2 start the all-gather of its working
@@ -766,11 +802,11 @@ static int group_updated(dx_zero *z, int gi, int gather)
 {
     zgroup *g = &z->g[gi];
     if (g->frozen) return 0;
-    if (gather)
+    if (gather && (g->stage == 1 || g->stage == 2))
         COMM(z, gi, DX_OP_ALL_GATHER, g->n_pad * z->xs,
              z->dp->all_gather_start(z->dp, at(g->work, (size_t)z->r * g->shard, z->xs), g->work,
                                      g->shard, z->be->act, &g->work_req));
-    if (z->stage == 3 && gi < 2 && gather_start(z, gi, gi)) return -1;
+    if (g->stage == 3 && gi < 2 && gather_start(z, gi, gi)) return -1;
     return 0;
 }
 
@@ -848,7 +884,7 @@ static int offload_pump(dx_zero *z, int until, double clip, int gather)
                 dx_tr_record(z->tr, t1, t2, DX_MOD_OPTIMIZER, layer, DX_OP_ADAMW, DX_STREAM_HOST,
                              (int64_t)n * (7 * 4 + 4 + (int64_t)z->xs), 12 * (int64_t)n);
             if (!z->offload_param) {
-                void *work = z->stage == 3 ? at(g->work_shard, so, z->xs) : at(g->work, c->lo, z->xs);
+                void *work = g->stage == 3 ? at(g->work_shard, so, z->xs) : at(g->work, c->lo, z->xs);
                 int m0 = trace && up && be->mark ? be->mark(be, up) : -1;
                 z->st_h2d[s] = z->in_backward ? be->upload_async_detached(be, work, z->st_work[s], n * z->xs)
                                               : be->upload_async(be, work, z->st_work[s], n * z->xs);
@@ -969,13 +1005,13 @@ int dx_zero_step(dx_zero *z, const dx_adamw_hparams *hp_in, double max_norm, dou
      * the next groups and while the next forward runs: the compute stream waits for a group's
      * all-gather only before the group is next used (hook) or written (set_master), as
      * Megatron-LM's --overlap-param-gather does */
-    const int gather = (z->stage == 1 || z->stage == 2) && z->P > 1;
+    const int gather = z->P > 1; /* for the groups of stage 1-2 (group_updated) */
     for (int i = 0; gather && i < z->ngroups; i++) /* the last step's, if no forward came since */
         if (z->dp->wait(z->dp, &z->g[i].work_req)) return -1;
     /* stage 3: the gathered copies are stale (and an all-gather in flight reads the shards
      * AdamW is about to write); the next forward's first two groups are all-gathered into the
      * two slots as soon as their update is queued, so they arrive during the other updates */
-    if (z->stage == 3 && gather_invalidate(z)) return -1;
+    if (z->stage == 3 && gather_invalidate_(z, 0)) return -1;
     /* parameter offload: no copy may still read the host shards the host AdamW writes */
     if (z->offload_param) be->sync(be);
     if (z->offload) {
@@ -1001,7 +1037,7 @@ int dx_zero_step(dx_zero *z, const dx_adamw_hparams *hp_in, double max_norm, dou
         if (hi > lo) {
             hp.weight_decay = p->decay ? hp_in->weight_decay : 0.0;
             size_t so = lo - g->lo; /* offset in the owned state */
-            void *work = z->stage == 3 ? at(g->work_shard, so, z->xs) : at(g->work, lo, z->xs);
+            void *work = g->stage == 3 ? at(g->work_shard, so, z->xs) : at(g->work, lo, z->xs);
             int64_t n = (int64_t)(hi - lo);
             DX_TRACE_OP(z->tr, DX_MOD_OPTIMIZER, group_layer(z, p->group), DX_OP_ADAMW, 12 * n,
                         n * (7 * (int64_t)z->as + (int64_t)z->xs),
@@ -1026,8 +1062,16 @@ int dx_zero_get_master(dx_zero *z, int gi, size_t start, size_t count, float *ou
             }
         return dx_fail("zero: quantized group %d is read a whole parameter at a time, not [%zu, %zu)", gi, start, start + count);
     }
+    if (g->frozen && g->stage == 3) { /* the shards all-gathered (collective) */
+        void *full = be->alloc(be, g->n_pad * z->xs, DX_MEM_OTHER);
+        if (!full) return -1;
+        int rc = z->dp->all_gather(z->dp, g->work_shard, full, g->shard, be->act);
+        if (!rc) rc = be->download_f32(be, out, at(full, start, z->xs), be->act, count);
+        be->free(be, full);
+        return rc;
+    }
     if (g->frozen) return be->download_f32(be, out, at(g->work, start, z->xs), be->act, count);
-    if (z->stage == 0) return be->download_f32(be, out, at(g->master, start, z->as), be->acc, count);
+    if (g->stage == 0) return be->download_f32(be, out, at(g->master, start, z->as), be->acc, count);
     void *full = be->alloc(be, g->n_pad * z->as, DX_MEM_OTHER);
     if (!full) return -1;
     void *shard = g->master;
@@ -1055,6 +1099,12 @@ int dx_zero_set_master(dx_zero *z, int gi, size_t start, size_t count, const flo
             if (g->qp[k].off == start && g->qp[k].numel == count) return qparam_store(z, &g->qp[k], src);
         return dx_fail("zero: quantized group %d is set a whole parameter at a time, not [%zu, %zu)", gi, start, start + count);
     }
+    if (g->frozen && g->stage == 3) { /* the part in this rank's shard */
+        size_t a = (size_t)z->r * g->shard, b = a + g->shard < g->n ? a + g->shard : g->n;
+        size_t lo = start > a ? start : a, hi = start + count < b ? start + count : b;
+        if (gather_invalidate(z)) return -1;
+        return hi > lo ? be->upload_f32(be, at(g->work_shard, lo - a, z->xs), be->act, src + (lo - start), hi - lo) : 0;
+    }
     if (g->frozen) return be->upload_f32(be, at(g->work, start, z->xs), be->act, src, count);
     size_t lo = start > g->lo ? start : g->lo, hi = start + count < g->hi ? start + count : g->hi;
     if (z->dp->wait(z->dp, &g->work_req)) return -1; /* the step's all-gather still writing work */
@@ -1063,8 +1113,8 @@ int dx_zero_set_master(dx_zero *z, int gi, size_t start, size_t count, const flo
         be->sync(be);
     }
     if (hi > lo) {
-        size_t so = z->stage == 0 ? lo : lo - g->lo;
-        void *work = z->stage == 3 ? at(g->work_shard, lo - g->lo, z->xs) : at(g->work, lo, z->xs);
+        size_t so = g->stage == 0 ? lo : lo - g->lo;
+        void *work = g->stage == 3 ? at(g->work_shard, lo - g->lo, z->xs) : at(g->work, lo, z->xs);
         if (z->offload_param) {
             memcpy((float *)g->master + so, src + (lo - start), (hi - lo) * sizeof(float));
             dx_host_convert_f32(work, be->act, src + (lo - start), hi - lo);
@@ -1076,7 +1126,7 @@ int dx_zero_set_master(dx_zero *z, int gi, size_t start, size_t count, const flo
             be->acc_to_act(be, work, at(g->master, so, z->as), hi - lo);
         }
     }
-    if ((z->stage == 1 || z->stage == 2) && z->P > 1)
+    if ((g->stage == 1 || g->stage == 2) && z->P > 1)
         COMM(z, gi, DX_OP_ALL_GATHER, g->n_pad * z->xs,
              z->dp->all_gather(z->dp, at(g->work, (size_t)z->r * g->shard, z->xs), g->work, g->shard,
                                be->act));
@@ -1099,7 +1149,7 @@ static void *state_at(dx_zero *z, int gi, int which, size_t lo, size_t hi, const
         return NULL;
     }
     void *base = which == 0 ? g->master : which == 1 ? g->m : g->v;
-    return at(base, z->stage == 0 ? lo : lo - g->lo, z->as);
+    return at(base, g->stage == 0 ? lo : lo - g->lo, z->as);
 }
 
 int dx_zero_read_state(dx_zero *z, int gi, int which, size_t lo, size_t hi, float *out)

@@ -12,6 +12,12 @@
  *   stage 3: as 2, and the working parameters are sharded too: a group's parameters are
  *            all-gathered just before its forward and again before its backward, and freed after;
  *            the next group's all-gather is started (prefetched) before the current group runs.
+ * LoRA (frozen base groups, dx_group.frozen): no gradients or optimizer states for the base. At
+ * stages 0-2 its parameters are one replicated working copy; at stage 3 they are sharded and
+ * gathered before each use like any stage-3 group (and stay valid across steps), while the
+ * adapter groups take stage 2 (replicated working copy, gradients reduce-scattered, states
+ * sharded): they are small, as DeepSpeed keeps parameters under its
+ * stage3_param_persistence_threshold gathered.
  * Collectives on device buffers are split-phase where the comm allows (NCCL): gradient
  * reduce-scatters (two alternating buckets) and prefetched all-gathers run on the comm stream
  * while compute goes on; the compute stream waits only before a buffer is read or reused.
