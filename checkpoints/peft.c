@@ -75,43 +75,59 @@ static char *config_json(const dx_config *c)
     return s;
 }
 
-int dx_peft_save(const char *dir, dx_model *m, dx_zero *z, const dx_config *c, dx_comm *dp /* host */)
+int dx_peft_save(const char *dir, dx_model *m, dx_zero *z, const dx_config *c, dx_comm *world, dx_comm *pp)
 {
-    const int np = dx_model_num_params_table(m), writer = !dp || dp->rank == 0;
-    size_t total = 0;
-    for (int i = 0; i < np; i++)
-        if (dx_model_param(m, i)->init) total += dx_model_param(m, i)->numel;
+    const int np = dx_model_num_params_table(m), writer = !world || world->rank == 0;
+    const int L = c->model.num_hidden_layers;
+    /* every layer's adapters (all pipeline stages'): per layer, the targets in table order, A
+     * [r, in] then B [out, r] (model.c), so layer l's group starts at l x per_layer */
+    const size_t total = c->lora_r > 0 ? (size_t)dx_num_trainable_params(c) : 0, per_layer = L ? total / (size_t)L : 0;
     int rc = total ? 0 : dx_fail("PEFT adapters: the model has no LoRA adapters (lora.r is 0)");
-    float *data = rc ? NULL : malloc(total * sizeof(float));
+    float *data = rc ? NULL : calloc(total, sizeof(float));
     if (!rc && !data) rc = dx_fail("PEFT adapters: out of memory for %zu floats", total);
-    if (dp) rc = dx_comm_agree(dp, rc);
-    /* the master weights, gathered (collective over DP), in table order */
-    size_t off = 0;
+    if (world) rc = dx_comm_agree(world, rc);
+    /* this stage's master weights, gathered (collective over DP), at their layers' places */
     for (int i = 0; !rc && i < np; i++) {
         const dx_param *p = dx_model_param(m, i);
         if (!p->init) continue;
-        rc = dx_zero_get_master(z, p->group, p->offset, p->numel, data + off);
-        off += p->numel;
+        const int l = dx_model_group(m, p->group)->layer;
+        if (l < 0 || l >= L || p->offset + p->numel > per_layer) {
+            rc = dx_fail("PEFT adapters: %s is not at its place in layer %d's adapters", p->name, l);
+            break;
+        }
+        rc = dx_zero_get_master(z, p->group, p->offset, p->numel, data + (size_t)l * per_layer + p->offset);
     }
+    /* the stages' parts summed (each element is held by one stage; the others add zeros) */
+    if (!rc && pp && pp->size > 1 && pp->all_reduce_sum(pp, data, total, DX_F32)) rc = -1;
     char cpath[1100], spath[1100];
     snprintf(cpath, sizeof cpath, "%s/adapter_config.json", dir);
     snprintf(spath, sizeof spath, "%s/adapter_model.safetensors", dir);
     if (!rc && writer) {
         if (mkdir(dir, 0777) && errno != EEXIST) rc = dx_fail("%s: cannot create: %s", dir, strerror(errno));
-        int n = 0;
-        for (int i = 0; i < np; i++) n += dx_model_param(m, i)->init != 0;
+        const dx_model_config *mc = &c->model;
+        const int D = mc->hidden_size, Dh = D / mc->num_attention_heads, HD = mc->num_attention_heads * Dh,
+                  KD = mc->num_key_value_heads * Dh, I = mc->intermediate_size;
+        const int lin[DX_LORA_NTARGETS] = {D, D, D, HD, D, D, I}, lout[DX_LORA_NTARGETS] = {HD, KD, KD, D, I, I, D};
+        const char *const mod[DX_LORA_NTARGETS] = {"self_attn", "self_attn", "self_attn", "self_attn", "mlp", "mlp", "mlp"};
+        int nt = 0;
+        for (int t = 0; t < DX_LORA_NTARGETS; t++) nt += (c->lora_targets >> t) & 1u;
+        const int n = 2 * nt * L;
         dx_st_spec *t = rc ? NULL : calloc((size_t)n, sizeof *t);
         char(*names)[160] = rc ? NULL : calloc((size_t)n, sizeof *names);
         adapters a = {data, calloc((size_t)n + 1, sizeof(size_t))};
         if (!rc && (!t || !names || !a.off)) rc = dx_fail("PEFT adapters: out of memory");
-        for (int i = 0, k = 0; !rc && i < np; i++) {
-            const dx_param *p = dx_model_param(m, i);
-            if (!p->init) continue;
-            snprintf(names[k], sizeof names[k], PEFT_PREFIX "%s", p->name);
-            t[k] = (dx_st_spec){names[k], 2, {p->rows, p->cols}};
-            a.off[k + 1] = a.off[k] + p->numel;
-            k++;
-        }
+        for (int l = 0, k = 0; !rc && l < L; l++)
+            for (int tg = 0; tg < DX_LORA_NTARGETS; tg++) {
+                if (!((c->lora_targets >> tg) & 1u)) continue;
+                for (int ab = 0; ab < 2; ab++, k++) {
+                    snprintf(names[k], sizeof names[k], PEFT_PREFIX "model.layers.%d.%s.%s.lora_%c.weight", l,
+                             mod[tg], dx_lora_target_names[tg], ab ? 'B' : 'A');
+                    const int64_t rows = ab ? lout[tg] : c->lora_r, cols = ab ? c->lora_r : lin[tg];
+                    t[k] = (dx_st_spec){names[k], 2, {rows, cols}};
+                    a.off[k + 1] = a.off[k] + (size_t)(rows * cols);
+                }
+            }
+        if (!rc && a.off[n] != total) rc = dx_fail("PEFT adapters: %zu values for %zu parameters", a.off[n], total);
         if (!rc) rc = dx_st_write(spath, t, n, 0, copy_adapter, &a);
         free(t);
         free(names);
@@ -123,9 +139,9 @@ int dx_peft_save(const char *dir, dx_model *m, dx_zero *z, const dx_config *c, d
     }
     free(data);
     /* every rank learns the writer's result (its message stays on the writer) */
-    if (dp && dp->size > 1) {
+    if (world && world->size > 1) {
         int worst = 0;
-        if (dp->max_int(dp, rc ? 1 : 0, &worst) || worst) {
+        if (world->max_int(world, rc ? 1 : 0, &worst) || worst) {
             if (!rc) rc = dx_fail("PEFT adapters: rank 0 could not write %s", dir);
         }
     }

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # LoRA fine-tuning end to end on the CPU backend (fp32):
 #   1. adapters on all seven linear layers, rank 4: DP = 2 at ZeRO stages 0, 1, 2 and 3 (micro-batch
-#      3 x accumulation 2) give the per-step losses of one process (micro-batch 12), within 1e-5
+#      3 x accumulation 2), PP 2 (1F1B) and PP 2 x DP 2 (GPipe, ZeRO-1) give the per-step losses
+#      and (PEFT files, every stage's layers) adapters of one process (micro-batch 12), within 1e-5
 #      relative, and the loss falls; selective and full recomputation give them bitwise;
 #   2. the base is frozen: the trace's per-rank gradient and optimizer-state bytes are those of
 #      the adapters alone (r x (in + out) per target and layer, fp32; AdamW: master, m, v), far
@@ -41,6 +42,9 @@ run full 1 --micro-batch 12
 for st in 0 1 2 3; do
   run "dp2_s$st" 2 "${lora[@]}" --micro-batch 3 --grad-accum 2 --zero-stage $st --lora-save "$tmp/dp2_s$st.peft"
 done
+run pp2 2 "${lora[@]}" --micro-batch 3 --grad-accum 4 --pp 2 --lora-save "$tmp/pp2.peft"
+run pp2_dp2 4 "${lora[@]}" --micro-batch 3 --grad-accum 2 --pp 2 --pipeline-schedule gpipe --zero-stage 1 \
+  --lora-save "$tmp/pp2_dp2.peft"
 run op 1 "${lora[@]}" --micro-batch 12 --train-iters 2 --trace-level op
 run ck 1 "${lora[@]}" --micro-batch 12 --save-dir "$tmp/run" --save-interval 5 --lora-save "$tmp/ck.peft"
 run res 1 "${lora[@]}" --micro-batch 12 --resume "$tmp/run/iter_0000005.h5" --lora-save "$tmp/res.peft"
@@ -52,7 +56,7 @@ run lora_nf4 1 "${lora[@]}" --micro-batch 12 --hf-model "$tmp/hf_nf4" --lora-sav
 run rc_sel 1 "${lora[@]}" --micro-batch 12 --recompute-granularity selective
 run rc_full 1 "${lora[@]}" --micro-batch 12 --recompute-granularity full --recompute-method uniform
 fail=0
-( cd "$tmp" && "$PYTHON3" "$SRCDIR/tests/compare_traces.py" --rtol 1e-5 ref.h5 dp2_s0.h5 dp2_s1.h5 dp2_s2.h5 dp2_s3.h5 ) || fail=1
+( cd "$tmp" && "$PYTHON3" "$SRCDIR/tests/compare_traces.py" --rtol 1e-5 ref.h5 dp2_s0.h5 dp2_s1.h5 dp2_s2.h5 dp2_s3.h5 pp2.h5 pp2_dp2.h5 ) || fail=1
 ( cd "$tmp" && "$PYTHON3" "$SRCDIR/tests/compare_traces.py" --rtol 0 ref.h5 rc_sel.h5 rc_full.h5 ) || fail=1
 ( cd "$tmp" && "$PYTHON3" "$SRCDIR/tests/compare_traces.py" --rtol 0 lora_nf4.h5 qlora.h5 ) || fail=1
 ( cd "$tmp" && "$PYTHON3" "$SRCDIR/tests/compare_traces.py" --rtol 1e-5 qlora.h5 qlora_dp2_s3.h5 ) || fail=1
@@ -136,11 +140,12 @@ ok(got == want and all(v[0] == "F32" for v in ref.values()) and meta.get("format
    f"adapter_model.safetensors: {len(ref)} tensors with PEFT's names and shapes, F32, {nbytes} data bytes, header padded to 8")
 bmax = max(float(np.abs(v[2]).max()) for k, v in ref.items() if "lora_B" in k)
 ok(bmax > 0, f"training moved lora_B from zeros (max |B| {bmax:.3g})")
-for st in range(4):
-    _, other, _, _ = read_st(f"{tmp}/dp2_s{st}.peft/adapter_model.safetensors")
+for run, what in [(f"dp2_s{st}", f"DP 2 ZeRO-{st}") for st in range(4)] + [
+        ("pp2", "PP 2 (1F1B)"), ("pp2_dp2", "PP 2 x DP 2 (GPipe, ZeRO-1)")]:
+    _, other, _, _ = read_st(f"{tmp}/{run}.peft/adapter_model.safetensors")
     # per tensor ||other - ref|| / ||ref||, as tests/compare_checkpoints.py
     err = max(float(np.linalg.norm(other[k][2] - ref[k][2]) / (np.linalg.norm(ref[k][2]) + 1e-30)) for k in ref)
-    ok(set(other) == set(ref) and err < 1e-5, f"DP 2 ZeRO-{st} adapters = one process's: worst per-tensor relative difference {err:.2e} (bound 1e-5)")
+    ok(list(other) == list(ref) and err < 1e-5, f"{what} adapters = one process's, every layer's in order: worst per-tensor relative difference {err:.2e} (bound 1e-5)")
 _, ck, _, _ = read_st(f"{tmp}/ck.peft/adapter_model.safetensors")
 _, res, _, _ = read_st(f"{tmp}/res.peft/adapter_model.safetensors")
 same = set(ck) == set(res) == set(ref) and all(np.array_equal(ck[k][2], res[k][2]) and np.array_equal(ck[k][2], ref[k][2]) for k in ck)

@@ -1009,7 +1009,7 @@ int dx_config_finalize(dx_config *c, int world)
         if (c->offload_optimizer)
             return dx_fail("%s: key 'lora.r' = %d: LoRA with zero_optimization.offload_optimizer is not supported "
                            "yet (the adapters' states are small: use ZeRO stage 0-3 without offload)", src, c->lora_r);
-        if (c->tp > 1 || c->pp > 1)
+        if (c->tp > 1)
             return dx_fail("%s: key 'lora.r' = %d: LoRA with tensor or pipeline parallelism is not "
                            "supported yet (tensor_model_parallel_size %d, pipeline_model_parallel_size %d)",
                            src, c->lora_r, c->tp, c->pp);
