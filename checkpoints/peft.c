@@ -75,39 +75,61 @@ static char *config_json(const dx_config *c)
     return s;
 }
 
-int dx_peft_save(const char *dir, dx_model *m, dx_zero *z, const dx_config *c, dx_comm *world, dx_comm *pp)
+int dx_peft_save(const char *dir, dx_model *m, dx_zero *z, const dx_config *c, dx_comm *world, dx_comm *tp,
+                 dx_comm *pp)
 {
     const int np = dx_model_num_params_table(m), writer = !world || world->rank == 0;
     const int L = c->model.num_hidden_layers;
-    /* every layer's adapters (all pipeline stages'): per layer, the targets in table order, A
-     * [r, in] then B [out, r] (model.c), so layer l's group starts at l x per_layer */
-    const size_t total = c->lora_r > 0 ? (size_t)dx_num_trainable_params(c) : 0, per_layer = L ? total / (size_t)L : 0;
+    const dx_model_config *mc = &c->model;
+    const int D = mc->hidden_size, Dh = D / mc->num_attention_heads, HD = mc->num_attention_heads * Dh,
+              KD = mc->num_key_value_heads * Dh, I = mc->intermediate_size, r = c->lora_r;
+    const int lin[DX_LORA_NTARGETS] = {D, D, D, HD, D, D, I}, lout[DX_LORA_NTARGETS] = {HD, KD, KD, D, I, I, D};
+    /* every layer's adapters at their full shapes (all pipeline stages' and TP slices'): per
+     * layer, the targets in order, A [r, in] then B [out, r] (model.c's order), so layer l's
+     * start at l x per_layer */
+    const size_t total = r > 0 ? (size_t)dx_num_trainable_params(c) : 0, per_layer = L ? total / (size_t)L : 0;
+    size_t t_off[DX_LORA_NTARGETS] = {0};
+    for (int t = 0, o = 0; t < DX_LORA_NTARGETS; t++) {
+        t_off[t] = (size_t)o;
+        if ((c->lora_targets >> t) & 1u) o += r * (lin[t] + lout[t]);
+    }
     int rc = total ? 0 : dx_fail("PEFT adapters: the model has no LoRA adapters (lora.r is 0)");
     float *data = rc ? NULL : calloc(total, sizeof(float));
-    if (!rc && !data) rc = dx_fail("PEFT adapters: out of memory for %zu floats", total);
+    size_t cap = 1;
+    for (int i = 0; i < np; i++)
+        if (dx_model_param(m, i)->init && dx_model_param(m, i)->numel > cap) cap = dx_model_param(m, i)->numel;
+    float *local = rc ? NULL : malloc(cap * sizeof(float));
+    if (!rc && (!data || !local)) rc = dx_fail("PEFT adapters: out of memory for %zu floats", total);
     if (world) rc = dx_comm_agree(world, rc);
-    /* this stage's master weights, gathered (collective over DP), at their layers' places */
+    const int first = 3 + 9 * L; /* global index of layer 0's first adapter (model.c) */
+    /* this rank's pieces, gathered over DP (collective), at their places; a piece every TP
+     * rank holds is placed by TP rank 0 only */
     for (int i = 0; !rc && i < np; i++) {
         const dx_param *p = dx_model_param(m, i);
         if (!p->init) continue;
-        const int l = dx_model_group(m, p->group)->layer;
-        if (l < 0 || l >= L || p->offset + p->numel > per_layer) {
+        const int k = p->global_index - first, l = k / (2 * DX_LORA_NTARGETS), t = k % (2 * DX_LORA_NTARGETS) / 2,
+                  b = k % 2;
+        const size_t base = (size_t)l * per_layer + t_off[t] + (b ? (size_t)r * lin[t] : 0);
+        if (k < 0 || l >= L || base + (size_t)p->full_rows * p->full_cols > (size_t)(l + 1) * per_layer) {
             rc = dx_fail("PEFT adapters: %s is not at its place in layer %d's adapters", p->name, l);
             break;
         }
-        rc = dx_zero_get_master(z, p->group, p->offset, p->numel, data + (size_t)l * per_layer + p->offset);
+        rc = dx_zero_get_master(z, p->group, p->offset, p->numel, local);
+        if (rc || (p->tp_replicated && tp && tp->rank != 0)) continue;
+        for (int row = 0; row < p->rows; row++)
+            memcpy(data + base + (size_t)(p->row0 + row) * p->full_cols + p->col0, local + (size_t)row * p->cols,
+                   (size_t)p->cols * sizeof(float));
     }
-    /* the stages' parts summed (each element is held by one stage; the others add zeros) */
+    free(local);
+    /* the TP slices' and the stages' parts summed (each element placed by one rank; the others
+     * add zeros) */
+    if (!rc && tp && tp->size > 1 && tp->all_reduce_sum(tp, data, total, DX_F32)) rc = -1;
     if (!rc && pp && pp->size > 1 && pp->all_reduce_sum(pp, data, total, DX_F32)) rc = -1;
     char cpath[1100], spath[1100];
     snprintf(cpath, sizeof cpath, "%s/adapter_config.json", dir);
     snprintf(spath, sizeof spath, "%s/adapter_model.safetensors", dir);
     if (!rc && writer) {
         if (mkdir(dir, 0777) && errno != EEXIST) rc = dx_fail("%s: cannot create: %s", dir, strerror(errno));
-        const dx_model_config *mc = &c->model;
-        const int D = mc->hidden_size, Dh = D / mc->num_attention_heads, HD = mc->num_attention_heads * Dh,
-                  KD = mc->num_key_value_heads * Dh, I = mc->intermediate_size;
-        const int lin[DX_LORA_NTARGETS] = {D, D, D, HD, D, D, I}, lout[DX_LORA_NTARGETS] = {HD, KD, KD, D, I, I, D};
         const char *const mod[DX_LORA_NTARGETS] = {"self_attn", "self_attn", "self_attn", "self_attn", "mlp", "mlp", "mlp"};
         int nt = 0;
         for (int t = 0; t < DX_LORA_NTARGETS; t++) nt += (c->lora_targets >> t) & 1u;

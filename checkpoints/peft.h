@@ -19,12 +19,14 @@
 #include "zero/zero.h"
 
 /* Writes the adapters of model m (the fp32 master weights held by z) to directory dir (created
- * if missing; files written under temporary names and renamed). Every layer's adapters: under
- * pipeline parallelism each stage gathers its own (collective over z's DP group) and the stages'
- * parts are summed over `pp` (this rank's pipeline group, host MPI; NULL or size 1: one stage).
- * `world` (NULL: one process): every rank, on which the ranks agree; its rank 0 writes. Tensor
- * names and shapes come from c (model shape, lora.r, lora.target_modules; TP 1). Returns 0, or
- * -1 + dx_fail naming the file or directory (every rank fails when the writer does). */
-int dx_peft_save(const char *dir, dx_model *m, dx_zero *z, const dx_config *c, dx_comm *world, dx_comm *pp);
+ * if missing; files written under temporary names and renamed): every layer's adapters at their
+ * full shapes. Each rank gathers its pieces over z's DP group (collective) and places them (a
+ * piece every TP rank holds: TP rank 0 only); the pieces are summed over `tp` (this rank's TP
+ * group) and `pp` (its pipeline group), host MPI, NULL or size 1 when absent. `world` (NULL: one
+ * process): every rank, on which the ranks agree; its rank 0 writes. Tensor names and shapes
+ * come from c (model shape, lora.r, lora.target_modules). Returns 0, or -1 + dx_fail naming the
+ * file or directory (every rank fails when the writer does). */
+int dx_peft_save(const char *dir, dx_model *m, dx_zero *z, const dx_config *c, dx_comm *world, dx_comm *tp,
+                 dx_comm *pp);
 
 #endif

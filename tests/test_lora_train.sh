@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # LoRA fine-tuning end to end on the CPU backend (fp32):
 #   1. adapters on all seven linear layers, rank 4: DP = 2 at ZeRO stages 0, 1, 2 and 3 (micro-batch
-#      3 x accumulation 2), PP 2 (1F1B) and PP 2 x DP 2 (GPipe, ZeRO-1) give the per-step losses
+#      3 x accumulation 2), PP 2 (1F1B), PP 2 x DP 2 (GPipe, ZeRO-1), TP 2, TP 2 with sequence
+#      parallelism x DP 2 (ZeRO-3) and TP 2 x PP 2 give the per-step losses
 #      and (PEFT files, every stage's layers) adapters of one process (micro-batch 12), within 1e-5
 #      relative, and the loss falls; selective and full recomputation give them bitwise;
 #   2. the base is frozen: the trace's per-rank gradient and optimizer-state bytes are those of
@@ -10,7 +11,8 @@
 #      shards, the two gather slots, the replicated adapters);
 #   3. the adapter GEMMs are their own op (lora_gemm) in an op-level trace, forward and backward,
 #      7 targets x 2 layers x (2 forward + 4 backward) per micro-batch;
-#   4. bad LoRA settings are refused naming the key: dropout, offload, an unknown target;
+#   4. bad LoRA settings are refused naming the key: dropout, offload, an unknown target, k_proj
+#      with KV heads replicated over TP;
 #   5. the trained adapters are a PEFT directory (--lora-save): adapter_config.json with PEFT's
 #      keys and adapter_model.safetensors with PEFT's tensor names, shapes [r, in] / [out, r],
 #      F32, the data in place; the DP 2 runs' adapters equal one process's within 1e-5 (per
@@ -18,6 +20,7 @@
 #      training moved B away from PEFT's zeros;
 #   6. checkpoints hold the adapters and their optimizer states only (no base tensor in the
 #      file), and a run resumed from step 5's ends with bitwise the uninterrupted run's adapters;
+#      a TP 2 run's checkpoint resumed by one process ends with them within 1e-5;
 #   7. QLoRA (--quantize nf4) on a Hugging Face model trains bitwise as LoRA on the same model
 #      whose decoder matrices went through NF4 in tests/nf4_round_hf.py (numpy, written apart
 #      from the C codec): same losses, same adapters; its parameter bytes are the NF4 ones; on
@@ -45,9 +48,14 @@ done
 run pp2 2 "${lora[@]}" --micro-batch 3 --grad-accum 4 --pp 2 --lora-save "$tmp/pp2.peft"
 run pp2_dp2 4 "${lora[@]}" --micro-batch 3 --grad-accum 2 --pp 2 --pipeline-schedule gpipe --zero-stage 1 \
   --lora-save "$tmp/pp2_dp2.peft"
+run tp2 2 "${lora[@]}" --micro-batch 12 --tp 2 --lora-save "$tmp/tp2.peft"
+run tp2_sp_dp2_s3 4 "${lora[@]}" --micro-batch 6 --tp 2 --sequence-parallel --zero-stage 3 --lora-save "$tmp/tp2_sp_dp2_s3.peft"
+run tp2_pp2 4 "${lora[@]}" --micro-batch 3 --grad-accum 4 --tp 2 --pp 2 --lora-save "$tmp/tp2_pp2.peft"
 run op 1 "${lora[@]}" --micro-batch 12 --train-iters 2 --trace-level op
 run ck 1 "${lora[@]}" --micro-batch 12 --save-dir "$tmp/run" --save-interval 5 --lora-save "$tmp/ck.peft"
 run res 1 "${lora[@]}" --micro-batch 12 --resume "$tmp/run/iter_0000005.h5" --lora-save "$tmp/res.peft"
+run ck_tp2 2 "${lora[@]}" --micro-batch 12 --tp 2 --save-dir "$tmp/run_tp" --save-interval 5
+run res_tp 1 "${lora[@]}" --micro-batch 12 --resume "$tmp/run_tp/iter_0000005.h5" --lora-save "$tmp/res_tp.peft"
 "$PYTHON3" "$SRCDIR/tests/make_hf_dir.py" f32 "$tmp/hf" > /dev/null
 "$PYTHON3" "$SRCDIR/tests/nf4_round_hf.py" "$tmp/hf" "$tmp/hf_nf4"
 run qlora 1 "${lora[@]}" --micro-batch 12 --hf-model "$tmp/hf" --quantize nf4 --lora-save "$tmp/qlora.peft"
@@ -56,7 +64,8 @@ run lora_nf4 1 "${lora[@]}" --micro-batch 12 --hf-model "$tmp/hf_nf4" --lora-sav
 run rc_sel 1 "${lora[@]}" --micro-batch 12 --recompute-granularity selective
 run rc_full 1 "${lora[@]}" --micro-batch 12 --recompute-granularity full --recompute-method uniform
 fail=0
-( cd "$tmp" && "$PYTHON3" "$SRCDIR/tests/compare_traces.py" --rtol 1e-5 ref.h5 dp2_s0.h5 dp2_s1.h5 dp2_s2.h5 dp2_s3.h5 pp2.h5 pp2_dp2.h5 ) || fail=1
+( cd "$tmp" && "$PYTHON3" "$SRCDIR/tests/compare_traces.py" --rtol 1e-5 ref.h5 dp2_s0.h5 dp2_s1.h5 dp2_s2.h5 dp2_s3.h5 pp2.h5 pp2_dp2.h5 \
+                    tp2.h5 tp2_sp_dp2_s3.h5 tp2_pp2.h5 ) || fail=1
 ( cd "$tmp" && "$PYTHON3" "$SRCDIR/tests/compare_traces.py" --rtol 0 ref.h5 rc_sel.h5 rc_full.h5 ) || fail=1
 ( cd "$tmp" && "$PYTHON3" "$SRCDIR/tests/compare_traces.py" --rtol 0 lora_nf4.h5 qlora.h5 ) || fail=1
 ( cd "$tmp" && "$PYTHON3" "$SRCDIR/tests/compare_traces.py" --rtol 1e-5 qlora.h5 qlora_dp2_s3.h5 ) || fail=1
@@ -141,7 +150,9 @@ ok(got == want and all(v[0] == "F32" for v in ref.values()) and meta.get("format
 bmax = max(float(np.abs(v[2]).max()) for k, v in ref.items() if "lora_B" in k)
 ok(bmax > 0, f"training moved lora_B from zeros (max |B| {bmax:.3g})")
 for run, what in [(f"dp2_s{st}", f"DP 2 ZeRO-{st}") for st in range(4)] + [
-        ("pp2", "PP 2 (1F1B)"), ("pp2_dp2", "PP 2 x DP 2 (GPipe, ZeRO-1)")]:
+        ("pp2", "PP 2 (1F1B)"), ("pp2_dp2", "PP 2 x DP 2 (GPipe, ZeRO-1)"), ("tp2", "TP 2"),
+        ("tp2_sp_dp2_s3", "TP 2 (sequence parallel) x DP 2 (ZeRO-3)"), ("tp2_pp2", "TP 2 x PP 2"),
+        ("res_tp", "a TP 2 checkpoint of step 5 resumed by one process")]:
     _, other, _, _ = read_st(f"{tmp}/{run}.peft/adapter_model.safetensors")
     # per tensor ||other - ref|| / ||ref||, as tests/compare_checkpoints.py
     err = max(float(np.linalg.norm(other[k][2] - ref[k][2]) / (np.linalg.norm(ref[k][2]) + 1e-30)) for k in ref)
@@ -187,4 +198,10 @@ expect_error() { # pattern args...
 expect_error "key 'lora.lora_dropout'" --lora-rank 4 --lora-dropout 0.1
 expect_error "key 'lora.r'" --lora-rank 4 --zero-stage 2 --offload-optimizer cpu
 expect_error "key 'lora.target_modules'" --lora-rank 4 --lora-targets q_proj,w_proj
+if OMP_NUM_THREADS=1 mpirun -np 4 "$DISSECT" "${common[@]}" --micro-batch 12 --tp 4 --lora-rank 4 --lora-targets q_proj,k_proj \
+     > "$tmp/bad.log" 2>&1 || ! grep -q "key 'lora.target_modules'.*num_key_value_heads" "$tmp/bad.log"; then
+  echo "FAIL TP 4 over 2 KV heads with a k_proj adapter:"; tail -3 "$tmp/bad.log"; fail=1
+else
+  echo "ok   refused: TP 4 over 2 KV heads with a k_proj adapter ('$(grep -m1 "lora.target_modules" "$tmp/bad.log" | cut -c1-110)')"
+fi
 exit $fail

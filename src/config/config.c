@@ -1009,10 +1009,11 @@ int dx_config_finalize(dx_config *c, int world)
         if (c->offload_optimizer)
             return dx_fail("%s: key 'lora.r' = %d: LoRA with zero_optimization.offload_optimizer is not supported "
                            "yet (the adapters' states are small: use ZeRO stage 0-3 without offload)", src, c->lora_r);
-        if (c->tp > 1)
-            return dx_fail("%s: key 'lora.r' = %d: LoRA with tensor or pipeline parallelism is not "
-                           "supported yet (tensor_model_parallel_size %d, pipeline_model_parallel_size %d)",
-                           src, c->lora_r, c->tp, c->pp);
+        if (c->tp > 1 && c->model.num_key_value_heads % c->tp != 0 &&
+            (c->lora_targets & ((1u << DX_LORA_K) | (1u << DX_LORA_V))))
+            return dx_fail("%s: key 'lora.target_modules': k_proj and v_proj adapters need tensor_model_parallel_size "
+                           "(%d) to divide model.num_key_value_heads (%d) (replicated KV heads are not supported with "
+                           "LoRA)", src, c->tp, c->model.num_key_value_heads);
     }
     if (c->offload_param && c->zero_stage != 3)
         return dx_fail("%s: key 'zero_optimization.offload_param.device' = \"cpu\": needs ZeRO stage 3 "

@@ -548,7 +548,8 @@ int dx_run_train(const dx_config *c, dx_comm *world)
         rc = -1;
 #undef CONSUMED_AFTER
     if (!rc && !preempted && c->lora_save[0]) {
-        if (dx_peft_save(c->lora_save, dx_worker_model(w), dx_worker_zero(w), c, world, dx_worker_grid(w)->pp_host)) {
+        if (dx_peft_save(c->lora_save, dx_worker_model(w), dx_worker_zero(w), c, world, dx_worker_grid(w)->tp_host,
+                         dx_worker_grid(w)->pp_host)) {
             fprintf(stderr, "dissect: error: rank %d: %s\n", rank, dx_last_error());
             rc = -1;
         } else if (rank == 0) {

@@ -205,9 +205,13 @@ dx_model *dx_model_create_part(const dx_model_config *cfg, dx_backend *be, int m
         return NULL;
     }
     if (check_part(cfg, part, max_B * max_T)) return NULL;
-    if (part->lora_r < 0 || (part->lora_r > 0 && (part->tp != 1 || !part->lora_targets))) {
-        dx_fail("model: LoRA rank %d with tensor-parallel size %d and targets 0x%x (needs rank >= 0, "
-                "TP 1 and at least one target)", part->lora_r, part->tp, part->lora_targets);
+    const unsigned kv_targets = (1u << DX_LORA_K) | (1u << DX_LORA_V);
+    if (part->lora_r < 0 ||
+        (part->lora_r > 0 && (!part->lora_targets ||
+                              (cfg->num_key_value_heads % part->tp != 0 && (part->lora_targets & kv_targets))))) {
+        dx_fail("model: LoRA rank %d with tensor-parallel size %d and targets 0x%x (needs rank >= 0, at least one "
+                "target, and no k_proj / v_proj target when the KV heads are replicated over TP)", part->lora_r,
+                part->tp, part->lora_targets);
         return NULL;
     }
     dx_model *m = calloc(1, sizeof *m);
@@ -322,8 +326,18 @@ dx_model *dx_model_create_part(const dx_model_config *cfg, dx_backend *be, int m
     for (int c = 0; c < m->nchunks; c++) m->ch[c].ga0 = -1;
     if (m->lora_r > 0) { /* one adapter group per held layer, after the base groups */
         const int r = m->lora_r;
-        const int lin[DX_LORA_NTARGETS] = {D, D, D, HDl, D, D, Il};   /* in_t */
-        const int lout[DX_LORA_NTARGETS] = {HDl, KDh, KDh, D, Il, Il, D}; /* out_t */
+        /* TP: a column-parallel target (q, k, v, gate, up) keeps A [r, in] whole (every TP rank
+         * holds it: its gradient is partial and summed over TP) and this rank's rows of B; a
+         * row-parallel one (o, down) this rank's columns of A and B [out, r] whole (partial
+         * gradient, summed). No collective of its own: the column targets' input gradient joins
+         * the base's before its TP reduction, the row targets' output the base's before its
+         * all-reduce or reduce-scatter (row_parallel_fwd). */
+        const int lin[DX_LORA_NTARGETS] = {D, D, D, HDl, D, D, Il};   /* in_t, local */
+        const int lout[DX_LORA_NTARGETS] = {HDl, KDh, KDh, D, Il, Il, D}; /* out_t, local */
+        const int fin[DX_LORA_NTARGETS] = {D, D, D, HD, D, D, I};     /* full */
+        const int fout[DX_LORA_NTARGETS] = {HD, KD, KD, D, I, I, D};
+        const int row0[DX_LORA_NTARGETS] = {tr * HDl, kv_row0, kv_row0, 0, tr * Il, tr * Il, 0}; /* of B */
+        const int col0[DX_LORA_NTARGETS] = {0, 0, 0, tr * HDl, 0, 0, tr * Il};                 /* of A */
         const char *const mod[DX_LORA_NTARGETS] = {"self_attn", "self_attn", "self_attn", "self_attn",
                                                    "mlp", "mlp", "mlp"};
         for (int c = 0; c < m->nchunks; c++) {
@@ -337,11 +351,11 @@ dx_model *dx_model_create_part(const dx_model_config *cfg, dx_backend *be, int m
                     const int gidx = 3 + 9 * L + 2 * DX_LORA_NTARGETS * l + 2 * t;
                     snprintf(name, sizeof name, "model.layers.%d.%s.%s.lora_A.weight", l, mod[t], dx_lora_target_names[t]);
                     m->o_lA[t] = off;
-                    if (add_param(m, cap, name, g, &off, r, lin[t], 0, gidx, r, lin[t], 0, 0)) goto fail;
+                    if (add_param(m, cap, name, g, &off, r, lin[t], 0, gidx, r, fin[t], 0, col0[t])) goto fail;
                     m->params[m->nparams - 1].init = 1;
                     snprintf(name, sizeof name, "model.layers.%d.%s.%s.lora_B.weight", l, mod[t], dx_lora_target_names[t]);
                     m->o_lB[t] = off;
-                    if (add_param(m, cap, name, g, &off, lout[t], r, 0, gidx + 1, lout[t], r, 0, 0)) goto fail;
+                    if (add_param(m, cap, name, g, &off, lout[t], r, 0, gidx + 1, fout[t], r, row0[t], 0)) goto fail;
                     m->params[m->nparams - 1].init = 2;
                 }
                 m->groups[g].numel = off;
@@ -708,9 +722,11 @@ static int norm_fwd(dx_model *m, int module, int layer, void *xn, void *rstd, co
 }
 
 /* The row-parallel GEMM's output plus the residual: out[Nr, D] = res + sum over TP of
- * in[N, K] W[D, K]^T (all-reduce; with sequence parallelism a reduce-scatter to this rank's rows). */
+ * (in[N, K] W[D, K]^T + LoRA target t's s (in A^T) B^T, when it is a target of local layer li of
+ * chunk C) (all-reduce; with sequence parallelism a reduce-scatter to this rank's rows). */
 static int row_parallel_fwd(dx_model *m, int module, int layer, void *out, const void *res,
-                            const void *in, const void *W, int N, int K)
+                            const void *in, const void *W, int N, int K, const chunk *C, layer_acts *a,
+                            int li, int t)
 {
     dx_backend *be = m->be;
     const int D = m->D, Nr = dx_model_residual_rows(m, N);
@@ -719,12 +735,14 @@ static int row_parallel_fwd(dx_model *m, int module, int layer, void *out, const
     if (m->sp) { /* full = in W^T, this rank's rows += res, reduce-scatter */
         void *mine = at(m->full, (size_t)m->tpr * Nr * D, xs);
         linear_fwd(m, module, layer, m->full, in, W, N, K, D, 0.0f);
+        lora_fwd_t(m, C, a, li, t, m->full, D, in, N, K, D);
         OP(module, layer, DX_OP_ADD, ND, 3 * ND * (int64_t)xs, be->add(be, mine, mine, res, (size_t)ND));
         return tp_reduce_scatter(m, module, layer, m->full, out, (size_t)Nr * D);
     }
     if (m->tpr == 0) /* the residual is added once, by TP rank 0 */
         OP(module, layer, DX_OP_MEMCPY, 0, 2 * ND * (int64_t)xs, be->copy(be, out, res, (size_t)ND * xs));
     linear_fwd(m, module, layer, out, in, W, N, K, D, m->tpr == 0 ? 1.0f : 0.0f);
+    lora_fwd_t(m, C, a, li, t, out, D, in, N, K, D);
     return m->tp > 1 ? tp_all_reduce(m, module, layer, out, (size_t)ND) : 0;
 }
 
@@ -812,9 +830,9 @@ static int layer_fwd(dx_model *m, chunk *C, slot_acts *S, int li, void *out, int
         if (all)
             OP(DX_MOD_ATTENTION, l, DX_OP_ATTENTION, att_flops, att_bytes,
                be->attention_fwd(be, a->att, a->lse, a->q, a->k, a->v, 2 * KDl, B, T, Hl, KVl, Dh));
-        if (all && row_parallel_fwd(m, DX_MOD_ATTENTION, l, a->h, S->x[li], a->att, at(W, m->o_o, xs), N, HDl))
+        if (all && row_parallel_fwd(m, DX_MOD_ATTENTION, l, a->h, S->x[li], a->att, at(W, m->o_o, xs), N, HDl,
+                                    C, a, li, DX_LORA_O))
             return -1;
-        if (all) lora_fwd_t(m, C, a, li, DX_LORA_O, a->h, D, a->att, N, HDl, D); /* TP 1 */
         MOD_END(m, DX_MOD_ATTENTION, l);
     }
     {
@@ -828,9 +846,9 @@ static int layer_fwd(dx_model *m, chunk *C, slot_acts *S, int li, void *out, int
         }
         OP(DX_MOD_MLP, l, DX_OP_SWIGLU, 6 * NI, 3 * NI * xsz,
            be->swiglu_fwd(be, a->a, a->g, a->u, N, Il, 2 * Il));
-        if (all && row_parallel_fwd(m, DX_MOD_MLP, l, out, a->h, a->a, at(W, m->o_down, xs), N, Il))
+        if (all && row_parallel_fwd(m, DX_MOD_MLP, l, out, a->h, a->a, at(W, m->o_down, xs), N, Il, C, a, li,
+                                    DX_LORA_DOWN))
             return -1;
-        if (all) lora_fwd_t(m, C, a, li, DX_LORA_DOWN, out, D, a->a, N, Il, D);
         MOD_END(m, DX_MOD_MLP, l);
     }
     return 0;

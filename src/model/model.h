@@ -113,7 +113,10 @@ typedef struct {
      * order) with, for each target (bit t of lora_targets, DX_LORA_* in config.h), A [r, in]
      * (PEFT's init: uniform +-1/sqrt(in)) and B [out, r] (zeros), named as PEFT's state dict
      * without its "base_model.model." prefix, e.g. "model.layers.3.self_attn.q_proj.lora_A.weight".
-     * The adapter GEMMs are traced as op lora_gemm. tp must be 1. */
+     * The adapter GEMMs are traced as op lora_gemm. Under TP a column-parallel target (q, k, v,
+     * gate, up) holds A whole and its rows of B, a row-parallel one (o, down) its columns of A and
+     * B whole; the whole ones' gradients are partial and summed over TP (tp_reduce). k and v need
+     * the KV heads split over TP (num_key_value_heads % tp == 0). */
     int lora_r;
     float lora_scale;      /* lora_alpha / r */
     unsigned lora_targets; /* bit mask over DX_LORA_Q .. DX_LORA_DOWN */

@@ -75,10 +75,17 @@ int dx_plan_rank_bytes(const dx_config *c, int rank, const char *device, dx_plan
      * into the slots), one adapter group per layer (r x (in + out) per target) trained (ZeRO-3:
      * as stage 2) */
     const int lora = c->lora_r > 0;
-    /* adapters per layer (LoRA runs with TP 1: the full widths), and targets */
-    const int64_t lora_n = lora ? dx_num_trainable_params(c) / mc->num_hidden_layers : 0;
-    int64_t lora_t = 0;
-    for (int t = 0; t < DX_LORA_NTARGETS && lora; t++) lora_t += (c->lora_targets >> t) & 1u;
+    /* adapters per layer (model.c: A of a column-parallel target whole, B its rows; A of a
+     * row-parallel one its columns, B whole), and targets */
+    int64_t lora_n = 0, lora_t = 0;
+    {
+        const int64_t a_in[DX_LORA_NTARGETS] = {D, D, D, HDl, D, D, Il}, b_out[DX_LORA_NTARGETS] = {HDl, KDh, KDh, D, Il, Il, D};
+        for (int t = 0; t < DX_LORA_NTARGETS && lora; t++)
+            if ((c->lora_targets >> t) & 1u) {
+                lora_n += c->lora_r * (a_in[t] + b_out[t]);
+                lora_t++;
+            }
+    }
     for (int t = 0; t < 3 && lora; t++) { /* frozen: zalloc(n_pad) of X, nothing else */
         const int64_t n_pad = (gn[t] + P - 1) / P * P;
         if (t == 1 && c->quantize_nf4) { /* QLoRA (zero.c): NF4 matrices, raw norms, one dequantized copy */
