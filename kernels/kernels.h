@@ -30,6 +30,32 @@
 
 typedef enum { DX_F32 = 0, DX_F64 = 1, DX_BF16 = 2 } dx_dtype;
 
+#ifdef __CUDACC__
+#define DX_HOST_DEVICE __host__ __device__
+#else
+#define DX_HOST_DEVICE
+#endif
+/* The counter-based random numbers of dropout (the same on every backend and rank): SplitMix64's
+ * finaliser (Steele et al. 2014) of the counter, mixed with a stream, and its top 24 bits as a
+ * uniform integer in [0, 2^24). An element is kept when that integer is >= threshold =
+ * dx_dropout_threshold(p) (probability 1 - p, to 2^-24). */
+static inline DX_HOST_DEVICE uint64_t dx_mix64(uint64_t z)
+{
+    z += 0x9E3779B97F4A7C15ull;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+static inline DX_HOST_DEVICE int dx_dropout_keep(uint64_t stream, uint64_t counter, uint32_t threshold)
+{
+    return (uint32_t)(dx_mix64(stream ^ dx_mix64(counter)) >> 40) >= threshold;
+}
+static inline uint32_t dx_dropout_threshold(float p)
+{
+    double t = (double)p * 16777216.0 + 0.5;
+    return t <= 0 ? 0u : t >= 16777216.0 ? 16777216u : (uint32_t)t;
+}
+
 /* Bytes per element of a dtype. */
 size_t dx_dtype_size(dx_dtype dt);
 const char *dx_dtype_name(dx_dtype dt);
@@ -227,6 +253,14 @@ struct dx_backend {
 
     /* y = a + b, all X[n]; y may alias a or b. */
     void (*add)(dx_backend *be, void *y, const void *a, const void *b, size_t n);
+
+    /* Inverted dropout (Srivastava et al. 2014; PyTorch's nn.Dropout in training): y X[N,F] =
+     * x X[N,F] / (1 - p) where element (i, j) is kept, 0 elsewhere; kept when
+     * dx_dropout_keep(stream, (row0 + i) * row_len + col0 + j, dx_dropout_threshold(p)), so the
+     * mask of an element depends on its global (row, column) alone: the same under any split of
+     * the rows or columns over ranks. 0 <= p < 1; y may alias x. */
+    void (*dropout)(dx_backend *be, void *y, const void *x, int N, int F, float p, uint64_t stream,
+                    uint64_t row0, uint64_t row_len, uint64_t col0);
 
     /* AdamW step on n elements (see dx_adamw_hparams): master, grad, m, v A[n] (master, m, v
      * updated in place); work X[n] (may be NULL) receives the updated master cast to X. */

@@ -722,6 +722,28 @@ static void test_add(uint64_t seed, size_t n)
     cfree(cy);
 }
 
+/* LoRA dropout: the CUDA mask is the CPU backends' (kernels.h's counter-based mask), bit for
+ * bit: a differing element would be off by |x| / (1 - p), far past the bf16 bound */
+static void test_dropout(uint64_t seed, int N, int F, float p)
+{
+    char shape[64];
+    snprintf(shape, sizeof shape, "N=%d F=%d p=%.2f", N, F, (double)p);
+    const size_t n = (size_t)N * F;
+    float *x = hrand(n, seed, 1, 0, 1);
+    void *gx = g_from(x, n, BF), *gy = g_nan(n, BF), *cx = c_from(x, n), *cy = c_nan(n);
+    const uint64_t stream = 0xabcdefu + seed, row0 = 3 * seed, row_len = (uint64_t)F * 2, col0 = (uint64_t)F;
+    gpu->dropout(gpu, gy, gx, N, F, p, stream, row0, row_len, col0);
+    cpu->dropout(cpu, cy, cx, N, F, p, stream, row0, row_len, col0);
+    cmp("dropout", shape, gy, BF, cy, n, B_X);
+    gpu->dropout(gpu, gx, gx, N, F, p, stream, row0, row_len, col0); /* in place */
+    cmp("dropout (in place)", shape, gx, BF, cy, n, B_X);
+    free(x);
+    gfree(gx);
+    gfree(gy);
+    cfree(cx);
+    cfree(cy);
+}
+
 static void test_embedding(uint64_t seed, int N, int D, int V)
 {
     char shape[64];
@@ -1032,6 +1054,8 @@ int main(void)
             test_sumsq_scale_cast(seed += 10, ns[a]);
         }
         test_sumsq_scale_cast(seed += 10, (1u << 22) + 7);
+        test_dropout(seed += 10, 7, 13, 0.1f);
+        test_dropout(seed += 10, 2048, 2048, 0.05f);
         test_swiglu(seed += 10, 129, 5632 / 8, 1); /* fused gate|up, vector form */
         test_swiglu(seed += 10, 7, 13, 1);         /* fused, scalar form */
 

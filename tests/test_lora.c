@@ -4,7 +4,13 @@
  *     initialisation) gives the base output bitwise;
  *   - backward on the f64 backend against central finite differences of L = sum(R . y) with
  *     respect to x, A and B (the base W is frozen: no gradient is formed for it);
- *   - the f32 backend against the f64 one. */
+ *   - the f32 backend against the f64 one;
+ *   - with PEFT's lora_dropout (p > 0): the same three checks, the reference dropping the
+ *     adapter's input by the mask of kernels.h (dx_dropout_keep) with 1 / (1 - p);
+ *   - the dropout op itself: the kept fraction is 1 - p within 5 sigma over 2^20 elements, kept
+ *     values are x / (1 - p) (to rounding), the mask of an element depends on its global (row, column)
+ *     only (the same when the rows or the columns are split over two calls, as over DP/PP or TP
+ *     ranks), another stream gives an independent mask, in place works, f32 and f64 masks agree. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -52,7 +58,19 @@ typedef struct {
     int N, in, out, r, ld;
     double s;
     double *x, *W, *A, *B, *R;
+    double p;          /* lora_dropout */
+    uint64_t stream;   /* its mask's stream; rows row0.., columns of row_len */
 } prob;
+
+#define ROW0 1000
+/* the adapter's input element (n, i) after dropout */
+static double xdrop(const prob *p, int n, int i)
+{
+    const double v = p->x[(size_t)n * p->in + i];
+    if (p->p <= 0) return v;
+    const uint64_t c = (uint64_t)(ROW0 + n) * (uint64_t)p->in + (uint64_t)i;
+    return dx_dropout_keep(p->stream, c, dx_dropout_threshold((float)p->p)) ? v / (1 - (double)(float)p->p) : 0;
+}
 
 /* L = sum_{n, o < out} R[n,o] y[n,o], y = x W^T + s x A^T B^T, directly in f64 */
 static double loss_ref(const prob *p, double *y)
@@ -64,7 +82,7 @@ static double loss_ref(const prob *p, double *y)
             for (int i = 0; i < p->in; i++) base += p->x[(size_t)n * p->in + i] * p->W[(size_t)o * p->in + i];
             for (int k = 0; k < p->r; k++) {
                 double t = 0;
-                for (int i = 0; i < p->in; i++) t += p->x[(size_t)n * p->in + i] * p->A[(size_t)k * p->in + i];
+                for (int i = 0; i < p->in; i++) t += xdrop(p, n, i) * p->A[(size_t)k * p->in + i];
                 ad += t * p->B[(size_t)o * p->r + k];
             }
             const double v = base + p->s * ad;
@@ -79,7 +97,7 @@ static double loss_ref(const prob *p, double *y)
 static void run(dx_backend *be, const prob *p, double **y, double **dx, double **dA, double **dB, int *gap_ok)
 {
     const int N = p->N, in = p->in, out = p->out, r = p->r, ld = p->ld;
-    const dx_lora_shape sh = {in, out, r, (float)p->s};
+    dx_lora_shape sh = {in, out, r, (float)p->s, (float)p->p, p->stream, ROW0, (uint64_t)in, 0, NULL};
     double *fill = malloc((size_t)N * ld * sizeof(double)), *Rw = malloc((size_t)N * ld * sizeof(double));
     for (size_t i = 0; i < (size_t)N * ld; i++) fill[i] = 5.0;
     for (int n = 0; n < N; n++)
@@ -91,6 +109,8 @@ static void run(dx_backend *be, const prob *p, double **y, double **dx, double *
     double *zn = calloc((size_t)N * (r > in ? r : in) + 1, sizeof(double));
     void *bt = bfrom(be, zn, (size_t)N * r), *bdt = bfrom(be, zn, (size_t)N * r);
     void *bdx = bfrom(be, zn, (size_t)N * in), *bdA = bfrom(be, zr, (size_t)r * in), *bdB = bfrom(be, zr, (size_t)out * r);
+    void *bxd = bfrom(be, zn, (size_t)N * in);
+    if (p->p > 0) sh.xd = bxd;
     /* base: y[:, :out] = x W^T; dx = dy W */
     be->gemm(be, 0, 1, N, out, in, 1.0f, bx, in, bW, in, 0.0f, by, ld, 0);
     dx_lora_fwd(be, by, ld, bt, bx, bA, bB, N, &sh);
@@ -111,7 +131,7 @@ static void run(dx_backend *be, const prob *p, double **y, double **dx, double *
     bget(be, bdx, *dx, (size_t)N * in);
     bget(be, bdA, *dA, (size_t)r * in);
     bget(be, bdB, *dB, (size_t)out * r);
-    void *bufs[] = {bx, bW, bA, bB, by, bdy, bt, bdt, bdx, bdA, bdB};
+    void *bufs[] = {bx, bW, bA, bB, by, bdy, bt, bdt, bdx, bdA, bdB, bxd};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) be->free(be, bufs[i]);
     free(fill), free(Rw), free(zr), free(zn), free(yw);
 }
@@ -131,13 +151,14 @@ static void fd(prob *p, double *v, size_t n, double *g)
 }
 
 static void test_case(dx_backend *b32, dx_backend *b64, uint64_t seed, int N, int in, int out, int r,
-                      int ld, double alpha, int zero_B)
+                      int ld, double alpha, int zero_B, double drop)
 {
     prob p = {N, in, out, r, ld, alpha / r, drand((size_t)N * in, seed, 1), drand((size_t)out * in, seed + 1, 0.3),
               drand((size_t)r * in, seed + 2, 0.3), drand((size_t)out * r, seed + 3, zero_B ? 0 : 0.3),
-              drand((size_t)N * out, seed + 4, 1)};
-    char shape[96];
-    snprintf(shape, sizeof shape, "N=%d in=%d out=%d r=%d ld=%d alpha=%g%s", N, in, out, r, ld, alpha, zero_B ? " B=0" : "");
+              drand((size_t)N * out, seed + 4, 1), drop, dx_mix64(seed)};
+    char shape[128];
+    snprintf(shape, sizeof shape, "N=%d in=%d out=%d r=%d ld=%d alpha=%g%s%s", N, in, out, r, ld, alpha, zero_B ? " B=0" : "",
+             drop > 0 ? " dropout" : "");
     double *yr = malloc((size_t)N * out * sizeof(double));
     loss_ref(&p, yr);
     double *y[2], *dx[2], *dA[2], *dB[2];
@@ -172,6 +193,66 @@ static void test_case(dx_backend *b32, dx_backend *b64, uint64_t seed, int N, in
     free(p.x), free(p.W), free(p.A), free(p.B), free(p.R), free(yr);
 }
 
+/* the dropout op (kernels.h) on the CPU backends */
+static void test_dropout(dx_backend *b32, dx_backend *b64)
+{
+    const int N = 1024, F = 1024;
+    const size_t n = (size_t)N * F;
+    const float p = 0.25f;
+    const uint64_t st = 0x1234567u, row0 = 77;
+    double *x = drand(n, 9, 1), *y = malloc(n * sizeof(double)), *y2 = malloc(n * sizeof(double));
+    void *bx = bfrom(b64, x, n), *by = bfrom(b64, x, n);
+    b64->dropout(b64, by, bx, N, F, p, st, row0, F, 0);
+    bget(b64, by, y, n);
+    size_t kept = 0, exact = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (y[i] != 0) kept++;
+        if (y[i] == 0 || fabs(y[i] - x[i] / (1 - (double)p)) <= 4e-16 * fabs(x[i] / (1 - (double)p))) exact++;
+    }
+    const double frac = (double)kept / (double)n, sd = sqrt(p * (1 - p) / (double)n);
+    check(fabs(frac - (1 - p)) < 5 * sd && exact == n, "dropout p=%.2f: kept %.5f of 2^20 (1 - p within 5 sigma = %.1e), kept values x / (1 - p) (to 4e-16)",
+          (double)p, frac, 5 * sd);
+    /* rows split over two calls (row0 offsets), columns split over two calls (col0 offsets) */
+    void *top = bfrom(b64, x, n), *bot = bfrom(b64, x + n / 2, n / 2);
+    b64->dropout(b64, top, top, N / 2, F, p, st, row0, F, 0);               /* in place */
+    b64->dropout(b64, bot, bot, N / 2, F, p, st, row0 + N / 2, F, 0);
+    bget(b64, top, y2, n / 2);
+    bget(b64, bot, y2 + n / 2, n / 2);
+    int rows_same = !memcmp(y, y2, n * sizeof(double));
+    int cols_same = 1;
+    double *xl = malloc(n / 2 * sizeof(double)), *yl = malloc(n / 2 * sizeof(double));
+    for (int half = 0; half < 2; half++) { /* columns [half F/2, (half + 1) F/2) of every row */
+        for (int i = 0; i < N; i++) memcpy(xl + (size_t)i * F / 2, x + (size_t)i * F + half * F / 2, F / 2 * sizeof(double));
+        void *bl = bfrom(b64, xl, n / 2);
+        b64->dropout(b64, bl, bl, N, F / 2, p, st, row0, F, (uint64_t)half * F / 2);
+        bget(b64, bl, yl, n / 2);
+        for (int i = 0; i < N; i++)
+            cols_same &= !memcmp(yl + (size_t)i * F / 2, y + (size_t)i * F + half * F / 2, F / 2 * sizeof(double));
+        b64->free(b64, bl);
+    }
+    check(rows_same && cols_same, "dropout: an element's mask depends on its global (row, column) only (rows split: %s, columns split: %s), in place",
+          rows_same ? "same" : "differs", cols_same ? "same" : "differs");
+    /* another stream: independent (both kept ~ (1 - p)^2) */
+    b64->dropout(b64, by, bx, N, F, p, st + 1, row0, F, 0);
+    bget(b64, by, y2, n);
+    size_t both = 0;
+    for (size_t i = 0; i < n; i++) both += y[i] != 0 && y2[i] != 0;
+    const double fb = (double)both / (double)n, q = (1 - p) * (1 - p);
+    check(fabs(fb - q) < 5 * sqrt(q * (1 - q) / (double)n), "dropout: another stream's mask is independent (both kept %.5f, (1 - p)^2 = %.5f)", fb, q);
+    /* f32: the same mask */
+    void *fx = bfrom(b32, x, n), *fy = bfrom(b32, x, n);
+    b32->dropout(b32, fy, fx, N, F, p, st, row0, F, 0);
+    double *yf = malloc(n * sizeof(double));
+    bget(b32, fy, yf, n);
+    size_t agree = 0;
+    for (size_t i = 0; i < n; i++) agree += (yf[i] != 0) == (y[i] != 0);
+    check(agree == n, "dropout: f32 and f64 masks agree (%zu of %zu)", agree, n);
+    void *bufs[] = {bx, by, top, bot};
+    for (size_t i = 0; i < 4; i++) b64->free(b64, bufs[i]);
+    b32->free(b32, fx), b32->free(b32, fy);
+    free(x), free(y), free(y2), free(xl), free(yl), free(yf);
+}
+
 int main(void)
 {
     dx_backend *b32 = dx_backend_cpu_create(2), *b64 = dx_backend_cpu64_create(2);
@@ -179,10 +260,13 @@ int main(void)
         fprintf(stderr, "backend: %s\n", dx_last_error());
         return 2;
     }
-    test_case(b32, b64, 100, 5, 12, 7, 2, 7, 16, 0);
-    test_case(b32, b64, 200, 9, 16, 8, 4, 24, 8, 0);  /* y a column block of rows of 24 */
-    test_case(b32, b64, 300, 3, 10, 6, 1, 6, 1, 0);   /* rank 1 */
-    test_case(b32, b64, 400, 4, 8, 5, 3, 5, 16, 1);   /* PEFT's initialisation B = 0 */
+    test_case(b32, b64, 100, 5, 12, 7, 2, 7, 16, 0, 0);
+    test_case(b32, b64, 200, 9, 16, 8, 4, 24, 8, 0, 0);  /* y a column block of rows of 24 */
+    test_case(b32, b64, 300, 3, 10, 6, 1, 6, 1, 0, 0);   /* rank 1 */
+    test_case(b32, b64, 400, 4, 8, 5, 3, 5, 16, 1, 0);   /* PEFT's initialisation B = 0 */
+    test_case(b32, b64, 500, 6, 12, 7, 2, 9, 16, 0, 0.3); /* lora_dropout 0.3 */
+    test_case(b32, b64, 600, 9, 16, 8, 4, 8, 8, 0, 0.1);
+    test_dropout(b32, b64);
     check(b32->mem.current_total == 0 && b64->mem.current_total == 0, "test buffers all freed");
     b32->destroy(b32);
     b64->destroy(b64);

@@ -11,7 +11,7 @@
 #      shards, the two gather slots, the replicated adapters);
 #   3. the adapter GEMMs are their own op (lora_gemm) in an op-level trace, forward and backward,
 #      7 targets x 2 layers x (2 forward + 4 backward) per micro-batch;
-#   4. bad LoRA settings are refused naming the key: dropout, offload, an unknown target, k_proj
+#   4. bad LoRA settings are refused naming the key: dropout 1, offload, an unknown target, k_proj
 #      with KV heads replicated over TP;
 #   5. the trained adapters are a PEFT directory (--lora-save): adapter_config.json with PEFT's
 #      keys and adapter_model.safetensors with PEFT's tensor names, shapes [r, in] / [out, r],
@@ -21,6 +21,9 @@
 #   6. checkpoints hold the adapters and their optimizer states only (no base tensor in the
 #      file), and a run resumed from step 5's ends with bitwise the uninterrupted run's adapters;
 #      a TP 2 run's checkpoint resumed by one process ends with them within 1e-5;
+#   8. lora_dropout 0.2 changes the losses, which still fall; DP 2 ZeRO-2 and TP 2 (sequence
+#      parallel) x PP 2 give one process's losses and adapters with it (the masks are keyed by
+#      global token and column), and full recomputation gives them bitwise;
 #   7. QLoRA (--quantize nf4) on a Hugging Face model trains bitwise as LoRA on the same model
 #      whose decoder matrices went through NF4 in tests/nf4_round_hf.py (numpy, written apart
 #      from the C codec): same losses, same adapters; its parameter bytes are the NF4 ones; on
@@ -51,6 +54,11 @@ run pp2_dp2 4 "${lora[@]}" --micro-batch 3 --grad-accum 2 --pp 2 --pipeline-sche
 run tp2 2 "${lora[@]}" --micro-batch 12 --tp 2 --lora-save "$tmp/tp2.peft"
 run tp2_sp_dp2_s3 4 "${lora[@]}" --micro-batch 6 --tp 2 --sequence-parallel --zero-stage 3 --lora-save "$tmp/tp2_sp_dp2_s3.peft"
 run tp2_pp2 4 "${lora[@]}" --micro-batch 3 --grad-accum 4 --tp 2 --pp 2 --lora-save "$tmp/tp2_pp2.peft"
+run drop 1 "${lora[@]}" --lora-dropout 0.2 --micro-batch 12 --lora-save "$tmp/drop.peft"
+run drop_dp2_s2 2 "${lora[@]}" --lora-dropout 0.2 --micro-batch 3 --grad-accum 2 --zero-stage 2
+run drop_tp2_sp_pp2 4 "${lora[@]}" --lora-dropout 0.2 --micro-batch 3 --grad-accum 4 --tp 2 --sequence-parallel --pp 2 \
+  --lora-save "$tmp/drop_tp2_sp_pp2.peft"
+run drop_rc_full 1 "${lora[@]}" --lora-dropout 0.2 --micro-batch 12 --recompute-granularity full --recompute-method uniform
 run op 1 "${lora[@]}" --micro-batch 12 --train-iters 2 --trace-level op
 run ck 1 "${lora[@]}" --micro-batch 12 --save-dir "$tmp/run" --save-interval 5 --lora-save "$tmp/ck.peft"
 run res 1 "${lora[@]}" --micro-batch 12 --resume "$tmp/run/iter_0000005.h5" --lora-save "$tmp/res.peft"
@@ -67,6 +75,8 @@ fail=0
 ( cd "$tmp" && "$PYTHON3" "$SRCDIR/tests/compare_traces.py" --rtol 1e-5 ref.h5 dp2_s0.h5 dp2_s1.h5 dp2_s2.h5 dp2_s3.h5 pp2.h5 pp2_dp2.h5 \
                     tp2.h5 tp2_sp_dp2_s3.h5 tp2_pp2.h5 ) || fail=1
 ( cd "$tmp" && "$PYTHON3" "$SRCDIR/tests/compare_traces.py" --rtol 0 ref.h5 rc_sel.h5 rc_full.h5 ) || fail=1
+( cd "$tmp" && "$PYTHON3" "$SRCDIR/tests/compare_traces.py" --rtol 1e-5 drop.h5 drop_dp2_s2.h5 drop_tp2_sp_pp2.h5 ) || fail=1
+( cd "$tmp" && "$PYTHON3" "$SRCDIR/tests/compare_traces.py" --rtol 0 drop.h5 drop_rc_full.h5 ) || fail=1
 ( cd "$tmp" && "$PYTHON3" "$SRCDIR/tests/compare_traces.py" --rtol 0 lora_nf4.h5 qlora.h5 ) || fail=1
 ( cd "$tmp" && "$PYTHON3" "$SRCDIR/tests/compare_traces.py" --rtol 1e-5 qlora.h5 qlora_dp2_s3.h5 ) || fail=1
 
@@ -83,6 +93,10 @@ with h5py.File(f"{tmp}/ref.h5") as f:
     loss = np.asarray(f["steps"]["loss"])
     g = int(f["steps"]["grads_bytes"][-1][0]); o = int(f["steps"]["optim_bytes"][-1][0])
 ok(loss[-1] < loss[0], f"LoRA loss falls: {loss[0]:.4f} -> {loss[-1]:.4f}")
+with h5py.File(f"{tmp}/drop.h5") as f:
+    dloss = np.asarray(f["steps"]["loss"])
+dd = float(np.max(np.abs(dloss - loss)))
+ok(dd > 1e-5 and dloss[-1] < dloss[0], f"lora_dropout 0.2 changes the losses (max difference {dd:.2e} from p = 0) and they fall: {dloss[0]:.4f} -> {dloss[-1]:.4f}")
 # model tiny (config.c presets): hidden 32, 4 heads of 8, 2 KV heads, FFN 88, 2 layers; r = 4
 D, HD, KD, I, L, r = 32, 32, 16, 88, 2, 4
 shapes = [(D, HD), (D, KD), (D, KD), (HD, D), (D, I), (D, I), (I, D)]  # (in, out) per target
@@ -149,14 +163,17 @@ ok(got == want and all(v[0] == "F32" for v in ref.values()) and meta.get("format
    f"adapter_model.safetensors: {len(ref)} tensors with PEFT's names and shapes, F32, {nbytes} data bytes, header padded to 8")
 bmax = max(float(np.abs(v[2]).max()) for k, v in ref.items() if "lora_B" in k)
 ok(bmax > 0, f"training moved lora_B from zeros (max |B| {bmax:.3g})")
-for run, what in [(f"dp2_s{st}", f"DP 2 ZeRO-{st}") for st in range(4)] + [
-        ("pp2", "PP 2 (1F1B)"), ("pp2_dp2", "PP 2 x DP 2 (GPipe, ZeRO-1)"), ("tp2", "TP 2"),
-        ("tp2_sp_dp2_s3", "TP 2 (sequence parallel) x DP 2 (ZeRO-3)"), ("tp2_pp2", "TP 2 x PP 2"),
-        ("res_tp", "a TP 2 checkpoint of step 5 resumed by one process")]:
+refs = {"ref": ref, "drop": read_st(f"{tmp}/drop.peft/adapter_model.safetensors")[1]}
+for run, what, base in [(f"dp2_s{st}", f"DP 2 ZeRO-{st}", "ref") for st in range(4)] + [
+        ("pp2", "PP 2 (1F1B)", "ref"), ("pp2_dp2", "PP 2 x DP 2 (GPipe, ZeRO-1)", "ref"), ("tp2", "TP 2", "ref"),
+        ("tp2_sp_dp2_s3", "TP 2 (sequence parallel) x DP 2 (ZeRO-3)", "ref"), ("tp2_pp2", "TP 2 x PP 2", "ref"),
+        ("res_tp", "a TP 2 checkpoint of step 5 resumed by one process", "ref"),
+        ("drop_tp2_sp_pp2", "lora_dropout 0.2 under TP 2 (sequence parallel) x PP 2: one process's with it", "drop")]:
     _, other, _, _ = read_st(f"{tmp}/{run}.peft/adapter_model.safetensors")
+    r_ = refs[base]
     # per tensor ||other - ref|| / ||ref||, as tests/compare_checkpoints.py
-    err = max(float(np.linalg.norm(other[k][2] - ref[k][2]) / (np.linalg.norm(ref[k][2]) + 1e-30)) for k in ref)
-    ok(list(other) == list(ref) and err < 1e-5, f"{what} adapters = one process's, every layer's in order: worst per-tensor relative difference {err:.2e} (bound 1e-5)")
+    err = max(float(np.linalg.norm(other[k][2] - r_[k][2]) / (np.linalg.norm(r_[k][2]) + 1e-30)) for k in r_)
+    ok(list(other) == list(r_) and err < 1e-5, f"{what} adapters = one process's, every layer's in order: worst per-tensor relative difference {err:.2e} (bound 1e-5)")
 _, ck, _, _ = read_st(f"{tmp}/ck.peft/adapter_model.safetensors")
 _, res, _, _ = read_st(f"{tmp}/res.peft/adapter_model.safetensors")
 same = set(ck) == set(res) == set(ref) and all(np.array_equal(ck[k][2], res[k][2]) and np.array_equal(ck[k][2], ref[k][2]) for k in ck)
@@ -195,7 +212,7 @@ expect_error() { # pattern args...
     echo "FAIL wrong message for $*:"; tail -3 "$tmp/bad.log"; fail=1
   fi
 }
-expect_error "key 'lora.lora_dropout'" --lora-rank 4 --lora-dropout 0.1
+expect_error "key 'lora.lora_dropout'" --lora-rank 4 --lora-dropout 1
 expect_error "key 'lora.r'" --lora-rank 4 --zero-stage 2 --offload-optimizer cpu
 expect_error "key 'lora.target_modules'" --lora-rank 4 --lora-targets q_proj,w_proj
 if OMP_NUM_THREADS=1 mpirun -np 4 "$DISSECT" "${common[@]}" --micro-batch 12 --tp 4 --lora-rank 4 --lora-targets q_proj,k_proj \

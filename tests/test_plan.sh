@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The memory plan (src/plan, `dissect plan`) against the allocator: for a grid of configs on the
 # CPU (DP 1 and 2 with ZeRO 0-3, TP 2 with and without sequence parallelism, TP 4 over 2 KV heads,
-# PP 2 with each schedule, recomputation selective / full, LoRA with ZeRO 0, 2 and 3, QLoRA with ZeRO 1 and 3 and with PP 2, LoRA under TP 2 with SP), every rank's planned bytes per
+# PP 2 with each schedule, recomputation selective / full, LoRA with ZeRO 0, 2 and 3, QLoRA with ZeRO 1 and 3 and with PP 2, LoRA under TP 2 with SP, LoRA with dropout), every rank's planned bytes per
 # category and peak (/metadata/plan_bytes) are within 5% of what its allocator held (/steps:
 # params, grads, optimizer states and activations bytes at the end of each step, and the peak);
 # `dissect plan` prints the same peak; and a run that cannot fit (llama2-70b on any host
@@ -26,6 +26,7 @@ configs=("dp1_z0:1:--micro-batch 4" "dp2_z1:2:--micro-batch 2 --zero-stage 1" "d
          "lora_z3:2:--micro-batch 2 --zero-stage 3 --lora-rank 4 --lora-targets q_proj,v_proj,down_proj"
          "qlora_z3:2:--micro-batch 2 --zero-stage 3 --lora-rank 4 --quantize nf4"
          "lora_pp2:2:--micro-batch 2 --grad-accum 2 --pp 2 --lora-rank 4 --quantize nf4"
+         "lora_drop_z1:2:--micro-batch 2 --zero-stage 1 --lora-rank 4 --lora-dropout 0.1"
          "lora_tp2_sp:2:--micro-batch 2 --tp 2 --sequence-parallel --lora-rank 4 --lora-targets q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj")
 fail=0
 for cf in "${configs[@]}"; do

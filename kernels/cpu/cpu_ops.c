@@ -736,6 +736,23 @@ void DX_OP(add)(dx_backend *be, void *y_, const void *a_, const void *b_, size_t
     for (size_t i = 0; i < n; i++) y[i] = a[i] + b[i];
 }
 
+void DX_OP(dropout)(dx_backend *be, void *y_, const void *x_, int N, int F, float p, uint64_t stream,
+                    uint64_t row0, uint64_t row_len, uint64_t col0)
+{
+    real *y = y_;
+    const real *x = x_; /* y may alias x */
+    const uint32_t th = dx_dropout_threshold(p);
+    const real keep_scale = (real)1 / (1 - (real)p);
+#pragma omp parallel for num_threads(NT(be)) schedule(static) if ((size_t)N * F >= DX_PAR_MIN)
+    for (int i = 0; i < N; i++) {
+        const uint64_t c0 = (row0 + (uint64_t)i) * row_len + col0;
+        for (int j = 0; j < F; j++) {
+            const size_t e = (size_t)i * F + j;
+            y[e] = dx_dropout_keep(stream, c0 + (uint64_t)j, th) ? x[e] * keep_scale : 0;
+        }
+    }
+}
+
 void DX_OP(adamw)(dx_backend *be, void *master_, void *work_, const void *grad_, void *m_,
                   void *v_, size_t n, const dx_adamw_hparams *hp)
 {

@@ -49,6 +49,8 @@
                          const void *gathered, int tp, const int32_t *targets, int N, int Vl,  \
                          int v0, float dscale);                                                \
     void P##add(dx_backend *be, void *y, const void *a, const void *b, size_t n);             \
+    void P##dropout(dx_backend *be, void *y, const void *x, int N, int F, float p,            \
+                    uint64_t stream, uint64_t row0, uint64_t row_len, uint64_t col0);          \
     void P##adamw(dx_backend *be, void *master, void *work, const void *grad, void *m,        \
                   void *v, size_t n, const dx_adamw_hparams *hp);                              \
     void P##sumsq(dx_backend *be, void *out, const void *x, size_t n);                        \
@@ -78,6 +80,7 @@ DX_CPU_OPS_DECLARE(dx_cpu_f64_)
         (be)->ce_vp_stats = P##ce_vp_stats;                                                    \
         (be)->ce_vp_finish = P##ce_vp_finish;                                                  \
         (be)->add = P##add;                                                                    \
+        (be)->dropout = P##dropout;                                                            \
         (be)->adamw = P##adamw;                                                                \
         (be)->sumsq = P##sumsq;                                                                \
         (be)->scale = P##scale;                                                                \

@@ -1229,6 +1229,31 @@ static void cuda_add(dx_backend *be, void *y, const void *a, const void *b, size
     DXC_LAUNCHED(be, "add");
 }
 
+/* Inverted dropout over y, x bf16 [N, F] (y may alias x): element e = i F + j kept by the
+ * counter-based mask of kernels.h (the CPU backends' mask, bit for bit), scaled by 1 / (1 - p). */
+static __global__ void k_dropout(bf16 *y, const bf16 *x, size_t N, int F, uint32_t th, float keep_scale,
+                                 uint64_t stream, uint64_t row0, uint64_t row_len, uint64_t col0)
+{
+    const size_t n = N * (size_t)F, step = (size_t)gridDim.x * blockDim.x;
+    for (size_t e = (size_t)blockIdx.x * blockDim.x + threadIdx.x; e < n; e += step) {
+        const size_t i = e / (size_t)F, j = e - i * (size_t)F;
+        const uint64_t c = (row0 + i) * row_len + col0 + j;
+        y[e] = tobf(dx_dropout_keep(stream, c, th) ? ld(x, e) * keep_scale : 0.0f);
+    }
+}
+
+static void cuda_dropout(dx_backend *be, void *y, const void *x, int N, int F, float p, uint64_t stream,
+                         uint64_t row0, uint64_t row_len, uint64_t col0)
+{
+    if (N <= 0 || F <= 0) return;
+    DXC_ENTER(be, "dropout");
+    const size_t n = (size_t)N * F;
+    k_dropout<<<grid_for(be, n), DXC_THREADS, 0, dxc(be)->stream>>>(
+        (bf16 *)y, (const bf16 *)x, (size_t)N, F, dx_dropout_threshold(p), 1.0f / (1.0f - p), stream, row0, row_len,
+        col0);
+    DXC_LAUNCHED(be, "dropout");
+}
+
 /* ============================================================================================
  * Embedding
  * ========================================================================================== */
@@ -1844,6 +1869,7 @@ extern "C" dx_backend *dx_backend_cuda_create(int device, int nthreads)
     be->ce_vp_stats = cuda_ce_vp_stats;
     be->ce_vp_finish = cuda_ce_vp_finish;
     be->add = cuda_add;
+    be->dropout = cuda_dropout;
     be->adamw = cuda_adamw;
     be->sumsq = cuda_sumsq;
     be->scale = cuda_scale;

@@ -1003,8 +1003,8 @@ int dx_config_finalize(dx_config *c, int world)
         if (c->lora_r > c->model.hidden_size)
             return dx_fail("%s: key 'lora.r' = %d: exceeds model.hidden_size (%d); a low-rank adapter's rank is "
                            "far below the layer widths", src, c->lora_r, c->model.hidden_size);
-        if (c->lora_dropout != 0)
-            return dx_fail("%s: key 'lora.lora_dropout' = %g: dissect's LoRA has no dropout yet (use 0)", src,
+        if (!(c->lora_dropout < 1))
+            return dx_fail("%s: key 'lora.lora_dropout' = %g: must be below 1 (a probability of dropping)", src,
                            c->lora_dropout);
         if (c->offload_optimizer)
             return dx_fail("%s: key 'lora.r' = %d: LoRA with zero_optimization.offload_optimizer is not supported "

@@ -76,7 +76,7 @@ static const struct {
     {"recompute-num-layers", "recompute_num_layers", "block: recomputed layers per model chunk", 0},
     {"lora-rank", "lora.r", "LoRA rank r: train adapters, the base model frozen (0 = off)", 0},
     {"lora-alpha", "lora.lora_alpha", "LoRA alpha: adapter outputs scaled by alpha / r (default 8)", 0},
-    {"lora-dropout", "lora.lora_dropout", "LoRA dropout (only 0 so far)", 0},
+    {"lora-dropout", "lora.lora_dropout", "LoRA dropout p on each adapter's input (PEFT's; default 0)", 0},
     {"lora-targets", "lora.target_modules", "LoRA targets, e.g. q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj", 0},
     {"quantize", "quantize", "nf4 | none: QLoRA, the frozen base's decoder matrices in 4-bit NormalFloat (needs --lora-rank)", 0},
     {"lora-save", "lora.save", "directory for the trained LoRA adapters in PEFT's format (adapter_config.json, adapter_model.safetensors)", 0},

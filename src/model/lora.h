@@ -17,16 +17,24 @@ typedef struct {
     int in, out; /* the base layer's W [out, in] */
     int r;       /* adapter rank (PEFT's r) */
     float scale; /* s = lora_alpha / r */
+    /* PEFT's lora_dropout on the adapter's input: xd = dropout_p(x) (kernels.h's dropout with
+     * stream, rows row0.., row_len and col0: x's element (i, j) is global (row0 + i, col0 + j) of
+     * rows of row_len), t = xd A^T. p = 0: none (xd is x, the scratch unused). */
+    float p;
+    uint64_t stream, row0, row_len, col0;
+    void *xd; /* X [N, in] scratch when p > 0 (the forward's xd; in backward, xd and then dt A) */
 } dx_lora_shape;
 
-/* y[N, out] (+=, rows ldy apart) s * t B^T, where t[N, r] = x[N, in] A^T is written to t (kept
- * for the backward). */
+/* y[N, out] (+=, rows ldy apart) s * t B^T, where t[N, r] = xd[N, in] A^T is written to t (kept
+ * for the backward), xd = x, or its dropout when sh->p > 0. */
 void dx_lora_fwd(dx_backend *be, void *y, int ldy, void *t, const void *x, const void *A,
                  const void *B, int N, const dx_lora_shape *sh);
 
 /* Backward, from dy[N, out] (rows ldy apart) and the forward's x and t:
  *   dB[out, r] (+=) s dy^T t ;  dt[N, r] = s dy B (scratch, overwritten) ;
- *   dA[r, in]  (+=) dt^T x   ;  dx[N, in] (+=) dt A   (dx already holds the base's dy W). */
+ *   dA[r, in]  (+=) dt^T xd  ;  dx[N, in] (+=) dropout'(dt A)   (dx already holds the base's dy W),
+ * where xd is x's dropout again (the same mask) and dropout' applies the mask and 1 / (1 - p)
+ * (identity when sh->p = 0). */
 void dx_lora_bwd(dx_backend *be, void *dx, void *dA, void *dB, void *dt, const void *dy, int ldy,
                  const void *x, const void *t, const void *A, const void *B, int N,
                  const dx_lora_shape *sh);

@@ -25,6 +25,7 @@ typedef struct {
     int32_t *ids;      /* embedding chunk: the micro-batch's ids, for the embedding's backward */
     void *xnf, *rstdf, *logits, *dlogits; /* head chunk */
     int B, T, grad_ready;
+    uint64_t drop_seq0; /* LoRA dropout: the global sequence index of the micro-batch's first */
 } slot_acts;
 
 typedef struct {
@@ -72,6 +73,11 @@ struct dx_model {
     unsigned lora_targets;
     size_t o_lA[DX_LORA_NTARGETS], o_lB[DX_LORA_NTARGETS];
     void *ldt;   /* X [N, r]: dt scratch of the adapters' backward */
+    float lora_p;       /* lora_dropout */
+    uint64_t drop_seed; /* this step's dropout seed (dx_model_set_dropout_seed) */
+    void *lxd;          /* X [N, max in]: the dropped adapter input / masked input gradient */
+    int drop_on;        /* the running forward or backward drops (training) */
+    uint64_t drop_row0; /* its micro-batch's first global token */
     void *dwscr; /* A [D]: the frozen norms' weight gradient, computed and dropped */
     dx_tracer *tr;
 
@@ -254,6 +260,7 @@ dx_model *dx_model_create_part(const dx_model_config *cfg, dx_backend *be, int m
     const int has_head = part->first_layer[m->nchunks - 1] + part->num_layers[m->nchunks - 1] == L;
     m->lora_r = part->lora_r;
     m->lora_scale = part->lora_scale;
+    m->lora_p = part->lora_r > 0 ? part->lora_dropout : 0.0f;
     m->lora_targets = part->lora_r > 0 ? part->lora_targets : 0;
     m->ngroups = held_layers + has_emb + has_head + (m->lora_r > 0 ? held_layers : 0);
     int cap = 9 * held_layers + 4 + 2 * DX_LORA_NTARGETS * held_layers;
@@ -429,6 +436,7 @@ dx_model *dx_model_create_part(const dx_model_config *cfg, dx_backend *be, int m
     m->da = act_alloc(m, N * Il, xs, &f);
     if (m->lora_r > 0) {
         m->ldt = act_alloc(m, N * (size_t)m->lora_r, xs, &f);
+        if (m->lora_p > 0) m->lxd = act_alloc(m, N * (size_t)(D > Il ? (D > HDl ? D : HDl) : (Il > HDl ? Il : HDl)), xs, &f);
         m->dwscr = act_alloc(m, (size_t)D, as, &f);
     }
     if (m->sp) {
@@ -670,6 +678,25 @@ static void *gat(void *G, size_t off, size_t as) { return G ? at(G, off, as) : N
 /* A norm weight's gradient: in G, or the scratch that a frozen norm's goes to */
 static void *dwat(dx_model *m, void *G, size_t off) { return G ? at(G, off, m->as) : m->dwscr; }
 
+/* The adapter shape of target t of local layer li (chunk C), in and out local; with dropout in
+ * training, the mask's stream (seed, layer, target) and coordinates: rows are the micro-batch's
+ * global tokens, columns the target's full input width (a row-parallel target's input is this
+ * TP rank's column block). */
+static dx_lora_shape lora_shape(const dx_model *m, const chunk *C, int li, int t, int in, int out)
+{
+    dx_lora_shape sh = {in, out, m->lora_r, m->lora_scale, 0.0f, 0, 0, 0, 0, NULL};
+    if (m->lora_p > 0 && m->drop_on) {
+        const int row_parallel = t == DX_LORA_O || t == DX_LORA_DOWN;
+        sh.p = m->lora_p;
+        sh.stream = dx_mix64(m->drop_seed ^ (((uint64_t)(C->first_layer + li) + 1) << 8 | (uint64_t)t));
+        sh.row0 = m->drop_row0;
+        sh.row_len = (uint64_t)in * (row_parallel ? (uint64_t)m->tp : 1u);
+        sh.col0 = row_parallel ? (uint64_t)m->tpr * (uint64_t)in : 0u;
+        sh.xd = m->lxd;
+    }
+    return sh;
+}
+
 /* LoRA of target t of local layer li (chunk C): y[N, out] (rows ldy apart) += s (x A^T) B^T,
  * keeping x A^T in a->lt[t]; a no-op when t is not a target. */
 static void lora_fwd_t(dx_model *m, const chunk *C, layer_acts *a, int li, int t, void *y, int ldy,
@@ -677,7 +704,7 @@ static void lora_fwd_t(dx_model *m, const chunk *C, layer_acts *a, int li, int t
 {
     if (!(m->lora_targets & (1u << t))) return;
     const void *Wa = m->groups[C->ga0 + li].work;
-    const dx_lora_shape sh = {in, out, m->lora_r, m->lora_scale};
+    const dx_lora_shape sh = lora_shape(m, C, li, t, in, out);
     const int r = m->lora_r, module = t <= DX_LORA_O ? DX_MOD_ATTENTION : DX_MOD_MLP;
     OP(module, C->first_layer + li, DX_OP_LORA_GEMM, gemm_flops(N, r, in) + gemm_flops(N, out, r),
        gemm_bytes(m, N, r, in, 0, 0) + gemm_bytes(m, N, out, r, 0, 1),
@@ -691,7 +718,7 @@ static void lora_bwd_t(dx_model *m, const chunk *C, layer_acts *a, int li, int t
     if (!(m->lora_targets & (1u << t))) return;
     const void *Wa = m->groups[C->ga0 + li].work;
     void *Ga = m->groups[C->ga0 + li].grad;
-    const dx_lora_shape sh = {in, out, m->lora_r, m->lora_scale};
+    const dx_lora_shape sh = lora_shape(m, C, li, t, in, out);
     const int r = m->lora_r, module = t <= DX_LORA_O ? DX_MOD_ATTENTION : DX_MOD_MLP;
     OP(module, C->first_layer + li, DX_OP_LORA_GEMM,
        gemm_flops(out, r, N) + gemm_flops(N, r, out) + gemm_flops(r, in, N) + gemm_flops(N, in, r),
@@ -885,6 +912,8 @@ int dx_model_forward_chunk(dx_model *m, int c, int s, const int32_t *ids, const 
     S->B = B;
     S->T = T;
     S->grad_ready = want_grad;
+    m->drop_on = want_grad; /* dropout in training only (evaluation and sampling: none) */
+    m->drop_row0 = S->drop_seq0 * (uint64_t)T;
 
     const int64_t xsz = (int64_t)xs, asz = (int64_t)m->as;
     if (C->has_emb) {
@@ -964,6 +993,8 @@ int dx_model_backward_chunk(dx_model *m, int c, int s)
     const float theta = (float)m->cfg.rope_theta;
     if (!S->grad_ready) return dx_fail("model: backward of chunk %d slot %d without a forward that kept its gradient path", c, s);
     S->grad_ready = 0;
+    m->drop_on = 1; /* the forward's masks again (recomputation, the adapters' backward) */
+    m->drop_row0 = S->drop_seq0 * (uint64_t)T;
     int rc = 0;
 
     const int64_t xsz = (int64_t)xs, asz = (int64_t)as, NI = (int64_t)N * Il;
@@ -1079,3 +1110,13 @@ int dx_model_forward(dx_model *m, const int32_t *ids, const int32_t *targets, in
 }
 
 int dx_model_backward(dx_model *m) { return dx_model_backward_chunk(m, 0, 0); }
+
+void dx_model_set_dropout_seed(dx_model *m, uint64_t seed) { m->drop_seed = seed; }
+
+int dx_model_set_micro_sequence(dx_model *m, int c, int s, uint64_t seq0)
+{
+    chunk *C = chunk_at(m, c, s, "set_micro_sequence");
+    if (!C) return -1;
+    C->slot[s].drop_seq0 = seq0;
+    return 0;
+}

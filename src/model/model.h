@@ -119,6 +119,9 @@ typedef struct {
      * the KV heads split over TP (num_key_value_heads % tp == 0). */
     int lora_r;
     float lora_scale;      /* lora_alpha / r */
+    float lora_dropout;    /* PEFT's lora_dropout p on each adapter's input (0 <= p < 1), in
+                            * training forwards and their backward only; masks keyed by
+                            * dx_model_set_dropout_seed and dx_model_set_micro_sequence */
     unsigned lora_targets; /* bit mask over DX_LORA_Q .. DX_LORA_DOWN */
 } dx_model_part;
 
@@ -198,6 +201,15 @@ void *dx_model_grad_buffer(dx_model *m);
 int dx_model_forward(dx_model *m, const int32_t *ids, const int32_t *targets, int B, int T,
                      void *loss_sum, int want_grad, float dscale);
 int dx_model_backward(dx_model *m);
+
+/* LoRA dropout's keys. The step's seed (the same on every rank; set before the step's first
+ * forward), and, before the forward of a micro-batch into slot s of chunk c, the global index
+ * (the data order's sequence number) of its first sequence: an adapter input element's mask is
+ * a function of (seed, layer, target, global token, global column), so it is the same under any
+ * DP, TP or PP layout and micro-batch size, and its backward regenerates it. set_micro_sequence:
+ * -1 + dx_fail for a chunk or slot out of range. */
+void dx_model_set_dropout_seed(dx_model *m, uint64_t seed);
+int dx_model_set_micro_sequence(dx_model *m, int c, int s, uint64_t seq0);
 
 /* Logits A[B*T, Vl] of the last forward on slot 0 of the head chunk: this rank's vocabulary
  * slice (dx_model_vocab_slice); the whole vocabulary when tp = 1. */

@@ -151,6 +151,11 @@ int dx_plan_rank_bytes(const dx_config *c, int rank, const char *device, dx_plan
     if (lora) { /* x A^T kept per target, layer and slot; dt; the frozen norms' dw */
         for (int k = 0; k < v; k++) acts += (int64_t)num[k] * slots * lora_t * N * c->lora_r * xs;
         acts += N * c->lora_r * xs + D * as;
+        if (c->lora_dropout > 0) { /* the dropped input / masked input gradient scratch */
+            int64_t w = D > HDl ? D : HDl;
+            if (Il > w) w = Il;
+            acts += N * w * xs;
+        }
     }
 
     out->bytes[DX_PLAN_PARAMS] = params;

@@ -16,7 +16,10 @@ struct dx_pipeline {
     dx_tracer *tr;
     dx_comm_req *req; /* [v * slots]: the last send from each chunk's slot (activation or grad) */
     dx_comm **req_comm; /* [v * slots]: the link that send went on */
+    uint64_t seq0;      /* micro-batch 0's first global sequence (dx_pipeline_set_first_sequence) */
 };
+
+void dx_pipeline_set_first_sequence(dx_pipeline *p, uint64_t seq0) { p->seq0 = seq0; }
 
 dx_pipeline *dx_pipeline_create(const dx_pp_links *links, int np, int stage, dx_pp_schedule kind,
                                 int m, int v)
@@ -127,7 +130,9 @@ static int forward(dx_pipeline *p, int c, int k, int B, int T, void *loss_sum, i
     if (vs > 0 && recv_traced(p, p->l.act_prev, dx_model_chunk_input(m, c, s), bytes, 0, tag_of(p, vs, k, 0), k))
         return -1;
     p->tr->micro = (int16_t)k;
-    if (dx_model_forward_chunk(m, c, s, ids, targets, B, T, loss_sum, want_grad, dscale)) return -1;
+    if (dx_model_set_micro_sequence(m, c, s, p->seq0 + (uint64_t)k * (uint64_t)B) ||
+        dx_model_forward_chunk(m, c, s, ids, targets, B, T, loss_sum, want_grad, dscale))
+        return -1;
     if (vs < last)
         return send_traced(p, p->l.act_next, dx_model_chunk_output(m, c, s), bytes, 1, tag_of(p, vs + 1, k, 0),
                            k, c * p->slots + s);

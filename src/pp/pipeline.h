@@ -49,6 +49,11 @@ int dx_pipeline_slots(const dx_pipeline *p);
 void dx_pipeline_set_model(dx_pipeline *p, dx_model *model, dx_tracer *tr);
 void dx_pipeline_destroy(dx_pipeline *p);
 
+/* The global index (data order) of the first sequence of the next step's micro-batch 0 on this
+ * DP rank; micro-batch k's first is seq0 + k B. The model's LoRA dropout masks are keyed by it
+ * (dx_model_set_micro_sequence, set before each chunk forward). */
+void dx_pipeline_set_first_sequence(dx_pipeline *p, uint64_t seq0);
+
 /* One step's forward and backward over m micro-batches of B x T tokens (the schedule's order):
  * chunks holding the head add each micro-batch's loss to loss_sum (A[1], +=) with dL/dlogits
  * scaled by dscale; gradients accumulate in the model's groups. Collective over the pipeline

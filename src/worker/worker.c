@@ -193,7 +193,7 @@ static int open_data_and_model(dx_worker *w, const dx_config *c)
                           .recompute = c->recompute, .recompute_method = c->recompute_method,
                           .recompute_num_layers = c->recompute_num_layers, .lora_r = c->lora_r,
                           .lora_scale = c->lora_r > 0 ? (float)(c->lora_alpha / c->lora_r) : 0.0f,
-                          .lora_targets = c->lora_targets};
+                          .lora_targets = c->lora_targets, .lora_dropout = (float)c->lora_dropout};
     if (v > 1) {
         for (int k = 0; k < v; k++) {
             part.num_layers[k] = c->layers_per_virtual_stage;
@@ -361,7 +361,10 @@ int dx_worker_train_step(dx_worker *w, long step, dx_step_stats *st)
                                  .eps = c->adam_eps, .weight_decay = c->weight_decay, .step = step};
     load_ctx lc = {w, &w->tb, w->data_consumed0 + (uint64_t)(step - 1 - w->data_step0) * G +
                                   (uint64_t)w->dp->rank * B * A};
+    /* LoRA dropout's keys: the step, and each micro-batch's first global sequence */
+    dx_model_set_dropout_seed(w->model, dx_mix64(c->seed ^ 0x6c6f7261u) + (uint64_t)step);
     if (w->pipe) { /* the pipeline schedule over the step's micro-batches */
+        dx_pipeline_set_first_sequence(w->pipe, lc.g0);
         if (dx_pipeline_train(w->pipe, B, T, w->d_loss, (float)(1.0 / global_tokens), load_micro, &lc,
                               &st->forward_s, &st->backward_s))
             return -1;
@@ -371,6 +374,7 @@ int dx_worker_train_step(dx_worker *w, long step, dx_step_stats *st)
             tr->phase = DX_PH_FORWARD;
             const int32_t *ids, *tg;
             if (load_micro(&lc, j, &ids, &tg)) return -1;
+            if (dx_model_set_micro_sequence(w->model, 0, 0, lc.g0 + (uint64_t)j * B)) return -1;
             uint64_t t0 = dx_now_ns();
             if (dx_model_forward(w->model, ids, tg, B, T, w->d_loss, 1, (float)(1.0 / global_tokens)))
                 return -1;
