@@ -254,6 +254,14 @@ struct dx_backend {
     /* y = a + b, all X[n]; y may alias a or b. */
     void (*add)(dx_backend *be, void *y, const void *a, const void *b, size_t n);
 
+    /* QLoRA's dequantization (kernels/nf4.h's format; Dettmers et al. 2023): out X[n] element i
+     * = dx_nf4_code[k_i] * (fp8_e4m3(absmax8[i / 64]) * scale[i / (64 * 256)] + offset), k_i the
+     * 4-bit index in idx[i / 2] (even i: the high nibble), the products and the sum each rounded
+     * to fp32 (no fused multiply-add), then to X. idx uint8[(n + 1) / 2], absmax8
+     * uint8[ceil(n / 64)], scale fp32[ceil(n / 16384)]: backend memory. */
+    void (*nf4_dequantize)(dx_backend *be, void *out, const uint8_t *idx, const uint8_t *absmax8,
+                           const float *scale, float offset, size_t n);
+
     /* Inverted dropout (Srivastava et al. 2014; PyTorch's nn.Dropout in training): y X[N,F] =
      * x X[N,F] / (1 - p) where element (i, j) is kept, 0 elsewhere; kept when
      * dx_dropout_keep(stream, (row0 + i) * row_len + col0 + j, dx_dropout_threshold(p)), so the

@@ -27,6 +27,7 @@
 #include "common/common.h"
 #include "cuda/cuda_backend.h"
 #include "kernels.h"
+#include "nf4.h"
 
 #include <cuda_runtime_api.h>
 #include <math.h>
@@ -744,6 +745,35 @@ static void test_dropout(uint64_t seed, int N, int F, float p)
     cfree(cy);
 }
 
+/* QLoRA: the CUDA NF4 dequantization against the CPU backend's, on a tensor quantized by the
+ * host codec (kernels/nf4.h): odd n (a lone last nibble), a partial last block, several
+ * double-quantization groups */
+static void test_nf4(uint64_t seed, size_t n)
+{
+    char shape[64];
+    snprintf(shape, sizeof shape, "n=%zu", n);
+    float *w = hrand(n, seed, 1, 0, 1);
+    dx_nf4_tensor q;
+    if (dx_nf4_quantize(w, n, &q)) die("nf4 quantize");
+    const size_t ni = (n + 1) / 2, nb = dx_nf4_blocks(n), ng = dx_nf4_groups(n);
+    void *gi = gpu->alloc(gpu, ni, DX_MEM_OTHER), *ga = gpu->alloc(gpu, nb, DX_MEM_OTHER),
+         *gs = gpu->alloc(gpu, ng * sizeof(float), DX_MEM_OTHER);
+    if (!gi || !ga || !gs || gpu->upload(gpu, gi, q.idx, ni) || gpu->upload(gpu, ga, q.absmax8, nb) ||
+        gpu->upload(gpu, gs, q.scale, ng * sizeof(float)))
+        die("nf4 upload");
+    void *gy = g_nan(n, BF), *cy = c_nan(n);
+    gpu->nf4_dequantize(gpu, gy, gi, ga, gs, q.offset, n);
+    cpu->nf4_dequantize(cpu, cy, q.idx, q.absmax8, q.scale, q.offset, n);
+    cmp("nf4_dequantize", shape, gy, BF, cy, n, B_X);
+    dx_nf4_free(&q);
+    free(w);
+    gfree(gi);
+    gfree(ga);
+    gfree(gs);
+    gfree(gy);
+    cfree(cy);
+}
+
 static void test_embedding(uint64_t seed, int N, int D, int V)
 {
     char shape[64];
@@ -1055,6 +1085,9 @@ int main(void)
         }
         test_sumsq_scale_cast(seed += 10, (1u << 22) + 7);
         test_dropout(seed += 10, 7, 13, 0.1f);
+        test_nf4(seed += 10, 1);
+        test_nf4(seed += 10, 999);
+        test_nf4(seed += 10, (size_t)5632 * 2048 + 64); /* a TinyLlama MLP matrix: 704 groups */
         test_dropout(seed += 10, 2048, 2048, 0.05f);
         test_swiglu(seed += 10, 129, 5632 / 8, 1); /* fused gate|up, vector form */
         test_swiglu(seed += 10, 7, 13, 1);         /* fused, scalar form */

@@ -1,6 +1,7 @@
 /* dissect CPU backends: "cpu" (f32) and "cpu64" (f64). Memory is plain host memory; the math
  * ops live in cpu_ops.c (built once per real type). */
 #include "cpu_ops.h"
+#include "nf4.h"
 #include "common/common.h"
 
 #include <omp.h>
@@ -186,6 +187,23 @@ static float bf16_to_f32(uint16_t b)
     return f;
 }
 
+static void cpu_nf4_dequantize(dx_backend *be, void *out, const uint8_t *idx, const uint8_t *absmax8,
+                               const float *scale, float offset, size_t n)
+{
+    const dx_nf4_tensor q = {n, (uint8_t *)idx, (uint8_t *)absmax8, (float *)scale, offset};
+    const size_t nb = dx_nf4_blocks(n);
+#pragma omp parallel for num_threads(be->nthreads) schedule(static) if (n >= ((size_t)1 << 16))
+    for (size_t b = 0; b < nb; b++) {
+        float v[DX_NF4_BLOCK];
+        const size_t i0 = b * DX_NF4_BLOCK, cnt = n - i0 < DX_NF4_BLOCK ? n - i0 : DX_NF4_BLOCK;
+        dx_nf4_dequantize(&q, i0, cnt, v);
+        for (size_t j = 0; j < cnt; j++) {
+            if (be->act == DX_F64) ((double *)out)[i0 + j] = v[j];
+            else ((float *)out)[i0 + j] = v[j];
+        }
+    }
+}
+
 static int cpu_upload_f32(dx_backend *be, void *dst, dx_dtype dt, const float *src, size_t n)
 {
     switch (dt) {
@@ -245,6 +263,7 @@ static dx_backend *cpu_create(int nthreads, int f64)
     be->upload = cpu_upload;
     be->download = cpu_download;
     be->upload_f32 = cpu_upload_f32;
+    be->nf4_dequantize = cpu_nf4_dequantize;
     be->download_f32 = cpu_download_f32;
     be->sync = cpu_sync;
     be->host_alloc = cpu_host_alloc;

@@ -1229,6 +1229,47 @@ static void cuda_add(dx_backend *be, void *y, const void *a, const void *b, size
     DXC_LAUNCHED(be, "add");
 }
 
+/* QLoRA's NF4 dequantization (kernels/nf4.h): one thread per index byte, i.e. two elements;
+ * the block absmax fp8 * scale + offset with each operation rounded (no FMA), as on the CPU. */
+__constant__ float c_nf4_code[16] = {
+    -1.0f, -0.6961928009986877f, -0.5250730514526367f, -0.39491748809814453f,
+    -0.28444138169288635f, -0.18477343022823334f, -0.09105003625154495f, 0.0f,
+    0.07958029955625534f, 0.16093020141124725f, 0.24611230194568634f, 0.33791524171829224f,
+    0.44070982933044434f, 0.5626170039176941f, 0.7229568362236023f, 1.0f,
+};
+
+static __device__ __forceinline__ float fp8_e4m3(uint8_t v)
+{
+    const int e = (v >> 3) & 15, m = v & 7;
+    if (e == 15 && m == 7) return __int_as_float(0x7fc00000);
+    const float mag = e == 0 ? ldexpf((float)m * 0.125f, -6) : ldexpf(1.0f + (float)m * 0.125f, e - 7);
+    return v & 0x80 ? -mag : mag;
+}
+
+static __global__ void k_nf4_dequantize(bf16 *__restrict__ out, const uint8_t *__restrict__ idx,
+                                        const uint8_t *__restrict__ absmax8, const float *__restrict__ scale,
+                                        float offset, size_t n)
+{
+    const size_t nbytes = (n + 1) / 2, step = (size_t)gridDim.x * blockDim.x;
+    for (size_t j = (size_t)blockIdx.x * blockDim.x + threadIdx.x; j < nbytes; j += step) {
+        const size_t i = 2 * j, b = i / 64; /* both elements are in block b (64 is even) */
+        const float a = __fadd_rn(__fmul_rn(fp8_e4m3(absmax8[b]), scale[b / 256]), offset);
+        const uint8_t v = idx[j];
+        out[i] = tobf(__fmul_rn(c_nf4_code[v >> 4], a));
+        if (i + 1 < n) out[i + 1] = tobf(__fmul_rn(c_nf4_code[v & 15], a));
+    }
+}
+
+static void cuda_nf4_dequantize(dx_backend *be, void *out, const uint8_t *idx, const uint8_t *absmax8,
+                                const float *scale, float offset, size_t n)
+{
+    if (!n) return;
+    DXC_ENTER(be, "nf4_dequantize");
+    k_nf4_dequantize<<<grid_for(be, (n + 1) / 2), DXC_THREADS, 0, dxc(be)->stream>>>(
+        (bf16 *)out, idx, absmax8, scale, offset, n);
+    DXC_LAUNCHED(be, "nf4_dequantize");
+}
+
 /* Inverted dropout over y, x bf16 [N, F] (y may alias x): element e = i F + j kept by the
  * counter-based mask of kernels.h (the CPU backends' mask, bit for bit), scaled by 1 / (1 - p). */
 static __global__ void k_dropout(bf16 *y, const bf16 *x, size_t N, int F, uint32_t th, float keep_scale,
@@ -1870,6 +1911,7 @@ extern "C" dx_backend *dx_backend_cuda_create(int device, int nthreads)
     be->ce_vp_finish = cuda_ce_vp_finish;
     be->add = cuda_add;
     be->dropout = cuda_dropout;
+    be->nf4_dequantize = cuda_nf4_dequantize;
     be->adamw = cuda_adamw;
     be->sumsq = cuda_sumsq;
     be->scale = cuda_scale;

@@ -52,8 +52,7 @@ typedef struct {
 
 struct dx_zero {
     void *qwork;  /* QLoRA: X [largest quantized group]: the dequantized group in use */
-    size_t qmax_group, qmax_param;
-    float *qhost; /* host fp32 [largest quantized parameter] for (de)quantization */
+    size_t qmax_group;
     int quantize; /* DX_ZERO_QUANTIZE_NF4 given */
     dx_model *model;
     dx_backend *be;
@@ -266,8 +265,8 @@ static int qparam_load(dx_zero *z, const qparam *q, void *dst)
         be->copy(be, dst, q->raw, q->numel * z->xs);
         return 0;
     }
-    dx_nf4_dequantize(&q->t, 0, q->numel, z->qhost); /* CPU backends: the arrays are host memory */
-    return be->upload_f32(be, dst, be->act, z->qhost, q->numel);
+    be->nf4_dequantize(be, dst, q->t.idx, q->t.absmax8, q->t.scale, q->t.offset, q->numel);
+    return 0;
 }
 
 /* the whole quantized group gi into z->qwork, which becomes the model group's working copy */
@@ -474,7 +473,8 @@ dx_zero *dx_zero_create(dx_model *m, dx_backend *be, dx_comm *dp, dx_comm *dp_ho
     z->quantize = (offload_flags & DX_ZERO_QUANTIZE_NF4) != 0;
     if (z->quantize && be->copy_stream && be->copy_stream(be, 0)) {
         free(z);
-        dx_fail("quantize \"nf4\": the %s backend has no NF4 dequantization kernel yet (CPU only so far)", be->name);
+        dx_fail("quantize \"nf4\": not enabled on the %s backend yet (its NF4 dequantization kernel has not been "
+                "checked on a GPU; CPU only so far)", be->name);
         *rc = dx_comm_agree(dp_host, -1);
         return NULL;
     }
@@ -540,7 +540,6 @@ dx_zero *dx_zero_create(dx_model *m, dx_backend *be, dx_comm *dp, dx_comm *dp_ho
                     } else {
                         q->raw = zalloc(z, p->numel * xs, DX_MEM_PARAMS, &fail);
                     }
-                    if (p->numel > z->qmax_param) z->qmax_param = p->numel;
                 }
                 if (g->n_pad > z->qmax_group) z->qmax_group = g->n_pad;
                 continue;
@@ -579,8 +578,6 @@ dx_zero *dx_zero_create(dx_model *m, dx_backend *be, dx_comm *dp, dx_comm *dp_ho
     }
     if (z->qmax_group && !fail) {
         z->qwork = zalloc(z, z->qmax_group * xs, DX_MEM_PARAMS, &fail);
-        z->qhost = malloc(z->qmax_param * sizeof(float));
-        if (!z->qhost) fail = 1;
     }
     for (int s = 0; s < 2; s++) {
         if (stage >= 2) z->bucket[s] = zalloc(z, max_pad * as, DX_MEM_GRADS, &fail);
@@ -748,7 +745,6 @@ void dx_zero_destroy(dx_zero *z)
     }
     be->free(be, z->scalar);
     be->free(be, z->qwork);
-    free(z->qhost);
     for (int s = 0; s < OFF_SLOTS; s++) { /* no copy may still use a staging slot */
         if (z->st_d2h[s] >= 0) be->copy_wait(be, z->st_d2h[s]);
         if (z->st_h2d[s] >= 0) be->copy_wait(be, z->st_h2d[s]);
