@@ -492,7 +492,7 @@ void dx_model_destroy(dx_model *m)
         for (size_t i = 0; i < sizeof sh / sizeof sh[0]; i++) be->free(be, sh[i]);
     }
     void *ps[] = {m->dres, m->dxn, m->dq, m->dk, m->datt, m->dg, m->da,
-                  m->full, m->shard, m->stats, m->gstats, m->ldt, m->dwscr};
+                  m->full, m->shard, m->stats, m->gstats, m->ldt, m->dwscr, m->lxd};
     for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++) be->free(be, ps[i]);
     free(m->groups);
     free(m->params);
