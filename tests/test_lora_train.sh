@@ -12,7 +12,7 @@
 #   3. the adapter GEMMs are their own op (lora_gemm) in an op-level trace, forward and backward,
 #      7 targets x 2 layers x (2 forward + 4 backward) per micro-batch;
 #   4. bad LoRA settings are refused naming the key: dropout 1, offload, an unknown target, k_proj
-#      with KV heads replicated over TP;
+#      with KV heads replicated over TP, QLoRA under TP;
 #   5. the trained adapters are a PEFT directory (--lora-save): adapter_config.json with PEFT's
 #      keys and adapter_model.safetensors with PEFT's tensor names, shapes [r, in] / [out, r],
 #      F32, the data in place; the DP 2 runs' adapters equal one process's within 1e-5 (per
@@ -215,6 +215,12 @@ expect_error() { # pattern args...
 expect_error "key 'lora.lora_dropout'" --lora-rank 4 --lora-dropout 1
 expect_error "key 'lora.r'" --lora-rank 4 --zero-stage 2 --offload-optimizer cpu
 expect_error "key 'lora.target_modules'" --lora-rank 4 --lora-targets q_proj,w_proj
+if OMP_NUM_THREADS=1 mpirun -np 2 "$DISSECT" "${common[@]}" --micro-batch 12 --tp 2 --lora-rank 4 --quantize nf4 \
+     > "$tmp/bad.log" 2>&1 || ! grep -q "key 'quantize'.*tensor_model_parallel_size 2" "$tmp/bad.log"; then
+  echo "FAIL QLoRA under TP 2 accepted or the message does not name the key:"; tail -3 "$tmp/bad.log"; fail=1
+else
+  echo "ok   refused: QLoRA under TP 2 ('$(grep -m1 "key 'quantize'" "$tmp/bad.log" | cut -c1-110)')"
+fi
 if OMP_NUM_THREADS=1 mpirun -np 4 "$DISSECT" "${common[@]}" --micro-batch 12 --tp 4 --lora-rank 4 --lora-targets q_proj,k_proj \
      > "$tmp/bad.log" 2>&1 || ! grep -q "key 'lora.target_modules'.*num_key_value_heads" "$tmp/bad.log"; then
   echo "FAIL TP 4 over 2 KV heads with a k_proj adapter:"; tail -3 "$tmp/bad.log"; fail=1

@@ -997,6 +997,10 @@ int dx_config_finalize(dx_config *c, int world)
         return dx_fail("%s: key 'resume' = \"auto\": needs 'save_dir' (where to look for the newest checkpoint)", src);
     if (c->quantize_nf4 && c->lora_r == 0)
         return dx_fail("%s: key 'quantize' = \"nf4\": needs lora.r > 0 (QLoRA quantizes the frozen base of LoRA)", src);
+    if (c->quantize_nf4 && c->tp > 1)
+        return dx_fail("%s: key 'quantize' = \"nf4\": not with tensor_model_parallel_size %d (each TP rank would "
+                       "quantize its slice with its own block statistics, so the run would not match one process's); "
+                       "use data or pipeline parallelism", src, c->tp);
     if (c->lora_save[0] && c->lora_r == 0)
         return dx_fail("%s: key 'lora.save': needs lora.r > 0 (there are no adapters to save)", src);
     if (c->lora_r > 0) {
