@@ -144,20 +144,12 @@ int dx_hf_export(const char *ckpt, const char *out_dir, int bf16)
         t[k] = (dx_st_spec){names[k], 2, {V, H}}, k++;
     }
     /* every tensor present with its shape, and nothing else in /params */
-    int64_t want = 0, held = 0;
-    for (int i = 0; !rc && i < n; i++) {
-        rc = check_shape(f, ckpt, &t[i]);
-        want += t[i].shape[0] * (t[i].ndim == 2 ? t[i].shape[1] : 1);
-    }
-    if (!rc) {
-        hid_t g = H5Gopen2(f, "params", H5P_DEFAULT);
-        if (g < 0 || dx_h5_count_elems(g, &held))
-            rc = dx_fail("checkpoint '%s': cannot list /params", ckpt);
-        if (g >= 0) H5Gclose(g);
-        if (!rc && held != want)
-            rc = dx_fail("checkpoint '%s': /params holds %lld parameters, a Llama of its config %lld (tensors that are "
-                         "not Llama's?)", ckpt, (long long)held, (long long)want);
-    }
+    for (int i = 0; !rc && i < n; i++) rc = check_shape(f, ckpt, &t[i]);
+    int64_t held = 0;
+    if (!rc && dx_h5_count_elems(f, "params", &held)) rc = dx_fail("checkpoint '%s': cannot list /params", ckpt);
+    if (!rc && held != dx_model_num_params(m))
+        rc = dx_fail("checkpoint '%s': /params holds %lld parameters, a Llama of its config %lld (tensors that are "
+                     "not Llama's?)", ckpt, (long long)held, (long long)dx_model_num_params(m));
     char *hc = rc ? NULL : hf_config_json(m, bf16);
     if (!rc && !hc) rc = -1;
     if (!rc && mkdir(out_dir, 0777) && errno != EEXIST) rc = dx_fail("%s: cannot create: %s", out_dir, strerror(errno));

@@ -80,10 +80,9 @@ int dx_peft_save(const char *dir, dx_model *m, dx_zero *z, const dx_config *c, d
 {
     const int np = dx_model_num_params_table(m), writer = !world || world->rank == 0;
     const int L = c->model.num_hidden_layers;
-    const dx_model_config *mc = &c->model;
-    const int D = mc->hidden_size, Dh = D / mc->num_attention_heads, HD = mc->num_attention_heads * Dh,
-              KD = mc->num_key_value_heads * Dh, I = mc->intermediate_size, r = c->lora_r;
-    const int lin[DX_LORA_NTARGETS] = {D, D, D, HD, D, D, I}, lout[DX_LORA_NTARGETS] = {HD, KD, KD, D, I, I, D};
+    const int r = c->lora_r;
+    int64_t lin[DX_LORA_NTARGETS], lout[DX_LORA_NTARGETS];
+    for (int t = 0; t < DX_LORA_NTARGETS; t++) dx_lora_target_dims(&c->model, t, &lin[t], &lout[t]);
     /* every layer's adapters at their full shapes (all pipeline stages' and TP slices'): per
      * layer, the targets in order, A [r, in] then B [out, r] (model.c's order), so layer l's
      * start at l x per_layer */
@@ -130,7 +129,6 @@ int dx_peft_save(const char *dir, dx_model *m, dx_zero *z, const dx_config *c, d
     snprintf(spath, sizeof spath, "%s/adapter_model.safetensors", dir);
     if (!rc && writer) {
         if (mkdir(dir, 0777) && errno != EEXIST) rc = dx_fail("%s: cannot create: %s", dir, strerror(errno));
-        const char *const mod[DX_LORA_NTARGETS] = {"self_attn", "self_attn", "self_attn", "self_attn", "mlp", "mlp", "mlp"};
         int nt = 0;
         for (int t = 0; t < DX_LORA_NTARGETS; t++) nt += (c->lora_targets >> t) & 1u;
         const int n = 2 * nt * L;
@@ -143,7 +141,7 @@ int dx_peft_save(const char *dir, dx_model *m, dx_zero *z, const dx_config *c, d
                 if (!((c->lora_targets >> tg) & 1u)) continue;
                 for (int ab = 0; ab < 2; ab++, k++) {
                     snprintf(names[k], sizeof names[k], PEFT_PREFIX "model.layers.%d.%s.%s.lora_%c.weight", l,
-                             mod[tg], dx_lora_target_names[tg], ab ? 'B' : 'A');
+                             dx_lora_target_modules[tg], dx_lora_target_names[tg], ab ? 'B' : 'A');
                     const int64_t rows = ab ? lout[tg] : c->lora_r, cols = ab ? c->lora_r : lin[tg];
                     t[k] = (dx_st_spec){names[k], 2, {rows, cols}};
                     a.off[k + 1] = a.off[k] + (size_t)(rows * cols);

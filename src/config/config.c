@@ -105,13 +105,22 @@ int64_t dx_num_trainable_params(const dx_config *c)
 {
     const dx_model_config *m = &c->model;
     if (c->lora_r <= 0) return dx_model_num_params(m);
-    const int64_t D = m->hidden_size, HD = D, KD = (int64_t)m->num_key_value_heads * (D / m->num_attention_heads),
-                  I = m->intermediate_size;
-    const int64_t in[DX_LORA_NTARGETS] = {D, D, D, HD, D, D, I}, out[DX_LORA_NTARGETS] = {HD, KD, KD, D, I, I, D};
     int64_t n = 0;
-    for (int t = 0; t < DX_LORA_NTARGETS; t++)
-        if (c->lora_targets & (1u << t)) n += c->lora_r * (in[t] + out[t]);
+    for (int t = 0; t < DX_LORA_NTARGETS; t++) {
+        int64_t in, out;
+        dx_lora_target_dims(m, t, &in, &out);
+        if (c->lora_targets & (1u << t)) n += c->lora_r * (in + out);
+    }
     return n * m->num_hidden_layers;
+}
+
+void dx_lora_target_dims(const dx_model_config *m, int t, int64_t *in, int64_t *out)
+{
+    const int64_t D = m->hidden_size, Dh = D / m->num_attention_heads, HD = (int64_t)m->num_attention_heads * Dh,
+                  KD = (int64_t)m->num_key_value_heads * Dh, I = m->intermediate_size;
+    const int64_t ins[DX_LORA_NTARGETS] = {D, D, D, HD, D, D, I}, outs[DX_LORA_NTARGETS] = {HD, KD, KD, D, I, I, D};
+    *in = ins[t];
+    *out = outs[t];
 }
 
 int64_t dx_model_num_params_nonembed(const dx_model_config *m)
@@ -248,6 +257,8 @@ static int set_pp_schedule(dx_config *c, const char *value, const char *source, 
                    source, path, value);
 }
 
+const char *const dx_lora_target_modules[DX_LORA_NTARGETS] = {"self_attn", "self_attn", "self_attn", "self_attn",
+                                                               "mlp",       "mlp",       "mlp"};
 const char *const dx_lora_target_names[DX_LORA_NTARGETS] = {"q_proj", "k_proj", "v_proj", "o_proj",
                                                              "gate_proj", "up_proj", "down_proj"};
 

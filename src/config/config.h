@@ -45,6 +45,11 @@ typedef enum { DX_TRACE_STEP = 0, DX_TRACE_MODULE = 1, DX_TRACE_OP = 2 } dx_trac
 /* LoRA targets (PEFT's target_modules names), bit t = 1 << t, in a layer's order. */
 enum { DX_LORA_Q = 0, DX_LORA_K, DX_LORA_V, DX_LORA_O, DX_LORA_GATE, DX_LORA_UP, DX_LORA_DOWN, DX_LORA_NTARGETS };
 extern const char *const dx_lora_target_names[DX_LORA_NTARGETS];
+/* Each target's module in a Hugging Face Llama layer: "self_attn" (q, k, v, o) or "mlp". */
+extern const char *const dx_lora_target_modules[DX_LORA_NTARGETS];
+/* The full input and output widths of target t's base layer W [out, in] in model m (no TP split):
+ * q [H Dh, D], k and v [Hkv Dh, D], o [D, H Dh], gate and up [I, D], down [D, I]. */
+void dx_lora_target_dims(const dx_model_config *m, int t, int64_t *in, int64_t *out);
 
 /* Pipeline schedules (key pipeline_schedule): 1F1B (PipeDream-Flush, Narayanan et al. 2021,
  * Megatron-LM's default), GPipe (all forwards, then all backwards; Huang et al. 2019), and

@@ -341,12 +341,8 @@ dx_model *dx_model_create_part(const dx_model_config *cfg, dx_backend *be, int m
          * all-reduce or reduce-scatter (row_parallel_fwd). */
         const int lin[DX_LORA_NTARGETS] = {D, D, D, HDl, D, D, Il};   /* in_t, local */
         const int lout[DX_LORA_NTARGETS] = {HDl, KDh, KDh, D, Il, Il, D}; /* out_t, local */
-        const int fin[DX_LORA_NTARGETS] = {D, D, D, HD, D, D, I};     /* full */
-        const int fout[DX_LORA_NTARGETS] = {HD, KD, KD, D, I, I, D};
         const int row0[DX_LORA_NTARGETS] = {tr * HDl, kv_row0, kv_row0, 0, tr * Il, tr * Il, 0}; /* of B */
         const int col0[DX_LORA_NTARGETS] = {0, 0, 0, tr * HDl, 0, 0, tr * Il};                 /* of A */
-        const char *const mod[DX_LORA_NTARGETS] = {"self_attn", "self_attn", "self_attn", "self_attn",
-                                                   "mlp", "mlp", "mlp"};
         for (int c = 0; c < m->nchunks; c++) {
             chunk *C = &m->ch[c];
             C->ga0 = g;
@@ -356,13 +352,17 @@ dx_model *dx_model_create_part(const dx_model_config *cfg, dx_backend *be, int m
                 for (int t = 0; t < DX_LORA_NTARGETS; t++) {
                     if (!(m->lora_targets & (1u << t))) continue;
                     const int gidx = 3 + 9 * L + 2 * DX_LORA_NTARGETS * l + 2 * t;
-                    snprintf(name, sizeof name, "model.layers.%d.%s.%s.lora_A.weight", l, mod[t], dx_lora_target_names[t]);
+                    int64_t fin, fout; /* the full widths */
+                    dx_lora_target_dims(&m->cfg, t, &fin, &fout);
+                    snprintf(name, sizeof name, "model.layers.%d.%s.%s.lora_A.weight", l, dx_lora_target_modules[t],
+                             dx_lora_target_names[t]);
                     m->o_lA[t] = off;
-                    if (add_param(m, cap, name, g, &off, r, lin[t], 0, gidx, r, fin[t], 0, col0[t])) goto fail;
+                    if (add_param(m, cap, name, g, &off, r, lin[t], 0, gidx, r, (int)fin, 0, col0[t])) goto fail;
                     m->params[m->nparams - 1].init = 1;
-                    snprintf(name, sizeof name, "model.layers.%d.%s.%s.lora_B.weight", l, mod[t], dx_lora_target_names[t]);
+                    snprintf(name, sizeof name, "model.layers.%d.%s.%s.lora_B.weight", l, dx_lora_target_modules[t],
+                             dx_lora_target_names[t]);
                     m->o_lB[t] = off;
-                    if (add_param(m, cap, name, g, &off, lout[t], r, 0, gidx + 1, fout[t], r, row0[t], 0)) goto fail;
+                    if (add_param(m, cap, name, g, &off, lout[t], r, 0, gidx + 1, (int)fout, r, row0[t], 0)) goto fail;
                     m->params[m->nparams - 1].init = 2;
                 }
                 m->groups[g].numel = off;
@@ -436,7 +436,11 @@ dx_model *dx_model_create_part(const dx_model_config *cfg, dx_backend *be, int m
     m->da = act_alloc(m, N * Il, xs, &f);
     if (m->lora_r > 0) {
         m->ldt = act_alloc(m, N * (size_t)m->lora_r, xs, &f);
-        if (m->lora_p > 0) m->lxd = act_alloc(m, N * (size_t)(D > Il ? (D > HDl ? D : HDl) : (Il > HDl ? Il : HDl)), xs, &f);
+        if (m->lora_p > 0) { /* the widest adapter input */
+            int w = D > HDl ? D : HDl;
+            if (Il > w) w = Il;
+            m->lxd = act_alloc(m, N * (size_t)w, xs, &f);
+        }
         m->dwscr = act_alloc(m, (size_t)D, as, &f);
     }
     if (m->sp) {

@@ -41,7 +41,7 @@ int dx_h5_write_scalar_attr(hid_t obj, const char *name, hid_t file_type, hid_t 
 }
 
 /* Elements of all datasets directly in group g into *total. */
-int dx_h5_count_elems(hid_t g, int64_t *total)
+static int count_elems(hid_t g, int64_t *total)
 {
     H5G_info_t gi;
     if (H5Gget_info(g, &gi) < 0) return -1;
@@ -62,6 +62,15 @@ int dx_h5_count_elems(hid_t g, int64_t *total)
         *total += n;
     }
     return 0;
+}
+
+int dx_h5_count_elems(hid_t loc, const char *name, int64_t *total)
+{
+    hid_t g = H5Gopen2(loc, name, H5P_DEFAULT);
+    if (g < 0) return -1;
+    int rc = count_elems(g, total);
+    H5Gclose(g);
+    return rc;
 }
 
 char *dx_h5_read_vlen_str_attr(hid_t obj, const char *name)

@@ -14,9 +14,10 @@ int dx_h5_write_scalar_attr(hid_t obj, const char *name, hid_t file_type, hid_t 
 /* Reads scalar attribute `name` of obj into *v as mem_type (e.g. H5T_NATIVE_INT64). Returns 0, or -1
  * when it is missing or unreadable. */
 int dx_h5_read_scalar_attr(hid_t obj, const char *name, hid_t mem_type, void *v);
-/* Adds the elements of every dataset directly in group g to *total (products of the dims checked
- * against int64 overflow). 0, or -1 (an unreadable member, or a sum past INT64_MAX). */
-int dx_h5_count_elems(hid_t g, int64_t *total);
+/* Adds the elements of every dataset directly in group `name` of loc to *total (products of the
+ * dims checked against int64 overflow). 0, or -1 (no such group, an unreadable member, or a sum
+ * past INT64_MAX). */
+int dx_h5_count_elems(hid_t loc, const char *name, int64_t *total);
 /* A variable-length string attribute `name` of obj, as a malloc'ed copy (free it); NULL when it is
  * missing, of another type or unreadable. */
 char *dx_h5_read_vlen_str_attr(hid_t obj, const char *name);
