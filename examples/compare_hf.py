@@ -25,6 +25,14 @@
 Prints a table (tensor, rel err, bound, ok) and 'N passed, M failed'; exit status 1 on any failure
 (and 2 if a step before the comparison fails).
 
+LoRA (PEFT round trip): --peft DIR loads DIR (written by `dissect train --lora-save DIR`) onto the
+HF model with peft.PeftModel.from_pretrained(model, DIR, is_trainable=True); the dump must then
+come from `dissect dump ... --lora-rank r ... --resume CKPT` of the same training run (its adapters).
+Logits and loss are compared as above, gradients for the adapters only (PEFT's names
+base_model.model.X.lora_A.default.weight are dissect's X.lora_A.weight); one more row checks that
+the adapters matter: the logits with PEFT's adapters disabled must differ from the adapted ones by
+more than 10 x the bound. tests/peft_roundtrip.sh runs the whole round trip.
+
 Where dissect and torch live on different hosts, split the run over a shared --workdir:
     python3 examples/compare_hf.py --workdir W --prepare-only      # torch host: steps 1-2
     mpirun -np 1 dissect dump ... --out W/dump.h5                    # dissect host: printed by it
@@ -154,6 +162,13 @@ def read_dump(out):
     return d
 
 
+def dissect_name(hf_name):
+    """dissect's parameter name of an HF / PEFT one (PEFT: base_model.model.X.lora_A.default.weight)."""
+    if hf_name.startswith("base_model.model."):
+        hf_name = hf_name[len("base_model.model."):].replace(".default.", ".")
+    return hf_name
+
+
 def rel_err(a, b):
     a = np.asarray(a, dtype=np.float64)
     b = np.asarray(b, dtype=np.float64)
@@ -188,6 +203,7 @@ def main():
     ap.add_argument("--prepare-only", action="store_true",
                     help="write WORKDIR/hf_model and WORKDIR/tokens.bin, print the dissect command, stop")
     ap.add_argument("--dump", help="compare this existing dissect dump of WORKDIR/hf_model instead of running dissect")
+    ap.add_argument("--peft", help="PEFT adapter directory to load onto the HF model (LoRA round trip; see above)")
     ap.add_argument("extra", nargs="*", help="after --: extra dissect arguments")
     a = ap.parse_args()
     bound = a.rtol if a.rtol is not None else BOUNDS[a.dtype]
@@ -220,6 +236,11 @@ def main():
                   + " ".join(shlex.quote(c) for c in dissect_cmd(a, hf_dir, shard, out)))
             return 0
     model = load_model(hf_dir, a.hf_device, a.attn)
+    if a.peft:
+        import peft
+        model = peft.PeftModel.from_pretrained(model, a.peft, is_trainable=True).float().to(a.hf_device)
+        model.eval()
+        print(f"peft {peft.__version__}: loaded {a.peft}")
     print(f"HF attention implementation: {getattr(model.config, '_attn_implementation', '?')}")
     d = read_dump(a.dump) if a.dump else run_dissect(a, hf_dir, shard, out)
 
@@ -254,7 +275,7 @@ def main():
             logits = model(input_ids=ids, use_cache=False).logits
         loss = F.cross_entropy(logits.float().reshape(-1, V), tgt.reshape(-1))  # mean over all B x T
         loss.backward()
-        grads = {n: p.grad.detach().float().cpu().numpy() for n, p in model.named_parameters()
+        grads = {dissect_name(n): p.grad.detach().float().cpu().numpy() for n, p in model.named_parameters()
                  if p.grad is not None}
         return logits.detach().float().cpu().numpy(), loss.item(), grads
 
@@ -269,9 +290,17 @@ def main():
     fl = (lambda k: floor.get(k)) if floor else (lambda k: None)
 
     row("logits", rel_err(d["logits"], ref_logits), fl("logits"))
+    if a.peft:  # the check discriminates only if the adapters move the logits well beyond the bound
+        with model.disable_adapter(), torch.no_grad():
+            base = model(input_ids=ids, use_cache=False).logits.float().cpu().numpy()
+        moved = rel_err(base, ref_logits)
+        row(f"adapters matter: HF base vs adapted logits > 10 x bound", moved, ok=moved > 10 * bound)
     row("loss", abs(d["loss"] - ref_loss) / abs(ref_loss), fl("loss"))
     hf_names = []
-    for name, p in model.named_parameters():
+    for hf_name, p in model.named_parameters():
+        if not p.requires_grad:
+            continue  # PEFT: the frozen base
+        name = dissect_name(hf_name)
         hf_names.append(name)
         g = d["grads"].get(name)
         if g is None:

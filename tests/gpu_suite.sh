@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # The GPU checks of dissect, for a GPU host (see ../shared/gpu/README.md: `. .gpu/env.sh` first):
 #   tests/gpu_suite.sh [sections...]       sections: build kernels sanitizer hf zero grid offload trace brown
-#                                          resume watchdog (run only when named)
+#                                          lora resume watchdog (run only when named)
 # Builds build-gpu (-Dcuda=enabled), then: CUDA kernels vs their CPU twins (table);
 # compute-sanitizer memcheck over that test; logits/loss/gradients against Hugging Face's
 # LlamaForCausalLM (bf16 on the GPU, fp32 on the CPU backend); ZeRO stages 0-3 on all visible
 # GPUs against one GPU; TP / sequence / pipeline parallelism (every schedule) on 2 GPUs against one
 # GPU (tests/test_grid_equivalence.sh with 2 ranks at most); an op-level GPU trace checked with h5py and `dissect report`; the Brown
-# model on 1 GPU and on all GPUs (needs data/brown from examples/prepare_brown.sh).
+# model on 1 GPU and on all GPUs (needs data/brown from examples/prepare_brown.sh). lora: PEFT loads
+# dissect's trained adapters and reproduces its logits (tests/peft_roundtrip.sh, bf16 and fp32);
+# QLoRA trains bitwise as LoRA on the NF4-rounded model; LoRA and QLoRA at DP 2 ZeRO-3 give one GPU's losses.
 # Logs go to $OUT (default /tmp/dissect-gpu); a summary table is printed last.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -43,6 +45,32 @@ if want grid && [ "$ngpu" -ge 2 ]; then
 fi
 if want offload; then # optimizer offload on the GPU against the same run without it (bf16 bounds)
   OFF_DEVICE=cuda OFF_RTOL=${OFF_RTOL:-2e-2} OFF_MAXNP=$ngpu OFF_MODEL=brown-small run offload bash tests/test_offload.sh
+fi
+if want lora; then # LoRA / QLoRA on the GPU: PEFT round trip, QLoRA = LoRA on the NF4-rounded model, DP 2 ZeRO-3
+  TAIL=12 PR_DEVICE=cuda run peft_bf16 bash tests/peft_roundtrip.sh
+  TAIL=12 PR_DEVICE=cpu run peft_fp32 bash tests/peft_roundtrip.sh
+  l=$OUT/lora; rm -rf "$l"; mkdir -p "$l"
+  "$PYTHON3" examples/compare_hf.py --workdir "$l" --prepare-only > /dev/null && "$PYTHON3" tests/nf4_round_hf.py "$l/hf_model" "$l/hf_nf4" \
+    && "$PYTHON3" tests/make_synthetic.py "$l/ids.txt" --vocab 1000 --tokens 100000 \
+    && "$PYTHON3" examples/make_shards.py "$l/ids.txt" "$l/train.bin" --vocab-size 1000 > /dev/null
+  lc=(train --device cuda --train-data "$l/train.bin" --seq-length 64 --train-iters 20 --warmup-iters 3 --lr 1e-2
+      --eval-interval 0 --sample-tokens 0 --log-interval 5 --lora-rank 8 --lora-alpha 16
+      --lora-targets q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj)
+  run lora_1gpu "${mpi[@]}" -np 1 "$DISSECT" "${lc[@]}" --hf-model "$l/hf_model" --micro-batch 8 --trace "$l/lora.h5"
+  run qlora_1gpu "${mpi[@]}" -np 1 "$DISSECT" "${lc[@]}" --hf-model "$l/hf_model" --quantize nf4 --micro-batch 8 --trace "$l/qlora.h5"
+  run lora_nf4_1gpu "${mpi[@]}" -np 1 "$DISSECT" "${lc[@]}" --hf-model "$l/hf_nf4" --micro-batch 8 --trace "$l/lora_nf4.h5"
+  run qlora_op "${mpi[@]}" -np 1 "$DISSECT" "${lc[@]}" --hf-model "$l/hf_model" --quantize nf4 --micro-batch 8 --train-iters 3 \
+    --trace "$l/qlora_op.h5" --trace-level op
+  run qlora_op_check "$PYTHON3" tests/check_events.py "$l/qlora_op.h5" --require-op lora_gemm --require-op dequantize
+  # QLoRA dequantizes to exactly the values of the NF4-rounded model: the same losses bit for bit
+  run qlora_vs_nf4 "$PYTHON3" tests/compare_traces.py --rtol 0 "$l/lora_nf4.h5" "$l/qlora.h5"
+  if [ "$ngpu" -ge 2 ]; then
+    run lora_dp2_z3 "${mpi[@]}" -np 2 "$DISSECT" "${lc[@]}" --hf-model "$l/hf_model" --micro-batch 4 --zero-stage 3 --trace "$l/lora_dp2.h5"
+    run qlora_dp2_z3 "${mpi[@]}" -np 2 "$DISSECT" "${lc[@]}" --hf-model "$l/hf_model" --quantize nf4 --micro-batch 4 --zero-stage 3 \
+      --trace "$l/qlora_dp2.h5"
+    run lora_dp2_cmp "$PYTHON3" tests/compare_traces.py --rtol "${LT_RTOL:-2e-2}" "$l/lora.h5" "$l/lora_dp2.h5"
+    run qlora_dp2_cmp "$PYTHON3" tests/compare_traces.py --rtol "${LT_RTOL:-2e-2}" "$l/qlora.h5" "$l/qlora_dp2.h5"
+  fi
 fi
 if want trace; then
   t=$OUT/trace; mkdir -p "$t"

@@ -2,6 +2,7 @@
 #include "nf4.h"
 
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -80,26 +81,33 @@ int dx_nf4_quantize(const float *w, size_t n, dx_nf4_tensor *q)
         return dx_fail("nf4: out of memory for %zu elements", n);
     }
     q->n = n;
-    double sum = 0;
+    /* blocks in parallel (each owns its 32 index bytes; 64 is even), the first non-finite element
+     * found by a min reduction; the offset is summed in order afterwards, as nf4.h defines it */
+    size_t bad = SIZE_MAX;
+#pragma omp parallel for schedule(static) reduction(min : bad)
     for (size_t b = 0; b < nb; b++) {
         const size_t i0 = b * DX_NF4_BLOCK, i1 = i0 + DX_NF4_BLOCK < n ? i0 + DX_NF4_BLOCK : n;
         float a = 0;
         for (size_t i = i0; i < i1; i++) {
-            if (!isfinite(w[i])) {
-                free(absmax);
-                dx_nf4_free(q);
-                return dx_fail("nf4: element %zu is not finite", i);
-            }
+            if (!isfinite(w[i]) && i < bad) bad = i;
             a = fabsf(w[i]) > a ? fabsf(w[i]) : a;
         }
         absmax[b] = a;
-        sum += a;
+        if (!isfinite(a)) continue;
         for (size_t i = i0; i < i1; i++) {
             const int k = a > 0 ? nearest_code(w[i] / a) : 7;
             q->idx[i / 2] |= (uint8_t)(i % 2 == 0 ? k << 4 : k);
         }
     }
+    if (bad != SIZE_MAX) {
+        free(absmax);
+        dx_nf4_free(q);
+        return dx_fail("nf4: element %zu is not finite", bad);
+    }
+    double sum = 0;
+    for (size_t b = 0; b < nb; b++) sum += absmax[b];
     q->offset = (float)(sum / (double)nb);
+#pragma omp parallel for schedule(static)
     for (size_t g = 0; g < ng; g++) {
         const size_t b0 = g * DX_NF4_DQ_BLOCK, b1 = b0 + DX_NF4_DQ_BLOCK < nb ? b0 + DX_NF4_DQ_BLOCK : nb;
         float mx = 0;

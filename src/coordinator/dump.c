@@ -7,7 +7,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "checkpoints/checkpoint.h"
 #include "common/common.h"
+#include "comm/grid.h"
 #include "trace/h5util.h"
 #include "run.h"
 #include "model/model.h"
@@ -88,12 +90,25 @@ int dx_dump_run(const dx_config *c, dx_comm *world, const char *out_path)
                      c->zero_stage);
     else if (!c->train_path[0])
         rc = dx_fail("dump: needs a training shard (key 'data.train', flag --train-data)");
+    else if (!strcmp(c->resume, "auto"))
+        rc = dx_fail("dump: key 'resume' must name a checkpoint file here, not \"auto\"");
     if (dx_agree_and_report(world, rc)) return -1;
 
     dx_worker *w = dx_worker_create(c, world, &rc);
     if (dx_agree_and_report(world, rc)) {
         dx_worker_destroy(w);
         return -1;
+    }
+    if (c->resume[0]) { /* the checkpoint's weights (LoRA: its adapters); the batch stays the first */
+        dx_ckpt_state st;
+        rc = dx_checkpoint_load(c->resume, dx_worker_model(w), dx_worker_zero(w), world, dx_worker_grid(w)->dp_host,
+                                dx_num_trainable_params(c), &st);
+        if (!dx_agree_and_report(world, rc))
+            printf("dump: weights of %s (step %lld)\n", c->resume, (long long)st.step);
+        else {
+            dx_worker_destroy(w);
+            return -1;
+        }
     }
     const size_t N = (size_t)c->micro_batch * c->seq_length;
     int32_t *inputs = malloc(N * sizeof *inputs), *targets = malloc(N * sizeof *targets);

@@ -7,7 +7,10 @@
  * The config is built as for `train` (flags, hf_model, ...). The batch is the first micro-batch
  * of the training shard: global sequences 0 .. micro - 1 of the seeded window order (data.h),
  * B = train_micro_batch_size_per_gpu sequences of T = seq_length tokens. Needs one rank and ZeRO
- * stage 0 (the rank then holds the full gradients).
+ * stage 0 (the rank then holds the full gradients). With key 'resume' (flag --resume; a file,
+ * not "auto") the weights are the checkpoint's first (for LoRA: the trained adapters on the
+ * frozen base), read by dx_checkpoint_load; the batch is still the first micro-batch. A
+ * checkpoint that does not fit the model is an error naming the file and tensor.
  *
  * OUT.h5 (written to OUT.h5.tmp, renamed on success):
  *   attributes   format = "dissect-dump", format_version = 1 (int64), loss (float64: mean

@@ -471,13 +471,6 @@ dx_zero *dx_zero_create(dx_model *m, dx_backend *be, dx_comm *dp, dx_comm *dp_ho
         z->pin_param = (offload_flags & DX_ZERO_OFFLOAD_PARAM_PIN) != 0;
     }
     z->quantize = (offload_flags & DX_ZERO_QUANTIZE_NF4) != 0;
-    if (z->quantize && be->copy_stream && be->copy_stream(be, 0)) {
-        free(z);
-        dx_fail("quantize \"nf4\": not enabled on the %s backend yet (its NF4 dequantization kernel has not been "
-                "checked on a GPU; CPU only so far)", be->name);
-        *rc = dx_comm_agree(dp_host, -1);
-        return NULL;
-    }
     z->nthreads = be->nthreads > 0 ? be->nthreads : 1;
     for (int s = 0; s < OFF_SLOTS; s++) z->st_d2h[s] = z->st_h2d[s] = -1;
     z->g = calloc((size_t)z->ngroups, sizeof *z->g);
