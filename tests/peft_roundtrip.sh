@@ -13,7 +13,8 @@
 #      the adapters must move the logits by more than 10 x that bound (so the check can fail).
 # Usage: DISSECT=build-gpu/dissect PR_DEVICE=cuda|cpu [PR_ATTN=eager|sdpa] [PR_LR=1e-2] [PYTHON3=python3]
 #        [MPIRUN="mpirun ..."] tests/peft_roundtrip.sh
-# PR_ATTN is the HF attention implementation of the reference and of its bf16 floor (default eager);
+# PR_ATTN is the HF attention implementation of the reference and of its bf16 floor (default sdpa,
+# transformers' default: flash-style in bf16, whose error on the q/k adapter gradients is the floor);
 # PR_LR the training's peak learning rate.
 # Exit status: compare_hf.py's (0 all passed, 1 a comparison failed, 2 a step failed).
 set -euo pipefail
@@ -35,4 +36,4 @@ $mpi "$DISSECT" train "${shape[@]}" "${lora[@]}" --micro-batch 2 --train-iters 3
 $mpi "$DISSECT" dump "${shape[@]}" "${lora[@]}" --micro-batch 2 --zero-stage 0 --resume "$w/lora.h5" \
   --out "$w/dump.h5" || exit 2
 ls -l "$w/peft"
-"$py" examples/compare_hf.py --workdir "$w" --dump "$w/dump.h5" --dtype "$dtype" --attn "${PR_ATTN:-eager}" --peft "$w/peft"
+"$py" examples/compare_hf.py --workdir "$w" --dump "$w/dump.h5" --dtype "$dtype" --attn "${PR_ATTN:-sdpa}" --peft "$w/peft"

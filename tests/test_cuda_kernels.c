@@ -747,11 +747,12 @@ static void test_dropout(uint64_t seed, int N, int F, float p)
 
 /* QLoRA: the CUDA NF4 dequantization against the CPU backend's, on a tensor quantized by the
  * host codec (kernels/nf4.h): odd n (a lone last nibble), a partial last block, several
- * double-quantization groups */
-static void test_nf4(uint64_t seed, size_t n)
+ * double-quantization groups; the output at element offset off (off % 8 != 0: not 16-byte aligned,
+ * the scalar kernel; otherwise 16-element chunks, then the scalar tail) */
+static void test_nf4(uint64_t seed, size_t n, size_t off)
 {
     char shape[64];
-    snprintf(shape, sizeof shape, "n=%zu", n);
+    snprintf(shape, sizeof shape, "n=%zu out+%zu", n, off);
     float *w = hrand(n, seed, 1, 0, 1);
     dx_nf4_tensor q;
     if (dx_nf4_quantize(w, n, &q)) die("nf4 quantize");
@@ -761,7 +762,8 @@ static void test_nf4(uint64_t seed, size_t n)
     if (!gi || !ga || !gs || gpu->upload(gpu, gi, q.idx, ni) || gpu->upload(gpu, ga, q.absmax8, nb) ||
         gpu->upload(gpu, gs, q.scale, ng * sizeof(float)))
         die("nf4 upload");
-    void *gy = g_nan(n, BF), *cy = c_nan(n);
+    void *gbuf = g_nan(n + off, BF), *cy = c_nan(n);
+    void *gy = (char *)gbuf + off * 2;
     gpu->nf4_dequantize(gpu, gy, gi, ga, gs, q.offset, n);
     cpu->nf4_dequantize(cpu, cy, q.idx, q.absmax8, q.scale, q.offset, n);
     cmp("nf4_dequantize", shape, gy, BF, cy, n, B_X);
@@ -770,7 +772,7 @@ static void test_nf4(uint64_t seed, size_t n)
     gfree(gi);
     gfree(ga);
     gfree(gs);
-    gfree(gy);
+    gfree(gbuf);
     cfree(cy);
 }
 
@@ -1067,6 +1069,7 @@ int main(void)
         test_rmsnorm(seed += 10, 20000, 13); /* > 256 chunks of 64 rows for dw */
         test_rmsnorm(seed += 10, 129, 8192); /* D > 4096: not held in registers */
         test_rmsnorm(seed += 10, 7, 2560);   /* registers, D / 256 not a power of 2 */
+        test_rmsnorm(seed += 10, 2800, 4096); /* Llama-2-7B, 8 x 350 tokens: 256 chunks of 11 rows */
 
         const int ts[] = {1, 7, 129}, dhs[] = {32, 64, 128};
         for (int a = 0; a < 3; a++)
@@ -1085,9 +1088,11 @@ int main(void)
         }
         test_sumsq_scale_cast(seed += 10, (1u << 22) + 7);
         test_dropout(seed += 10, 7, 13, 0.1f);
-        test_nf4(seed += 10, 1);
-        test_nf4(seed += 10, 999);
-        test_nf4(seed += 10, (size_t)5632 * 2048 + 64); /* a TinyLlama MLP matrix: 704 groups */
+        test_nf4(seed += 10, 1, 0);
+        test_nf4(seed += 10, 999, 0);                      /* 62 chunks, then a 7-element tail */
+        test_nf4(seed += 10, 999, 3);                      /* unaligned output: scalar only */
+        test_nf4(seed += 10, (size_t)5632 * 2048 + 64, 0); /* a TinyLlama MLP matrix: 704 groups */
+        test_nf4(seed += 10, (size_t)4096 * 4096 + 40, 8); /* a Llama-2-7B matrix; out + 16 bytes */
         test_dropout(seed += 10, 2048, 2048, 0.05f);
         test_swiglu(seed += 10, 129, 5632 / 8, 1); /* fused gate|up, vector form */
         test_swiglu(seed += 10, 7, 13, 1);         /* fused, scalar form */

@@ -930,7 +930,9 @@ static void cuda_rmsnorm_bwd(dx_backend *be, void *dx, void *dw, const void *dy,
     if (N <= 0 || D <= 0) return;
     dxc_impl *im = dxc(be);
     DXC_ENTER(be, "rmsnorm_bwd");
-    int nchunks = (N + 63) / 64;
+    /* chunks of >= 8 rows (one per warp), as many as DXC_DW_CHUNKS allows: a few thousand rows
+     * (LoRA's 8 x 350 tokens) then still fill every SM (64-row chunks gave 44 blocks for 132 SMs) */
+    int nchunks = (N + 7) / 8;
     if (nchunks > DXC_DW_CHUNKS) nchunks = DXC_DW_CHUNKS;
     int rows_per = (N + nchunks - 1) / nchunks; /* a function of N only: deterministic */
     nchunks = (N + rows_per - 1) / rows_per;
@@ -1229,9 +1231,13 @@ static void cuda_add(dx_backend *be, void *y, const void *a, const void *b, size
     DXC_LAUNCHED(be, "add");
 }
 
-/* QLoRA's NF4 dequantization (kernels/nf4.h): one thread per index byte, i.e. two elements;
- * the block absmax fp8 * scale + offset with each operation rounded (no FMA), as on the CPU. */
-__constant__ float c_nf4_code[16] = {
+/* QLoRA's NF4 dequantization (kernels/nf4.h): the block absmax fp8 * scale + offset with each
+ * operation rounded (no FMA), then code * absmax rounded to bf16, as on the CPU (bit for bit).
+ * The code table sits in shared memory: lanes index it with different nibbles, which constant
+ * memory would serialize. Vector path: one thread per 8 index bytes (16 elements, all in one
+ * block of 64), one 8-byte load and two 16-byte stores; a scalar kernel (one thread per index
+ * byte) does the tail and unaligned pointers. */
+static __device__ const float g_nf4_code[16] = {
     -1.0f, -0.6961928009986877f, -0.5250730514526367f, -0.39491748809814453f,
     -0.28444138169288635f, -0.18477343022823334f, -0.09105003625154495f, 0.0f,
     0.07958029955625534f, 0.16093020141124725f, 0.24611230194568634f, 0.33791524171829224f,
@@ -1246,17 +1252,47 @@ static __device__ __forceinline__ float fp8_e4m3(uint8_t v)
     return v & 0x80 ? -mag : mag;
 }
 
+static __device__ __forceinline__ float nf4_absmax(const uint8_t *absmax8, const float *scale, float offset, size_t b)
+{
+    return __fadd_rn(__fmul_rn(fp8_e4m3(__ldg(absmax8 + b)), __ldg(scale + b / 256)), offset);
+}
+
+/* elements [16 c, 16 c + 16) for c < nchunks; idx 8-byte and out 16-byte aligned */
+static __global__ void k_nf4_dequantize_vec(bf16 *__restrict__ out, const uint8_t *__restrict__ idx,
+                                            const uint8_t *__restrict__ absmax8, const float *__restrict__ scale,
+                                            float offset, size_t nchunks)
+{
+    __shared__ float code[16];
+    if (threadIdx.x < 16) code[threadIdx.x] = g_nf4_code[threadIdx.x];
+    __syncthreads();
+    DXC_FOR(c, nchunks) {
+        const float a = nf4_absmax(absmax8, scale, offset, c / 4); /* 4 chunks of 16 per block of 64 */
+        const uint2 v = __ldg(reinterpret_cast<const uint2 *>(idx) + c);
+        uint32_t w[8];
+#pragma unroll
+        for (int k = 0; k < 8; k++) {
+            const uint32_t byte = ((k < 4 ? v.x : v.y) >> (8 * (k & 3))) & 0xffu;
+            w[k] = pack2(__fmul_rn(code[byte >> 4], a), __fmul_rn(code[byte & 15], a));
+        }
+        st8(out, 2 * c, make_uint4(w[0], w[1], w[2], w[3]));
+        st8(out, 2 * c + 1, make_uint4(w[4], w[5], w[6], w[7]));
+    }
+}
+
+/* index bytes [j0, (n + 1) / 2): elements 2 j and 2 j + 1 (< n) */
 static __global__ void k_nf4_dequantize(bf16 *__restrict__ out, const uint8_t *__restrict__ idx,
                                         const uint8_t *__restrict__ absmax8, const float *__restrict__ scale,
-                                        float offset, size_t n)
+                                        float offset, size_t n, size_t j0)
 {
-    const size_t nbytes = (n + 1) / 2, step = (size_t)gridDim.x * blockDim.x;
-    for (size_t j = (size_t)blockIdx.x * blockDim.x + threadIdx.x; j < nbytes; j += step) {
-        const size_t i = 2 * j, b = i / 64; /* both elements are in block b (64 is even) */
-        const float a = __fadd_rn(__fmul_rn(fp8_e4m3(absmax8[b]), scale[b / 256]), offset);
+    __shared__ float code[16];
+    if (threadIdx.x < 16) code[threadIdx.x] = g_nf4_code[threadIdx.x];
+    __syncthreads();
+    DXC_FOR_FROM(j, j0, (n + 1) / 2) {
+        const size_t i = 2 * j; /* both elements are in block i / 64 (64 is even) */
+        const float a = nf4_absmax(absmax8, scale, offset, i / 64);
         const uint8_t v = idx[j];
-        out[i] = tobf(__fmul_rn(c_nf4_code[v >> 4], a));
-        if (i + 1 < n) out[i + 1] = tobf(__fmul_rn(c_nf4_code[v & 15], a));
+        out[i] = tobf(__fmul_rn(code[v >> 4], a));
+        if (i + 1 < n) out[i + 1] = tobf(__fmul_rn(code[v & 15], a));
     }
 }
 
@@ -1265,8 +1301,13 @@ static void cuda_nf4_dequantize(dx_backend *be, void *out, const uint8_t *idx, c
 {
     if (!n) return;
     DXC_ENTER(be, "nf4_dequantize");
-    k_nf4_dequantize<<<grid_for(be, (n + 1) / 2), DXC_THREADS, 0, dxc(be)->stream>>>(
-        (bf16 *)out, idx, absmax8, scale, offset, n);
+    const size_t nchunks = al16(out) && ((uintptr_t)idx & 7u) == 0 ? n / 16 : 0;
+    if (nchunks)
+        k_nf4_dequantize_vec<<<grid_for(be, nchunks), DXC_THREADS, 0, dxc(be)->stream>>>(
+            (bf16 *)out, idx, absmax8, scale, offset, nchunks);
+    if (nchunks * 16 < n)
+        k_nf4_dequantize<<<grid_for(be, (n + 1) / 2 - nchunks * 8), DXC_THREADS, 0, dxc(be)->stream>>>(
+            (bf16 *)out, idx, absmax8, scale, offset, n, nchunks * 8);
     DXC_LAUNCHED(be, "nf4_dequantize");
 }
 
