@@ -1,7 +1,9 @@
 /* The collective watchdog; see watchdog.h. */
 #include "watchdog.h"
 
+#include <errno.h>
 #include <pthread.h>
+#include <semaphore.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -19,6 +21,10 @@ static atomic_ullong cur_since_ns; /* 0 = not in a marked collective */
 static atomic_int depth;           /* main thread only; atomic for simplicity */
 static atomic_long cur_step;
 static volatile sig_atomic_t signal_seen; /* last signal number; set by the handler */
+/* posted by the handler (sem_post is async-signal-safe) and at stop, so that the thread reports a
+ * signal at once: a launcher tearing the job down may SIGKILL within a fraction of a second */
+static sem_t wake;
+static volatile sig_atomic_t wake_ready;
 
 typedef struct {
     int used;
@@ -60,7 +66,11 @@ void dx_watch_end(void)
         atomic_store_explicit(&cur_since_ns, 0, memory_order_release);
 }
 
-void dx_watch_signal(int sig) { signal_seen = sig; }
+void dx_watch_signal(int sig)
+{
+    signal_seen = sig;
+    if (wake_ready) sem_post(&wake);
+}
 
 void dx_watch_on_timeout(void (*fn)(void *), void *ctx)
 {
@@ -129,9 +139,16 @@ static void *watch_main(void *arg)
     int reported_signal = 0;
     const double M = timeout_s / 60.0;
     while (!atomic_load(&stop_flag)) {
-        /* a tenth of a second: signals are reported promptly; the timeout is checked as often */
-        struct timespec ts = {0, 100 * 1000 * 1000};
-        nanosleep(&ts, NULL);
+        /* woken at once by a signal (reported promptly), else every tenth of a second: the timeout check */
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 100 * 1000 * 1000;
+        if (ts.tv_nsec >= 1000000000L) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000L;
+        }
+        while (sem_timedwait(&wake, &ts) && errno == EINTR) {
+        }
         const unsigned long long since = atomic_load_explicit(&cur_since_ns, memory_order_acquire);
         const char *op = atomic_load_explicit(&cur_op, memory_order_relaxed);
         const char *group = atomic_load_explicit(&cur_group, memory_order_relaxed);
@@ -186,6 +203,11 @@ int dx_watchdog_start(double t, int rank)
     timeout_s = t;
     my_rank = rank;
     atomic_store(&stop_flag, 0);
+    if (!wake_ready) {
+        if (sem_init(&wake, 0, 0))
+            return dx_fail("rank %d: cannot create the watchdog's semaphore: %s", rank, strerror(errno));
+        wake_ready = 1;
+    }
     int e = pthread_create(&thread, NULL, watch_main, NULL);
     if (e) return dx_fail("rank %d: cannot start the watchdog thread: %s", rank, strerror(e));
     running = 1;
@@ -196,6 +218,7 @@ void dx_watchdog_stop(void)
 {
     if (!running) return;
     atomic_store(&stop_flag, 1);
+    sem_post(&wake);
     pthread_join(thread, NULL);
     running = 0;
 }
