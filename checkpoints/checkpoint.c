@@ -14,6 +14,7 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
+#include "comm/watchdog.h"
 #include "common/common.h"
 #include "trace/h5util.h"
 
@@ -238,13 +239,17 @@ int dx_checkpoint_save(const char *path, dx_model *m, dx_zero *z, dx_comm *world
         free(t);
         return -1;
     }
-    /* the file, collectively (MPI-IO) */
+    /* the file, collectively (MPI-IO): from the create to the close every rank waits on every
+     * other inside HDF5, so the span is marked for the watchdog like a collective (a rank that
+     * dies during a save is then reported and timed out, not waited for forever) */
+    dx_watch_begin_io("checkpoint write (mpi-io)", world);
     hid_t fapl = H5Pcreate(H5P_FILE_ACCESS), f = -1;
     if (fapl >= 0 && H5Pset_fapl_mpio(fapl, comm, MPI_INFO_NULL) >= 0)
         f = H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
     if (fapl >= 0) H5Pclose(fapl);
     if (f < 0) rc = dx_fail("checkpoint '%s': cannot create %s: %s", path, tmp, errno ? strerror(errno) : "HDF5 error");
     if ((rc = dx_comm_agree(world, rc))) {
+        dx_watch_end();
         free(t);
         return -1;
     }
@@ -280,6 +285,7 @@ int dx_checkpoint_save(const char *path, dx_model *m, dx_zero *z, dx_comm *world
     int any = dx_comm_agree(world, rc); /* before the collective close */
     if (H5Fclose(f) < 0 && !any) rc = dx_fail("checkpoint '%s': cannot close %s", path, tmp);
     any = dx_comm_agree(world, any ? any : rc);
+    dx_watch_end();
     if (world->rank == 0) {
         if (!any && rename(tmp, path)) rc = dx_fail("checkpoint '%s': cannot rename %s: %s", path, tmp, strerror(errno));
         if (any || rc) remove(tmp);

@@ -6,6 +6,7 @@
 #  2. a rank that hangs (SIGSTOP) with distributed_timeout_minutes 0.1: the other ranks' watchdogs
 #     end them after 6 s with a message naming the step, the operation and the group (exit 3);
 #     the job ends within 60 s; the trace (flushed by the watchdog) holds every step before;
+#     again with a checkpoint every step, so the hang mostly falls inside a parallel-HDF5 save;
 #  3. a full disk (a 2 MiB tmpfs): a save_dir with less room than one checkpoint is refused before
 #     training; a checkpoint that no longer fits stops the run with a clear error and exit 1, the
 #     previous checkpoint stays complete (it resumes) and no .tmp is left. Needs mount(8) as root
@@ -82,9 +83,10 @@ named=$(grep -c "dissect: error: rank [0-3]: [a-z(). -]* on the [a-z]* group ([0
 steps=$(trace_steps "$tmp/hang.h5")
 last=$(grep -o "at step [0-9]*" "$tmp/hang.log" | head -1 | grep -o "[0-9]*" || echo 0)
 # rank 0 writes the trace: when its own watchdog fired, it flushed every step before the hang;
-# when the launcher killed it first (its collective began later), the trace ends at the last
-# periodic flush (every 10 steps)
-if grep "dissect: error: rank 0: .* has not completed" "$tmp/hang.log" > /dev/null; then
+# when the launcher killed it first (its collective began later), or its watchdog fired inside a
+# checkpoint write, the trace ends at the last periodic flush (every 10 steps)
+# (a timeout inside a checkpoint write flushes nothing: HDF5 is busy on the main thread)
+if grep "dissect: error: rank 0: .* has not completed" "$tmp/hang.log" | grep -v "checkpoint write" > /dev/null; then
   want=$((last - 1)) how="rank 0's watchdog flushed every step before the hang"
 else
   want=$(( (last - 1) / 10 * 10 )) how="rank 0 killed by the launcher before its own timeout: steps up to the last periodic flush"
@@ -95,6 +97,19 @@ if [ "$rc" -eq 3 ] && "$PYTHON3" -c "import sys; sys.exit(0 if 6 <= float(sys.ar
 else
   bad "hang: exit $rc after ${secs} s, $named naming messages, trace $steps steps, hang at step $last"
   tail -8 "$tmp/hang.log"
+fi
+
+# 2b. a rank that hangs while every rank saves (save_interval 1): the other ranks wait inside
+# parallel HDF5's collective create/close, which the watchdog watches as 'checkpoint write'
+fault hangsave STOP 1 --distributed-timeout-minutes 0.1 --save-interval 1 --keep-last 2
+named=$(grep -c "dissect: error: rank [0-3]: [a-z(). -]* on the [a-z]* group ([0-9] ranks) at step [0-9]* has not completed" "$tmp/hangsave.log" || true)
+insave=$(grep -c "checkpoint write (mpi-io) on the world group .* has not completed" "$tmp/hangsave.log" || true)
+if [ "$rc" -eq 3 ] && "$PYTHON3" -c "import sys; sys.exit(0 if 6 <= float(sys.argv[1]) < 60 else 1)" "$secs" \
+   && [ "$named" -ge 1 ]; then
+  ok "rank 1 stopped while saving every step: job ended after ${secs} s, exit $rc; $named message(s), $insave inside the checkpoint write, e.g. '$(grep -m1 'has not completed' "$tmp/hangsave.log" | cut -c16-130)'"
+else
+  bad "hang while saving: exit $rc after ${secs} s, $named naming messages"
+  tail -8 "$tmp/hangsave.log"
 fi
 
 # 3. a full disk

@@ -19,12 +19,14 @@ static _Atomic(const char *) cur_group;
 static atomic_int cur_size;
 static atomic_ullong cur_since_ns; /* 0 = not in a marked collective */
 static atomic_int depth;           /* main thread only; atomic for simplicity */
+static atomic_int cur_in_library;  /* the outermost mark is library I/O (dx_watch_begin_io) */
 static atomic_long cur_step;
 static volatile sig_atomic_t signal_seen; /* last signal number; set by the handler */
 /* posted by the handler (sem_post is async-signal-safe) and at stop, so that the thread reports a
  * signal at once: a launcher tearing the job down may SIGKILL within a fraction of a second */
 static sem_t wake;
 static volatile sig_atomic_t wake_ready;
+static atomic_int signal_reported; /* the watchdog thread reported the first signal */
 
 typedef struct {
     int used;
@@ -51,14 +53,21 @@ static const char *group_name(const dx_comm *c) { return c && c->name ? c->name 
 
 void dx_watch_step(long step) { atomic_store_explicit(&cur_step, step, memory_order_relaxed); }
 
-void dx_watch_begin(const char *op, const dx_comm *c)
+static void watch_begin(const char *op, const dx_comm *c, int in_library)
 {
     if (atomic_fetch_add_explicit(&depth, 1, memory_order_relaxed) > 0) return;
+    atomic_store_explicit(&cur_in_library, in_library, memory_order_relaxed);
     atomic_store_explicit(&cur_op, op, memory_order_relaxed);
     atomic_store_explicit(&cur_group, group_name(c), memory_order_relaxed);
     atomic_store_explicit(&cur_size, c ? c->size : 0, memory_order_relaxed);
     atomic_store_explicit(&cur_since_ns, dx_now_ns(), memory_order_release);
+    /* a signal seen between collectives is reported from the first one entered after it (the
+     * rank that waits there for a dead peer is what the user needs to see) */
+    if (signal_seen && !signal_reported && wake_ready) sem_post(&wake);
 }
+
+void dx_watch_begin(const char *op, const dx_comm *c) { watch_begin(op, c, 0); }
+void dx_watch_begin_io(const char *op, const dx_comm *c) { watch_begin(op, c, 1); }
 
 void dx_watch_end(void)
 {
@@ -136,7 +145,7 @@ static void *watch_main(void *arg)
     sigset_t all;
     sigfillset(&all);
     pthread_sigmask(SIG_BLOCK, &all, NULL);
-    int reported_signal = 0;
+    unsigned long long signal_at_ns = 0; /* when the thread first saw the signal */
     const double M = timeout_s / 60.0;
     while (!atomic_load(&stop_flag)) {
         /* woken at once by a signal (reported promptly), else every tenth of a second: the timeout check */
@@ -157,20 +166,31 @@ static void *watch_main(void *arg)
         const double waited = since ? (double)(dx_now_ns() - since) * 1e-9 : 0.0;
 
         const int sig = signal_seen;
-        if (sig && !reported_signal) {
-            reported_signal = 1;
-            if (since)
+        if (sig && !atomic_load(&signal_reported)) {
+            /* inside a collective: where it waits; between collectives: wait (woken by
+             * dx_watch_begin) for the next one, at most half a second, then say so */
+            if (!signal_at_ns) signal_at_ns = dx_now_ns();
+            if (since) {
+                atomic_store(&signal_reported, 1);
                 fprintf(stderr, "dissect: rank %d: %s received at step %ld while in %s on the %s group (%d ranks) "
                                 "for %.1f s\n",
                         my_rank, signame(sig), step, op, group, size, waited);
+            } else if (dx_now_ns() - signal_at_ns > 500ull * 1000 * 1000) {
+                atomic_store(&signal_reported, 1);
+                fprintf(stderr, "dissect: rank %d: %s received at step %ld outside any collective (computing)\n",
+                        my_rank, signame(sig), step);
+            }
         }
 
+        /* the timeout callback (a trace flush through HDF5) only when the main thread is not
+         * itself inside HDF5 or MPI-IO: neither library may be re-entered from this thread */
+        const int flush_safe = since && !atomic_load_explicit(&cur_in_library, memory_order_relaxed);
         if (since && timeout_s > 0 && waited > timeout_s) {
             fprintf(stderr, "dissect: error: rank %d: %s on the %s group (%d ranks) at step %ld has not completed "
                             "after %.0f s (distributed_timeout_minutes %g): a rank died or hangs; aborting\n",
                     my_rank, op, group, size, step, waited, M);
             pthread_mutex_lock(&slots_mu);
-            take_down(1);
+            take_down(flush_safe);
         }
         pthread_mutex_lock(&slots_mu);
         for (int i = 0; i < SLOTS; i++) {
@@ -182,14 +202,14 @@ static void *watch_main(void *arg)
                 fprintf(stderr, "dissect: error: rank %d: %s on the %s group (%d ranks) at step %ld failed: %s; "
                                 "aborting\n",
                         my_rank, dop, slots[i].group, slots[i].size, step, err);
-                take_down(since != 0);
+                take_down(flush_safe);
             }
             if (timeout_s > 0 && age > timeout_s) {
                 fprintf(stderr, "dissect: error: rank %d: %s on the %s group (%d ranks) at step %ld has not completed "
                                 "after %.0f s on the device (distributed_timeout_minutes %g): a rank died or hangs; "
                                 "aborting\n",
                         my_rank, dop, slots[i].group, slots[i].size, step, age, M);
-                take_down(since != 0);
+                take_down(flush_safe);
             }
         }
         pthread_mutex_unlock(&slots_mu);

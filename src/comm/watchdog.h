@@ -19,7 +19,9 @@
  *
  * A preemption signal (dx_watch_signal from the handler) that arrives while the main thread is
  * inside a marked collective is reported with the same coordinates, so a job that the launcher
- * tears down after one rank died still says where each rank was.
+ * tears down after one rank died still says where each rank was. One that arrives between
+ * collectives is reported from the next collective the main thread enters (dx_watch_begin wakes
+ * the thread), or, when none begins within 0.5 s, as received "outside any collective".
  *
  * The main thread's marks are a few atomic stores (no lock, no system call). All functions are
  * safe to call when the watchdog was never started (they then only record).
@@ -46,6 +48,12 @@ void dx_watch_step(long step);
  * group c (its name and size are printed) from now until dx_watch_end. Nested marks keep the
  * outermost. */
 void dx_watch_begin(const char *op, const dx_comm *c);
+/* The same mark around library I/O that blocks on every rank of group c (a parallel-HDF5 /
+ * MPI-IO checkpoint: collective file create, dataset creation, close), so that a rank that died
+ * during a save is reported and timed out like one that died during an all-reduce. The
+ * timeout callback (dx_watch_on_timeout) is not run inside such a mark: HDF5 cannot be entered
+ * from the watchdog thread while the main thread is inside it. Ended by dx_watch_end. */
+void dx_watch_begin_io(const char *op, const dx_comm *c);
 void dx_watch_end(void);
 
 /* A device group's poll, called on the watchdog thread: fills *op (static string) and returns
