@@ -1,21 +1,30 @@
 #!/usr/bin/env bash
 # dissect against PyTorch (eager and torch.compile) on TinyLlama-1.1B shapes, one GPU, one call:
 #   . .gpu/env.sh && benchmarks/gpu_bench.sh [SEQ] [MICRO_BATCH] [STEPS]     (defaults 2048 8 10)
+# MODEL=llama2-7b LAYERS=N: Llama-2-7B layer shapes (hidden 4096, 32 heads, FFN 11008, head dim
+# 128) with N layers (as many as fit the GPU without offload), same formula and reference.
 # Needs build-gpu (tests/gpu_suite.sh build). dissect: `train --model tinyllama-1.1b` on synthetic
 # tokens, step-level trace, median step time of the steps after the 3rd; then an op-level trace of a
 # few steps for the attention kernel's forward/backward time. PyTorch: benchmarks/torch_ref.py
 # (HF LlamaForCausalLM, bf16 autocast, fused AdamW, SDPA), plus SDPA flash attention alone.
 # Prints a table: tokens/s, step ms, MFU (6 x non-embedding params + 12 x layers x hidden x seq
-# FLOPs per token, 989 TFLOP/s), peak memory. SKIP_TORCH=1 runs dissect only (quick iterations).
+# FLOPs per token, 989 TFLOP/s), peak memory. SKIP_TORCH=1 runs dissect only (quick iterations);
+# TORCH_MODES=compile runs torch.compile only.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seq=${1:-2048} mb=${2:-8} steps=${3:-10}
+model=${MODEL:-tinyllama-1.1b}
+case "$model" in
+  tinyllama-1.1b) shape=(2048 ${LAYERS:-22} 32 4 5632) ;;   # hidden layers heads kv-heads ffn
+  llama2-7b) shape=(4096 ${LAYERS:-32} 32 32 11008) ;;
+  *) echo "gpu_bench.sh: MODEL must be tinyllama-1.1b or llama2-7b, not '$model'" >&2; exit 1 ;;
+esac
 OUT=${OUT:-/tmp/dissect-bench}; mkdir -p "$OUT"
 py=${PYTHON3:-python3}
 export CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-0}
 "$py" tests/make_synthetic.py "$OUT/ids.txt" --vocab 32000 --tokens $(( (steps + 2) * mb * (seq + 1) * 2 ))
 "$py" examples/make_shards.py "$OUT/ids.txt" "$OUT/tok.bin" --vocab-size 32000 > /dev/null
-common=(train --device cuda --model tinyllama-1.1b --train-data "$OUT/tok.bin" --seq-length "$seq"
+common=(train --device cuda --model "$model" --num-layers "${shape[1]}" --train-data "$OUT/tok.bin" --seq-length "$seq"
         --micro-batch "$mb" --eval-interval 0 --sample-tokens 0 --log-interval 1)
 mpirun -np 1 -x CUDA_VISIBLE_DEVICES build-gpu/dissect "${common[@]}" --train-iters "$steps" \
   --trace "$OUT/step.h5" --trace-level step > "$OUT/dissect.log" 2>&1 || { tail -20 "$OUT/dissect.log"; exit 1; }
@@ -23,13 +32,15 @@ mpirun -np 1 -x CUDA_VISIBLE_DEVICES build-gpu/dissect "${common[@]}" --train-it
   --trace "$OUT/op.h5" --trace-level op > "$OUT/dissect_op.log" 2>&1 || { tail -20 "$OUT/dissect_op.log"; exit 1; }
 build-gpu/dissect report "$OUT/op.h5" > "$OUT/report.txt" 2>&1 || true
 if [ "${SKIP_TORCH:-0}" = 1 ]; then : > "$OUT/torch.jsonl"  # dissect only (quick iterations)
-else "$py" benchmarks/torch_ref.py --seq "$seq" --micro-batch "$mb" --attention > "$OUT/torch.jsonl" 2> "$OUT/torch.err" \
+else "$py" benchmarks/torch_ref.py --seq "$seq" --micro-batch "$mb" --attention --modes "${TORCH_MODES:-eager,compile}" \
+  --hidden "${shape[0]}" --layers "${shape[1]}" --heads "${shape[2]}" --kv-heads "${shape[3]}" --intermediate "${shape[4]}" > "$OUT/torch.jsonl" 2> "$OUT/torch.err" \
   || { tail -20 "$OUT/torch.err"; }
 fi
-"$py" - "$OUT" "$seq" "$mb" <<'PY'
+"$py" - "$OUT" "$seq" "$mb" "$model" "${shape[@]}" <<'PY'
 import json, sys, h5py, numpy as np
-out, seq, mb = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-L, D, H, Hkv, I, V = 22, 2048, 32, 4, 5632, 32000
+out, seq, mb, model = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+D, L, H, Hkv, I = (int(x) for x in sys.argv[5:10])
+V = 32000
 Dh = D // H
 nonembed = L * (2 * D + D * D + 2 * D * Hkv * Dh + D * D + 3 * D * I) + D + V * D
 fpt = 6 * nonembed + 12 * L * D * seq
@@ -51,7 +62,7 @@ ref = [json.loads(l) for l in open(f"{out}/torch.jsonl") if l.strip()]
 for r in ref:
     if r["impl"].startswith("pytorch"):
         rows.append((r["impl"], r["tokens_per_s"], r["step_ms"], r["mfu"], r["peak_mem_gib"]))
-print(f"\nTinyLlama-1.1B shapes, seq {seq}, micro-batch {mb}, 1 GPU (median step after warm-up)")
+print(f"\n{model} shapes, {L} layers, seq {seq}, micro-batch {mb}, 1 GPU (median step after warm-up)")
 print(f"{'implementation':<18} {'tokens/s':>10} {'step ms':>9} {'MFU':>6} {'peak GiB':>9}")
 for n, tok, ms, mfu, mem in rows:
     print(f"{n:<18} {tok:>10.0f} {ms:>9.1f} {mfu:>6.3f} {mem:>9.1f}")

@@ -118,6 +118,12 @@ def main(path):
               "/metadata blas: %r" % (blas,))
         check(m.get("device") == "cpu", "/metadata device = 'cpu'")
         check(m.get("trace_level") == "op", "/metadata trace_level = 'op'")
+        env = m.get("environment", None)
+        check(isinstance(env, str), "/metadata environment is str: %r" % (env,))
+        lines = (env or "").split("\n")
+        check("DX_TRACE_TEST_SWITCH=on" in lines and "NCCL_TRACE_TEST=2" in lines
+              and all(l.split("=")[0].startswith(("DX_", "NCCL_", "OMP_")) for l in lines if l),
+              "/metadata environment holds the DX_/NCCL_/OMP_ switches set (test_trace.sh) and nothing else: %r" % (env,))
         hosts = f["metadata/hosts"]
         check(hosts.shape == (world,), "/metadata/hosts shape (2,): %r" % (hosts.shape,))
         check(list(hosts.asstr()[()]) == ["node-a", "node-b.example.org"],

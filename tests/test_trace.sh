@@ -3,5 +3,5 @@
 set -euo pipefail
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-"$1" "$tmp/t.h5"
+DX_TRACE_TEST_SWITCH=on NCCL_TRACE_TEST=2 "$1" "$tmp/t.h5"
 "${PYTHON3:-/usr/bin/python3}" "${SRCDIR:-.}/tests/check_trace.py" "$tmp/t.h5"

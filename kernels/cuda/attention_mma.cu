@@ -218,6 +218,27 @@ __device__ __forceinline__ void mma_abt(float (&acc)[MT][NN][4], uint32_t a, uin
     }
 }
 
+/* The same with the A fragments already in registers (fa[m][ks] = rows 16m.., columns 16ks..) */
+template <int DH, int MT, int NN>
+__device__ __forceinline__ void mma_abt_reg(float (&acc)[MT][NN][4], const uint32_t (&fa)[MT][DH / 16][4],
+                                            uint32_t b)
+{
+    constexpr int L = lds<DH>();
+#pragma unroll
+    for (int ks = 0; ks < DH / 16; ks++) {
+#pragma unroll
+        for (int p = 0; p < NN / 2; p++) {
+            uint32_t fb[4];
+            ldsm4(fb, b + 2 * (16 * p * L + 16 * ks));
+#pragma unroll
+            for (int m = 0; m < MT; m++) {
+                mma16816(acc[m][2 * p], fa[m][ks], fb[0], fb[1]);
+                mma16816(acc[m][2 * p + 1], fa[m][ks], fb[2], fb[3]);
+            }
+        }
+    }
+}
+
 /* acc[m][nd] += P_m B over k = 0..16*KK-1, with P_m given as accumulator tiles [2*KK][4]
  * (rounded to bf16 here) and B the smem tile b stored [k][DH+8] (row-major k x DH) */
 template <int DH, int MT, int KK>
@@ -264,7 +285,9 @@ template <int DH, int NW, int MT, int BN> constexpr size_t fwd_smem()
     return (size_t)(16 * MT * NW + 4 * BN) * lds<DH>() * sizeof(bf16);
 }
 
-template <int DH, int NW, int MT, int BN>
+/* QR: the warp's Q fragments are loaded from shared memory once and kept in registers
+ * (MT * DH / 4 registers) instead of being re-read for every key tile */
+template <int DH, int NW, int MT, int BN, bool QR>
 __global__ void __launch_bounds__(NW * 32)
     att_fwd_tc(bf16 *__restrict__ o, float *__restrict__ lse, const bf16 *__restrict__ q,
                const bf16 *__restrict__ k, const bf16 *__restrict__ v, int T, int H, int Hkv, size_t kst,
@@ -294,17 +317,28 @@ __global__ void __launch_bounds__(NW * 32)
     for (int m = 0; m < MT; m++)
         mrow[m][0] = mrow[m][1] = -INFINITY, lrow[m][0] = lrow[m][1] = 0.0f;
     zero(oacc);
+    uint32_t qf[MT][QR ? DH / 16 : 1][4];
 
     const int kend = q0 + BM < T ? q0 + BM : T, nkt = (kend + BN - 1) / BN;
     for (int j = 0; j < nkt; j++) {
         kv_next<DH, BN, NT>(Ks, Vs, kb, vb, kst, j, nkt, T); /* tile j (and Q) in shared memory */
+        if (QR && j == 0) {
+#pragma unroll
+            for (int m = 0; m < MT; m++)
+#pragma unroll
+                for (int ks = 0; ks < (QR ? DH / 16 : 1); ks++)
+                    ldsm4(qf[m][ks], qa + 2 * (16 * m * L + 16 * ks));
+        }
         const int j0 = j * BN;
         if (j0 <= wr0 + 16 * MT - 1) { /* some key of the tile is <= some row of this warp */
             const uint32_t kt = smem_u32(Ks + (j & 1) * BN * L),
                            vt = smem_u32(Vs + (j & 1) * BN * L);
             float s[MT][NN][4];
             zero(s);
-            mma_abt<DH, MT, NN>(s, qa, kt + lb);
+            if constexpr (QR)
+                mma_abt_reg<DH, MT, NN>(s, qf, kt + lb);
+            else
+                mma_abt<DH, MT, NN>(s, qa, kt + lb);
             if (j0 + BN - 1 > wr0 || j0 + BN > T) {
 #pragma unroll
                 for (int m = 0; m < MT; m++)
@@ -629,14 +663,14 @@ __global__ void __launch_bounds__(NW * 32)
 
 /* ---- launches ---------------------------------------------------------------------------- */
 
-template <int DH, int NW, int MT, int BN>
+template <int DH, int NW, int MT, int BN, bool QR = false>
 void fwd_launch(dx_backend *be, void *o, void *lse, const void *q, const void *k, const void *v,
                 int B, int T, int H, int Hkv, size_t kst)
 {
     const char *op = "attention_fwd";
     constexpr int BM = 16 * MT * NW;
     const size_t smem = fwd_smem<DH, NW, MT, BN>();
-    auto kern = att_fwd_tc<DH, NW, MT, BN>;
+    auto kern = att_fwd_tc<DH, NW, MT, BN, QR>;
     dxc_set_smem(be, (const void *)kern, smem, op);
     const float sl2 = (float)(1.0 / sqrt((double)DH) * 1.4426950408889634);
     dim3 grid((unsigned)(B * H), (unsigned)((T + BM - 1) / BM));
@@ -727,17 +761,51 @@ void bwd_launch(dx_backend *be, void *dq, void *dk, void *dv, float *dq_acc, con
 
 } // namespace
 
-/* Tile shapes per head dimension (warps per block, row tiles per warp MT, walked tile): MT = 2
- * at Dh <= 64 (B fragments reused twice); MT = 1 with 8 warps at Dh = 128 (the accumulators
- * fill the registers). Chosen by timing on an H100 (benchmarks/NOTES.md). */
+/* Tile shapes per head dimension (warps per block, row tiles per warp MT, walked tile). Chosen by
+ * timing every variant on an H100 (benchmarks/attention_bench.sh with VARIANTS, 2026-11-24,
+ * benchmarks/NOTES.md item 12) at seq 350, 2048, 4096 and 8192:
+ *   forward Dh 64:   4 warps, MT 2 (each B fragment used twice), 64 keys, the warp's Q fragments
+ *                    kept in registers (0.542 ms at B 8 T 2048 H 32 against 0.568 re-reading them
+ *                    from shared memory for every key tile);
+ *   forward Dh 128:  4 warps, MT 2, 64 keys (1.016 ms at B 8 T 2048 H 32 against 1.489 with 8 warps
+ *                    of MT 1: the K/V tile in shared memory serves twice the rows);
+ *   backward Dh 128: 8 warps, MT 1, 64 queries per tile (3.55 ms against 3.86 with 32).
+ * DX_CUDA_ATT_FWD and DX_CUDA_ATT_BWD = i select variant i of the lists below (0 = the default;
+ * for tuning with benchmarks/attention_bench.sh VARIANTS=...; an unknown i is the default); every
+ * variant passes test_cuda_kernels' attention checks (DX_CUDA_TEST_ONLY=attention):
+ *   forward  Dh 64:  0 (4 warps, MT 2, 64 keys, Q in registers)  1 (8, 1, 128)  2 (4, 1, 128)
+ *                    3 (4, 2, 64, Q from shared memory)  4 (8, 1, 64, Q in registers)
+ *            Dh 128: 0 (4, 2, 64)  1 (4, 1, 64)  2 (8, 1, 64, Q in registers)  3 (4, 1, 128)
+ *                    4 (8, 1, 32)  5 (8, 1, 64)  6 (4, 2, 32)  7 (8, 2, 32)
+ *   backward Dh 128: 0 (8 warps, MT 1, 64 queries)  1 (4, 1, 32)  2 (8, 1, 32)  3 (4, 1, 64) */
 void dxc_attention_fwd_mma(dx_backend *be, void *o, void *lse, const void *q, const void *k,
                            const void *v, int ldkv, int B, int T, int H, int Hkv, int Dh)
 {
     const size_t kst = (size_t)ldkv;
+    const int var = dxc(be)->attn_fwd_var;
     switch (Dh) {
     case 32: fwd_launch<32, 4, 2, 64>(be, o, lse, q, k, v, B, T, H, Hkv, kst); break;
-    case 64: fwd_launch<64, 4, 2, 64>(be, o, lse, q, k, v, B, T, H, Hkv, kst); break;
-    default: fwd_launch<128, 8, 1, 64>(be, o, lse, q, k, v, B, T, H, Hkv, kst); break;
+    case 64:
+        switch (var) {
+        case 1: fwd_launch<64, 8, 1, 128>(be, o, lse, q, k, v, B, T, H, Hkv, kst); break;
+        case 2: fwd_launch<64, 4, 1, 128>(be, o, lse, q, k, v, B, T, H, Hkv, kst); break;
+        case 3: fwd_launch<64, 4, 2, 64>(be, o, lse, q, k, v, B, T, H, Hkv, kst); break;
+        case 4: fwd_launch<64, 8, 1, 64, true>(be, o, lse, q, k, v, B, T, H, Hkv, kst); break;
+        default: fwd_launch<64, 4, 2, 64, true>(be, o, lse, q, k, v, B, T, H, Hkv, kst); break;
+        }
+        break;
+    default:
+        switch (var) {
+        case 1: fwd_launch<128, 4, 1, 64>(be, o, lse, q, k, v, B, T, H, Hkv, kst); break;
+        case 2: fwd_launch<128, 8, 1, 64, true>(be, o, lse, q, k, v, B, T, H, Hkv, kst); break;
+        case 3: fwd_launch<128, 4, 1, 128>(be, o, lse, q, k, v, B, T, H, Hkv, kst); break;
+        case 4: fwd_launch<128, 8, 1, 32>(be, o, lse, q, k, v, B, T, H, Hkv, kst); break;
+        case 5: fwd_launch<128, 8, 1, 64>(be, o, lse, q, k, v, B, T, H, Hkv, kst); break;
+        case 6: fwd_launch<128, 4, 2, 32>(be, o, lse, q, k, v, B, T, H, Hkv, kst); break;
+        case 7: fwd_launch<128, 8, 2, 32>(be, o, lse, q, k, v, B, T, H, Hkv, kst); break;
+        default: fwd_launch<128, 4, 2, 64>(be, o, lse, q, k, v, B, T, H, Hkv, kst); break;
+        }
+        break;
     }
 }
 
@@ -755,7 +823,20 @@ void dxc_attention_bwd_mma(dx_backend *be, void *dq, void *dk, void *dv, float *
         bwd_launch<64, 4, 2, 32, 32>(be, dq, dk, dv, dq_acc, dout, q, k, v, lse, Dv, B, T, H, Hkv, kst);
         break;
     default:
-        bwd_launch<128, 8, 1, 32, 32>(be, dq, dk, dv, dq_acc, dout, q, k, v, lse, Dv, B, T, H, Hkv, kst);
+        switch (dxc(be)->attn_bwd_var) {
+        case 1:
+            bwd_launch<128, 4, 1, 32, 32>(be, dq, dk, dv, dq_acc, dout, q, k, v, lse, Dv, B, T, H, Hkv, kst);
+            break;
+        case 2:
+            bwd_launch<128, 8, 1, 32, 32>(be, dq, dk, dv, dq_acc, dout, q, k, v, lse, Dv, B, T, H, Hkv, kst);
+            break;
+        case 3:
+            bwd_launch<128, 4, 1, 64, 64>(be, dq, dk, dv, dq_acc, dout, q, k, v, lse, Dv, B, T, H, Hkv, kst);
+            break;
+        default:
+            bwd_launch<128, 8, 1, 64, 64>(be, dq, dk, dv, dq_acc, dout, q, k, v, lse, Dv, B, T, H, Hkv, kst);
+            break;
+        }
         break;
     }
 }

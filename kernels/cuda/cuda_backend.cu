@@ -1915,6 +1915,9 @@ extern "C" dx_backend *dx_backend_cuda_create(int device, int nthreads)
     im->attn_simple = att_env && strcmp(att_env, "simple") == 0;
     const char *det_env = getenv("DX_CUDA_DETERMINISTIC");
     im->attn_det = det_env && det_env[0] && strcmp(det_env, "0") != 0;
+    const char *fv = getenv("DX_CUDA_ATT_FWD"), *bv = getenv("DX_CUDA_ATT_BWD");
+    im->attn_fwd_var = fv ? atoi(fv) : 0;
+    im->attn_bwd_var = bv ? atoi(bv) : 0;
 
     be->alloc = cuda_alloc;
     be->free = cuda_free;

@@ -32,6 +32,8 @@ struct dxc_impl {
     int sync_each_op;   /* DX_CUDA_SYNC=1: synchronise and check after every op */
     int attn_simple;    /* DX_CUDA_ATTENTION=simple: CUDA-core attention kernels only */
     int attn_det;       /* DX_CUDA_DETERMINISTIC=1: two-kernel attention backward (no atomics) */
+    int attn_fwd_var;   /* DX_CUDA_ATT_FWD / _BWD = i: tile-shape variant i of the tensor-core */
+    int attn_bwd_var;   /* attention kernels (attention_mma.cu; 0 = the default, for tuning) */
     cudaStream_t stream;
     /* CPU offload copies: device-to-host [0] and host-to-device [1] streams, and a ring of
      * DX_COPY_TICKETS events, one per copy in flight (ticket t uses event t % DX_COPY_TICKETS) */

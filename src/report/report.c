@@ -32,6 +32,7 @@ typedef struct {
     hid_t file;
     int world;
     char trace_level[64];
+    char environment[1024]; /* /metadata environment (DX_*, NCCL_*, OMP_* switches; "" = none) */
 
     /* the process grid (/metadata; traces written before the grid: tp = pp = 1, dp = world,
      * schedule "none", rank r at (0, r, 0)) */
@@ -348,6 +349,9 @@ static int open_trace(report *r)
             H5Gclose(g);
             return dx_fail("%s: cannot read /metadata trace_level", r->path);
         }
+        if (read_str_attr(g, "environment", r->environment, sizeof r->environment)) r->environment[0] = 0;
+        for (char *c = r->environment; *c; c++)
+            if (*c == '\n') *c = ' ';
         rc = read_grid_meta(r, g);
         H5Gclose(g);
         if (rc) return -1;
@@ -1180,6 +1184,7 @@ static void print_summary(const report *r, const analysis *a)
     printf("dissect report: %s\n\nRun summary\n", r->path);
     printf("  %-22s %d\n", "world size (ranks)", r->world);
     printf("  %-22s %s\n", "trace level", r->trace_level);
+    if (r->environment[0]) printf("  %-22s %s\n", "switches (environment)", r->environment);
     printf("  %-22s %d x %d x %d%s\n", "grid (PP x DP x TP)", r->pp, r->dp, r->tp,
            r->has_grid_meta ? "" : " (not recorded: a data-parallel job)");
     printf("  %-22s %s\n", "sequence parallel", r->sequence_parallel ? "yes" : "no");

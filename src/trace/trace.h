@@ -4,7 +4,8 @@
  *   /                       attributes: format = "dissect-trace", format_version = 1,
  *                           dissect_version, world_size, created_unix_ns
  *   /metadata               attributes: config_json (the resolved config), mpi_version,
- *                           hdf5_version, blas, device, trace_level
+ *                           hdf5_version, blas, device, trace_level, environment (the DX_*,
+ *                           NCCL_* and OMP_* variables rank 0 ran with, "NAME=value" lines)
  *   /metadata               grid attributes: tensor_model_parallel_size,
  *                           pipeline_model_parallel_size, data_parallel_size (int32),
  *                           sequence_parallel (int32 0/1), pipeline_schedule (string),

@@ -25,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define DX_TRACE_FORMAT_VERSION 1
 #define STEPS_CHUNK 64
@@ -76,6 +77,28 @@ static const char *const per_rank_names[N_PER_RANK] = {
     "params_bytes",   "grads_bytes",  "optim_bytes", "activations_bytes"};
 
 /* ------------------------------------------------------------------------------------------ */
+
+/* The environment switches rank 0 ran with, one "NAME=value" per line: dissect's own DX_*
+ * (tuning and fallbacks, e.g. DX_CUDA_ATT_FWD, DX_NCCL_CE_ALLGATHER), NCCL_* and OMP_*, so a trace
+ * says how it was made. Returns a malloc'd string ("" when none is set), NULL when out of memory. */
+static char *switch_environment(void)
+{
+    static const char *const prefixes[] = {"DX_", "NCCL_", "OMP_"};
+    size_t len = 1;
+    for (char **e = environ; e && *e; e++)
+        for (size_t i = 0; i < sizeof prefixes / sizeof *prefixes; i++)
+            if (!strncmp(*e, prefixes[i], strlen(prefixes[i]))) len += strlen(*e) + 1;
+    char *out = malloc(len), *at = out;
+    if (!out) return NULL;
+    *at = 0;
+    for (char **e = environ; e && *e; e++)
+        for (size_t i = 0; i < sizeof prefixes / sizeof *prefixes; i++)
+            if (!strncmp(*e, prefixes[i], strlen(prefixes[i]))) {
+                at += sprintf(at, "%s%s", at == out ? "" : "\n", *e);
+                break;
+            }
+    return out;
+}
 
 static int write_hosts(hid_t group, int world, const char *const *hosts)
 {
@@ -259,6 +282,11 @@ dx_trace_writer *dx_trace_create(const char *path, const dx_trace_meta *meta)
              dx_h5_write_str_attr(g, "blas", blas) == 0 &&
              dx_h5_write_str_attr(g, "device", meta->device) == 0 &&
              dx_h5_write_str_attr(g, "trace_level", meta->trace_level) == 0;
+        if (ok) {
+            char *env = switch_environment();
+            ok = env && dx_h5_write_str_attr(g, "environment", env) == 0;
+            free(env);
+        }
         if (ok) {
             what = "/metadata/hosts";
             ok = write_hosts(g, w->world, meta->hosts) == 0;

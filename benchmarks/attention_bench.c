@@ -1,0 +1,110 @@
+/* dissect's fused causal GQA attention alone on the CUDA backend, for benchmarks/attention_bench.sh:
+ *
+ *   attention_bench B T H Hkv Dh [REPS]
+ *
+ * q, k, v, do ~ U(-1, 1) in bf16 (k and v as the model keeps them: the two column blocks of one
+ * [B*T, 2*Hkv*Dh] fused K|V buffer), one warm-up, then REPS (default 20) timed forward and
+ * backward calls (CUDA events on the backend's stream, each call timed alone). Prints one JSON
+ * line: {"impl": "dissect", "shape": [B, T, H, Hkv, Dh], "fwd_ms", "bwd_ms" (medians),
+ * "fwd_tflops", "bwd_tflops"}, counting causal FLOPs as 4 B H Dh T (T+1)/2 forward and 2.5 times
+ * that backward (FlashAttention's convention, also benchmarks/torch_attention_ref.py's).
+ * The backward is the default (fused, dq by atomics) unless DX_CUDA_DETERMINISTIC=1.
+ * Exit 1 with a message on bad arguments or when the GPU cannot be used.
+ */
+#include <cuda_runtime_api.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "common/common.h"
+#include "cuda/cuda_backend.h"
+#include "kernels.h"
+
+static int cmp_d(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static void *rand_bf16(dx_backend *be, size_t n, uint64_t seed)
+{
+    float *h = malloc(n * sizeof(float));
+    void *d = be->alloc(be, n * 2, DX_MEM_ACTIVATIONS);
+    if (!h || !d) {
+        fprintf(stderr, "attention_bench: cannot allocate %zu elements\n", n);
+        exit(1);
+    }
+    uint64_t s = seed * 0x9E3779B97F4A7C15ull + 1;
+    for (size_t i = 0; i < n; i++) {
+        s ^= s << 13, s ^= s >> 7, s ^= s << 17; /* xorshift64 */
+        h[i] = (float)((double)(s >> 11) / 9007199254740992.0 * 2.0 - 1.0);
+    }
+    if (be->upload_f32(be, d, DX_BF16, h, n)) {
+        fprintf(stderr, "attention_bench: upload failed\n");
+        exit(1);
+    }
+    free(h);
+    return d;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 6) {
+        fprintf(stderr, "usage: attention_bench B T H Hkv Dh [REPS]\n");
+        return 1;
+    }
+    const int B = atoi(argv[1]), T = atoi(argv[2]), H = atoi(argv[3]), Hkv = atoi(argv[4]),
+              Dh = atoi(argv[5]), reps = argc > 6 ? atoi(argv[6]) : 20;
+    if (B < 1 || T < 1 || H < 1 || Hkv < 1 || H % Hkv || (Dh != 32 && Dh != 64 && Dh != 128) || reps < 1 ||
+        reps > 1000) {
+        fprintf(stderr, "attention_bench: bad shape B=%d T=%d H=%d Hkv=%d Dh=%d reps=%d (Dh 32/64/128, Hkv | H)\n",
+                B, T, H, Hkv, Dh, reps);
+        return 1;
+    }
+    dx_backend *be = dx_backend_cuda_create(0, 1);
+    if (!be) {
+        fprintf(stderr, "attention_bench: no CUDA backend: %s\n", dx_last_error());
+        return 1;
+    }
+    const size_t nq = (size_t)B * T * H * Dh, nkv = (size_t)B * T * 2 * Hkv * Dh;
+    const int ldkv = 2 * Hkv * Dh;
+    void *q = rand_bf16(be, nq, 1), *kv = rand_bf16(be, nkv, 2), *dout = rand_bf16(be, nq, 3);
+    void *o = be->alloc(be, nq * 2, DX_MEM_ACTIVATIONS), *dq = be->alloc(be, nq * 2, DX_MEM_ACTIVATIONS);
+    void *dkv = be->alloc(be, nkv * 2, DX_MEM_ACTIVATIONS);
+    void *lse = be->alloc(be, (size_t)B * H * T * 4, DX_MEM_ACTIVATIONS);
+    if (!o || !dq || !dkv || !lse) {
+        fprintf(stderr, "attention_bench: cannot allocate: %s\n", dx_last_error());
+        return 1;
+    }
+    void *k = kv, *v = (char *)kv + (size_t)Hkv * Dh * 2, *dk = dkv, *dv = (char *)dkv + (size_t)Hkv * Dh * 2;
+    cudaStream_t st = (cudaStream_t)dx_cuda_stream(be);
+    cudaEvent_t e0, e1, e2;
+    cudaEventCreate(&e0);
+    cudaEventCreate(&e1);
+    cudaEventCreate(&e2);
+    double *fr = malloc(reps * sizeof(double)), *br = malloc(reps * sizeof(double));
+    for (int r = -1; r < reps; r++) {
+        cudaEventRecord(e0, st);
+        be->attention_fwd(be, o, lse, q, k, v, ldkv, B, T, H, Hkv, Dh);
+        cudaEventRecord(e1, st);
+        be->attention_bwd(be, dq, dk, dv, dout, q, k, v, o, lse, ldkv, B, T, H, Hkv, Dh);
+        cudaEventRecord(e2, st);
+        if (cudaEventSynchronize(e2) != cudaSuccess) {
+            fprintf(stderr, "attention_bench: %s\n", cudaGetErrorString(cudaGetLastError()));
+            return 1;
+        }
+        float a = 0, b = 0;
+        cudaEventElapsedTime(&a, e0, e1);
+        cudaEventElapsedTime(&b, e1, e2);
+        if (r >= 0) fr[r] = a, br[r] = b;
+    }
+    qsort(fr, reps, sizeof(double), cmp_d);
+    qsort(br, reps, sizeof(double), cmp_d);
+    const double f = fr[reps / 2], bw = br[reps / 2];
+    const double fl = 4.0 * B * H * Dh * (double)T * (T + 1) / 2;
+    printf("{\"impl\": \"dissect\", \"shape\": [%d, %d, %d, %d, %d], \"fwd_ms\": %.4f, \"bwd_ms\": %.4f, "
+           "\"fwd_tflops\": %.1f, \"bwd_tflops\": %.1f}\n",
+           B, T, H, Hkv, Dh, f, bw, fl / f / 1e9, 2.5 * fl / bw / 1e9);
+    be->destroy(be);
+    return 0;
+}
