@@ -897,6 +897,56 @@ static void test_adamw(uint64_t seed, size_t n)
     free(vr);
 }
 
+/* dx_host_adamw (the offload's host update) with bf16 output, at `off` floats past an aligned
+ * address (so the streaming-store path's unaligned head runs too), with its streaming stores
+ * forced on and off (DX_HOST_ADAMW_STREAM) and 1 to 3 threads: master, m and v bitwise the CPU
+ * backend's fp32 adamw op, the bf16 output bitwise dx_host_convert_f32 of the master. */
+static void test_host_adamw(uint64_t seed, size_t n, size_t off)
+{
+    dx_adamw_hparams hp = {.lr = 1e-2, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8,
+                           .weight_decay = 0.1, .grad_scale = 0.6, .step = 1};
+    double *p = drand(n, seed), *g1 = drand(n, seed + 1), *g2 = drand_(n, seed + 2, 0.01, 0);
+    /* the reference: the CPU backend's op, two steps */
+    double *z = calloc(n, sizeof(double));
+    void *bp = bfrom(be32, p, n), *bm = bfrom(be32, z, n), *bv = bfrom(be32, z, n), *bg = bfrom(be32, g1, n);
+    be32->adamw(be32, bp, NULL, bg, bm, bv, n, &hp);
+    bset(be32, bg, g2, n);
+    hp.step = 2;
+    be32->adamw(be32, bp, NULL, bg, bm, bv, n, &hp);
+    const float *rp = bp, *rm = bm, *rv = bv;
+    uint16_t *want = malloc(n * 2 + 2);
+    dx_host_convert_f32(want, DX_BF16, rp, n);
+    float *buf = aligned_alloc(64, (4 * (n + off) * sizeof(float) + 63) / 64 * 64);
+    uint16_t *obuf = aligned_alloc(64, ((n + off) * 2 + 63) / 64 * 64);
+    for (int mode = 0; mode < 2; mode++)
+        for (int nt = 1; nt <= 3; nt++) {
+            float *hpm = buf + off, *hm = hpm + n + off, *hv = hm + n + off, *hg = hv + n + off;
+            uint16_t *out = obuf + off;
+            for (size_t i = 0; i < n; i++) hpm[i] = (float)p[i], hm[i] = hv[i] = 0, hg[i] = (float)g1[i];
+            setenv("DX_HOST_ADAMW_STREAM", mode ? "1" : "0", 1);
+            hp.step = 1;
+            dx_host_adamw(hpm, hm, hv, hg, out, DX_BF16, n, &hp, nt);
+            for (size_t i = 0; i < n; i++) hg[i] = (float)g2[i];
+            memset(out, 0xff, n * 2);
+            hp.step = 2;
+            dx_host_adamw(hpm, hm, hv, hg, out, DX_BF16, n, &hp, nt);
+            int ok = !memcmp(hpm, rp, n * 4) && !memcmp(hm, rm, n * 4) && !memcmp(hv, rv, n * 4) &&
+                     !memcmp(out, want, n * 2);
+            check(ok, "host adamw n=%zu +%zu, %d thread(s), streaming %s = cpu op (bitwise)", n, off, nt,
+                  mode ? "on" : "off");
+        }
+    unsetenv("DX_HOST_ADAMW_STREAM");
+    void *bb[] = {bp, bm, bv, bg};
+    for (int i = 0; i < 4; i++) be32->free(be32, bb[i]);
+    free(buf);
+    free(obuf);
+    free(want);
+    free(z);
+    free(p);
+    free(g1);
+    free(g2);
+}
+
 static void test_sumsq_scale_copy(uint64_t seed, size_t n)
 {
     double *x = drand(n, seed);
@@ -1364,6 +1414,9 @@ int main(void)
     test_add(seed += 10, 100003);
     test_adamw(seed += 10, 7);
     test_adamw(seed += 10, 100003);
+    test_host_adamw(seed += 10, 7, 0);
+    test_host_adamw(seed += 10, 40000, 0);
+    test_host_adamw(seed += 10, 100003, 3);
     test_sumsq_scale_copy(seed += 10, 7);
     test_sumsq_scale_copy(seed += 10, 100003);
 
