@@ -132,7 +132,7 @@ def main(path):
         s = f["steps"]
         names = ("step", "loss", "grad_norm", "lr", "tokens", "step_time_s", "tokens_per_s",
                  "val_loss", "forward_s", "backward_s", "optimizer_s", "comm_s", "peak_mem_bytes",
-                 "params_bytes", "grads_bytes", "optim_bytes", "activations_bytes")
+                 "params_bytes", "grads_bytes", "optim_bytes", "activations_bytes", "host_peak_bytes")
         check(s.dtype.names == names, "/steps fields in order: %r" % (s.dtype.names,))
         check(s.shape == (3,), "/steps has 3 rows: %r" % (s.shape,))
         check(s.maxshape == (None,), "/steps extendible (maxshape None): %r" % (s.maxshape,))
@@ -144,7 +144,7 @@ def main(path):
             check(s.dtype[name].shape == (world,) and s.dtype[name].base == np.dtype("<f8"),
                   "/steps %s is f64[2]" % name)
         for name in ("peak_mem_bytes", "params_bytes", "grads_bytes", "optim_bytes",
-                     "activations_bytes"):
+                     "activations_bytes", "host_peak_bytes"):
             check(s.dtype[name].shape == (world,) and s.dtype[name].base == np.dtype("<i8"),
                   "/steps %s is i64[2]" % name)
 
@@ -178,6 +178,7 @@ def main(path):
                 # row 2 was written with activations_bytes = NULL
                 "activations_bytes": ([100000 * (r + 1) + k for k in range(world)] if r < 2
                                       else [-1] * world),
+                "host_peak_bytes": [3 * (r + 1) + k + (1 << 37) for k in range(world)],
             }
             for k, v in per_rank.items():
                 check(list(row[k]) == v, "row %d %s = %r: %r" % (r, k, v, list(row[k])))

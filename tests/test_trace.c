@@ -168,7 +168,7 @@ int main(int argc, char **argv)
     dx_event_buf evb = {0};
     for (int r = 0; r < 3; r++) {
         double fwd[2], bwd[2], opt[2], comm[2];
-        int64_t mem[2], params[2], grads[2], optim[2], act[2];
+        int64_t mem[2], params[2], grads[2], optim[2], act[2], host[2];
         for (int k = 0; k < 2; k++) {
             fwd[k] = 0.125 * (r + 1) + 0.5 * k;
             bwd[k] = 0.25 * (r + 1) + 0.5 * k;
@@ -179,6 +179,7 @@ int main(int argc, char **argv)
             grads[k] = (int64_t)2048 * (r + 1) + k;
             optim[k] = (int64_t)8192 * (r + 1) + k + ((int64_t)1 << 35);
             act[k] = (int64_t)100000 * (r + 1) + k;
+            host[k] = (int64_t)3 * (r + 1) + k + ((int64_t)1 << 37);
         }
         dx_step_row row = {
             .step = 10 * (r + 1),
@@ -198,6 +199,7 @@ int main(int argc, char **argv)
             .grads_bytes = grads,
             .optim_bytes = optim,
             .activations_bytes = r == 2 ? NULL : act, /* stored as -1 */
+            .host_peak_bytes = host,
         };
         if (dx_trace_append_step(w, &row) != 0) ok_append = 0;
         for (int k = 0; k < 2; k++) synth_events(&evb, k, r);

@@ -5,6 +5,7 @@
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <stdlib.h>
@@ -38,7 +39,7 @@ int dx_agree_and_report(dx_comm *c, int rc)
 }
 
 /* Per-rank figures sent to rank 0 each step. */
-enum { F_FWD, F_BWD, F_OPT, F_COMM, F_STEP, F_PEAK, F_PARAMS, F_GRADS, F_OPTIM, F_ACTS, F_N };
+enum { F_FWD, F_BWD, F_OPT, F_COMM, F_STEP, F_PEAK, F_PARAMS, F_GRADS, F_OPTIM, F_ACTS, F_HOST, F_N };
 
 /* Offsets that map each rank's CLOCK_MONOTONIC onto rank 0's (rank 0 only fills offset[]):
  * ping-pong, keeping the exchange with the smallest round trip (Cristian 1989). Collective. */
@@ -409,7 +410,7 @@ int dx_run_train(const dx_config *c, dx_comm *world)
 
     double mine[F_N], *all = rank == 0 ? calloc((size_t)P * F_N, sizeof(double)) : NULL;
     double *cols = rank == 0 ? calloc((size_t)P * 4, sizeof(double)) : NULL;
-    int64_t *mem = rank == 0 ? calloc((size_t)P * 5, sizeof(int64_t)) : NULL; /* peak + 4 cats */
+    int64_t *mem = rank == 0 ? calloc((size_t)P * 6, sizeof(int64_t)) : NULL; /* peak + 4 cats + host */
     double val_loss = NAN;
     int preempted = 0;
     /* async_save: the saver (snapshot buffer kept between saves) and the step of its save */
@@ -449,6 +450,8 @@ int dx_run_train(const dx_config *c, dx_comm *world)
         mine[F_GRADS] = (double)st.mem.current[DX_MEM_GRADS];
         mine[F_OPTIM] = (double)st.mem.current[DX_MEM_OPTIM];
         mine[F_ACTS] = (double)st.mem.current[DX_MEM_ACTIVATIONS];
+        struct rusage ru; /* the host's high-water mark (Linux: ru_maxrss in KiB) */
+        mine[F_HOST] = getrusage(RUSAGE_SELF, &ru) == 0 ? (double)ru.ru_maxrss * 1024.0 : -1.0;
         if (world->gather(world, mine, all, sizeof mine, 0)) {
             fprintf(stderr, "dissect: error: %s\n", dx_last_error());
             dx_comm_mpi_abort(1);
@@ -497,7 +500,7 @@ int dx_run_train(const dx_config *c, dx_comm *world)
         double step_s = all[F_STEP], peak = 0;
         for (int r = 0; r < P; r++) {
             for (int f = 0; f < 4; f++) cols[f * P + r] = all[r * F_N + f];
-            for (int f = 0; f < 5; f++) mem[f * P + r] = (int64_t)all[r * F_N + F_PEAK + f];
+            for (int f = 0; f < 6; f++) mem[f * P + r] = (int64_t)all[r * F_N + F_PEAK + f];
             if (all[r * F_N + F_PEAK] > peak) peak = all[r * F_N + F_PEAK];
         }
         double tps = (double)st.tokens / step_s;
@@ -526,7 +529,7 @@ int dx_run_train(const dx_config *c, dx_comm *world)
                                .optimizer_s = cols + 2 * P, .comm_s = cols + 3 * P,
                                .peak_mem_bytes = mem, .params_bytes = mem + P,
                                .grads_bytes = mem + 2 * P, .optim_bytes = mem + 3 * P,
-                               .activations_bytes = mem + 4 * P};
+                               .activations_bytes = mem + 4 * P, .host_peak_bytes = mem + 5 * P};
             if (dx_trace_append_step(tw, &row) || ((step % 10 == 0) && dx_trace_flush(tw))) {
                 fprintf(stderr, "dissect: error: trace %s: %s\n", c->trace_path, dx_last_error());
                 dx_comm_mpi_abort(1);

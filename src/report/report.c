@@ -49,6 +49,7 @@ typedef struct {
     double *step_time_s;
     double *fwd, *bwd, *opt, *comm;
     int64_t *peak;
+    int64_t *host_peak; /* /steps host_peak_bytes (NULL: not recorded, older traces) */
 
     /* the selected steps (sorted, distinct) and their /steps row (SIZE_MAX: none) */
     int64_t *sel;
@@ -116,6 +117,7 @@ static void report_free(report *r)
     free(r->opt);
     free(r->comm);
     free(r->peak);
+    free(r->host_peak);
     free(r->sel);
     free(r->sel_row);
     free(r->ev);
@@ -393,6 +395,10 @@ static int load_steps(report *r)
         }
     if (!rc && (rc = read_steps_field(r, d, ft, "peak_mem_bytes", H5T_NATIVE_INT64, W, &p, 0)) >= 0) {
         r->peak = p;
+        rc = 0;
+    }
+    if (!rc && (rc = read_steps_field(r, d, ft, "host_peak_bytes", H5T_NATIVE_INT64, W, &p, 0)) >= 0) {
+        r->host_peak = p;
         rc = 0;
     }
     if (sp >= 0) H5Sclose(sp);
@@ -1100,6 +1106,20 @@ static int write_chrome(report *r, const char *out)
 /* ------------------------------------------------------------------------------------------ */
 /* printing */
 
+/* The largest non-negative value of rank p's per-step field f[rows][W] over the selected steps;
+ * NaN when f is NULL (not in this trace) or no step recorded one (-1). */
+static double max_over_sel(const report *r, const int64_t *f, size_t p)
+{
+    double m = NAN;
+    for (size_t i = 0; f && i < r->n_sel; i++) {
+        size_t row = r->sel_row[i];
+        if (row == SIZE_MAX) continue;
+        double v = (double)f[row * (size_t)r->world + p];
+        if (v >= 0 && (isnan(m) || v > m)) m = v;
+    }
+    return m;
+}
+
 static void print_ms(double ns, int width)
 {
     if (isnan(ns))
@@ -1600,8 +1620,8 @@ static void print_ranks(const report *r, const analysis *a)
            ev ? "compute = compute/host ops, comm = time covered by collectives"
               : "from /steps: step = rank 0's step time, compute = forward + backward + optimizer");
     int coords = !is_dp_only(r);
-    printf("  %5s %10s %11s %10s %16s %10s %13s%s\n", "rank", "step ms", "compute ms", "comm ms",
-           "exposed comm ms", "idle ms", "peak mem MiB", coords ? "  pp dp tp" : "");
+    printf("  %5s %10s %11s %10s %16s %10s %13s %14s%s\n", "rank", "step ms", "compute ms", "comm ms",
+           "exposed comm ms", "idle ms", "peak mem MiB", "host peak MiB", coords ? "  pp dp tp" : "");
     int slow = -1, fast = -1;
     double slow_v = 0, fast_v = 0;
     for (size_t p = 0; p < W; p++) {
@@ -1634,14 +1654,7 @@ static void print_ranks(const report *r, const analysis *a)
                 }
             }
         }
-        double peak = NAN;
-        if (r->peak)
-            for (size_t i = 0; i < r->n_sel; i++) {
-                size_t row = r->sel_row[i];
-                if (row == SIZE_MAX) continue;
-                double v = (double)r->peak[row * W + p];
-                if (v >= 0 && (isnan(peak) || v > peak)) peak = v;
-            }
+        const double peak = max_over_sel(r, r->peak, p), host_peak = max_over_sel(r, r->host_peak, p);
         double mean[5];
         for (int k = 0; k < 5; k++) {
             size_t cnt = ev ? c : (k == 0 ? c : cs[k]);
@@ -1657,6 +1670,10 @@ static void print_ranks(const report *r, const analysis *a)
             printf(" %13s", "-");
         else
             printf(" %13.1f", peak / (1024.0 * 1024.0));
+        if (isnan(host_peak))
+            printf(" %14s", "-");
+        else
+            printf(" %14.1f", host_peak / (1024.0 * 1024.0));
         if (coords)
             printf("  %2d %2d %2d", (int)r->grid[3 * p], (int)r->grid[3 * p + 1], (int)r->grid[3 * p + 2]);
         printf("\n");

@@ -26,7 +26,10 @@
  *       forward_s, backward_s, optimizer_s, comm_s (f64[world_size]: per-rank times; NaN = n/a),
  *       peak_mem_bytes (int64[world_size]: per-rank allocator high-water mark),
  *       params_bytes, grads_bytes, optim_bytes, activations_bytes (int64[world_size]: allocator
- *       bytes held per category at the end of the step; -1 = not recorded)
+ *       bytes held per category at the end of the step; -1 = not recorded),
+ *       host_peak_bytes (int64[world_size]: each rank's host resident-set high-water mark since
+ *       its start, getrusage ru_maxrss: offloaded optimizer states, staging and every other
+ *       host allocation in use; -1 = not recorded)
  *   /events                 (only once dx_trace_append_events was called) extendible compound
  *                           dataset, chunked 16384 rows, shuffle + deflate, one row per
  *                           dx_event (common/events.h) in the order appended:
@@ -55,6 +58,7 @@ typedef struct {
     const int64_t *peak_mem_bytes;
     /* allocator bytes held at the end of the step, per category (NULL -> stored as -1) */
     const int64_t *params_bytes, *grads_bytes, *optim_bytes, *activations_bytes;
+    const int64_t *host_peak_bytes; /* host resident-set high-water mark (NULL -> -1) */
 } dx_step_row;
 
 typedef struct {

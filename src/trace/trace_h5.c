@@ -30,7 +30,7 @@
 #define DX_TRACE_FORMAT_VERSION 1
 #define STEPS_CHUNK 64
 #define EVENTS_CHUNK 16384
-#define N_PER_RANK 9
+#define N_PER_RANK 10
 
 /* OpenBLAS's configuration string; weak so that linking against another BLAS still works.
  * (With --as-needed, a binary that links -lopenblas but calls no BLAS routine does not load it,
@@ -74,7 +74,7 @@ enum {
 #define N_PER_RANK_F64 4
 static const char *const per_rank_names[N_PER_RANK] = {
     "forward_s",      "backward_s",   "optimizer_s", "comm_s",           "peak_mem_bytes",
-    "params_bytes",   "grads_bytes",  "optim_bytes", "activations_bytes"};
+    "params_bytes",   "grads_bytes",  "optim_bytes", "activations_bytes", "host_peak_bytes"};
 
 /* ------------------------------------------------------------------------------------------ */
 
@@ -402,7 +402,8 @@ int dx_trace_append_step(dx_trace_writer *w, const dx_step_row *r)
     put_f64(row, OFF_VAL_LOSS, r->val_loss);
     const double *per_rank[N_PER_RANK_F64] = {r->forward_s, r->backward_s, r->optimizer_s, r->comm_s};
     const int64_t *per_rank_i64[N_PER_RANK - N_PER_RANK_F64] = {
-        r->peak_mem_bytes, r->params_bytes, r->grads_bytes, r->optim_bytes, r->activations_bytes};
+        r->peak_mem_bytes, r->params_bytes, r->grads_bytes, r->optim_bytes, r->activations_bytes,
+        r->host_peak_bytes};
     size_t W = (size_t)w->world;
     for (int k = 0; k < N_PER_RANK_F64; k++)
         for (size_t i = 0; i < W; i++) /* missing arrays are recorded as NaN */
