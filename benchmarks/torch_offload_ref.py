@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""PyTorch reference for dissect's optimizer offload: FSDP2 with CPU offload on one GPU.
+"""PyTorch reference for dissect's optimizer offload: FSDP2 with CPU offload on one GPU (or on
+every GPU of a host through torchrun: benchmarks/paper_tables.sh).
 
 What a user would pick in PyTorch for "Llama-2-7B full-parameter training on one 80 GB GPU with
 the optimizer on the CPU": a single process (world size 1), Hugging Face LlamaForCausalLM built from
@@ -20,6 +21,12 @@ cross-entropy over all seq positions of fp32 logits (computed here, as benchmark
 does, rather than by passing labels= to the model, whose internal shift would score only seq-1).
 
     python3 benchmarks/torch_offload_ref.py [--seq 350 --micro-batch 8 --grad-accum 1 ...]
+    torchrun --standalone --nproc_per_node N benchmarks/torch_offload_ref.py [...]
+
+Under torchrun (WORLD_SIZE N > 1) the layers are sharded over the N GPUs (a 1-D mesh, ZeRO-3 with
+the shards on the host), each rank trains on its own windows, and the JSON line (rank 0's) counts
+the tokens of every rank (tokens_per_step = N x micro-batch x seq x grad-accum), the loss is the
+mean over ranks, and peak_gpu_gib / peak_host_gib are the largest rank's (a "gpus" key says N).
 
 Per step: zero_grad(set_to_none=True); --grad-accum micro-batches of --micro-batch sequences,
 each forward + backward of loss / grad_accum (FSDP2 moves each micro-batch's gradients to the host
@@ -128,9 +135,8 @@ def main():
     fully_shard, CPUOffloadPolicy, MixedPrecisionPolicy, DTensor = import_fsdp()
     from torch.distributed.device_mesh import init_device_mesh
 
-    if dist.get_world_size() != 1:
-        raise ValueError(f"single-process benchmark, got world size {dist.get_world_size()}")
-    dev = torch.device("cuda", 0)
+    world, rank = dist.get_world_size(), dist.get_rank()
+    dev = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
     torch.backends.cuda.matmul.allow_tf32 = True
     L, D, H, Hkv, I, V, S = a.layers, a.hidden, a.heads, a.kv_heads, a.intermediate, a.vocab, a.seq
     Dh = D // H
@@ -138,7 +144,7 @@ def main():
     total_params = nonembed + V * D
     flops_per_token = 6 * nonembed + 12 * L * D * S
     B, G = a.micro_batch, a.grad_accum
-    tokens_per_step = B * S * G
+    tokens_per_step = B * S * G * world
 
     # ---------------------------------------------------------------- model: meta -> FSDP2 -> CPU
     cfg = LlamaConfig(hidden_size=D, num_hidden_layers=L, num_attention_heads=H, num_key_value_heads=Hkv,
@@ -152,7 +158,7 @@ def main():
     model.train()
     if a.recompute:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-    mesh = init_device_mesh("cuda", (1,))
+    mesh = init_device_mesh("cuda", (world,))
     kw = dict(mesh=mesh, offload_policy=CPUOffloadPolicy(pin_memory=a.pin),
               mp_policy=MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32))
     for layer in model.model.layers:
@@ -170,7 +176,7 @@ def main():
     if stray:
         raise RuntimeError(f"buffers left uninitialised on the host (transformers too old?): {stray}")
 
-    torch.manual_seed(0)
+    torch.manual_seed(rank)
     done = set()
 
     def local(p):
@@ -210,8 +216,8 @@ def main():
 
     # ----------------------------------------------------------------------------------------- data
     n_steps = a.warmup + a.steps
-    windows, source = load_windows(n_steps * G * B, S, V)
-    windows = windows.view(n_steps * G, B, S + 1).to(dev)
+    windows, source = load_windows(n_steps * G * B * world, S, V)
+    windows = windows.view(world, n_steps * G, B, S + 1)[rank].to(dev)  # this rank's windows
     log(f"data: {source}; {tokens_per_step} tokens per step ({G} x {B} x {S})")
 
     # ----------------------------------------------------------------------------------------- loop
@@ -236,7 +242,9 @@ def main():
         opt.step()
         torch.cuda.synchronize()
         t2 = time.perf_counter()
-        losses.append(loss_sum.item() / G)
+        if world > 1:
+            dist.all_reduce(loss_sum)
+        losses.append(loss_sum.item() / G / world)
         if gn is not None:
             norms.append(float(gn.full_tensor() if isinstance(gn, DTensor) else gn))
         if i >= a.warmup:
@@ -249,12 +257,18 @@ def main():
 
     t = statistics.median(step_t)
     tok = tokens_per_step / t
-    out = dict(impl=IMPL, seq=S, micro_batch=B, grad_accum=G, tokens_per_step=tokens_per_step,
+    # the largest rank's peaks (host: ru_maxrss in KiB, over the process's life)
+    peaks = torch.tensor([torch.cuda.max_memory_allocated(dev) / 2**30,
+                          resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20], device=dev)
+    if world > 1:
+        dist.all_reduce(peaks, op=dist.ReduceOp.MAX)
+    if rank != 0:
+        return
+    out = dict(impl=IMPL, gpus=world, seq=S, micro_batch=B, grad_accum=G, tokens_per_step=tokens_per_step,
                step_ms=t * 1e3, fwd_bwd_ms=statistics.median(fb_t) * 1e3,
                optim_ms=statistics.median(opt_t) * 1e3, tokens_per_s=tok,
-               mfu=tok * flops_per_token / (a.peak_tflops * 1e12),
-               peak_gpu_gib=torch.cuda.max_memory_allocated(dev) / 2**30,
-               peak_host_gib=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20,
+               mfu=tok * flops_per_token / (a.peak_tflops * 1e12 * world),
+               peak_gpu_gib=float(peaks[0]), peak_host_gib=float(peaks[1]),
                losses=losses, grad_norms=norms, foreach=a.foreach, foreach_effective=foreach_effective,
                steps=len(step_t), step_ms_min=min(step_t) * 1e3, step_ms_max=max(step_t) * 1e3,
                params=total_params, nonembed_params=nonembed, flops_per_token=flops_per_token,
@@ -270,7 +284,7 @@ if __name__ == "__main__":
         os.environ.setdefault(k, v)
     rc = 0
     try:
-        torch.cuda.set_device(0)
+        torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
         dist.init_process_group(a.backend)
         main()
     except Exception as e:
