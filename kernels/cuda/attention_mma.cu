@@ -783,30 +783,32 @@ void dxc_attention_fwd_mma(dx_backend *be, void *o, void *lse, const void *q, co
 {
     const size_t kst = (size_t)ldkv;
     const int var = dxc(be)->attn_fwd_var;
+#define FWD(...) fwd_launch<__VA_ARGS__>(be, o, lse, q, k, v, B, T, H, Hkv, kst)
     switch (Dh) {
-    case 32: fwd_launch<32, 4, 2, 64>(be, o, lse, q, k, v, B, T, H, Hkv, kst); break;
+    case 32: FWD(32, 4, 2, 64); break;
     case 64:
         switch (var) {
-        case 1: fwd_launch<64, 8, 1, 128>(be, o, lse, q, k, v, B, T, H, Hkv, kst); break;
-        case 2: fwd_launch<64, 4, 1, 128>(be, o, lse, q, k, v, B, T, H, Hkv, kst); break;
-        case 3: fwd_launch<64, 4, 2, 64>(be, o, lse, q, k, v, B, T, H, Hkv, kst); break;
-        case 4: fwd_launch<64, 8, 1, 64, true>(be, o, lse, q, k, v, B, T, H, Hkv, kst); break;
-        default: fwd_launch<64, 4, 2, 64, true>(be, o, lse, q, k, v, B, T, H, Hkv, kst); break;
+        case 1: FWD(64, 8, 1, 128); break;
+        case 2: FWD(64, 4, 1, 128); break;
+        case 3: FWD(64, 4, 2, 64); break;
+        case 4: FWD(64, 8, 1, 64, true); break;
+        default: FWD(64, 4, 2, 64, true); break;
         }
         break;
     default:
         switch (var) {
-        case 1: fwd_launch<128, 4, 1, 64>(be, o, lse, q, k, v, B, T, H, Hkv, kst); break;
-        case 2: fwd_launch<128, 8, 1, 64, true>(be, o, lse, q, k, v, B, T, H, Hkv, kst); break;
-        case 3: fwd_launch<128, 4, 1, 128>(be, o, lse, q, k, v, B, T, H, Hkv, kst); break;
-        case 4: fwd_launch<128, 8, 1, 32>(be, o, lse, q, k, v, B, T, H, Hkv, kst); break;
-        case 5: fwd_launch<128, 8, 1, 64>(be, o, lse, q, k, v, B, T, H, Hkv, kst); break;
-        case 6: fwd_launch<128, 4, 2, 32>(be, o, lse, q, k, v, B, T, H, Hkv, kst); break;
-        case 7: fwd_launch<128, 8, 2, 32>(be, o, lse, q, k, v, B, T, H, Hkv, kst); break;
-        default: fwd_launch<128, 4, 2, 64>(be, o, lse, q, k, v, B, T, H, Hkv, kst); break;
+        case 1: FWD(128, 4, 1, 64); break;
+        case 2: FWD(128, 8, 1, 64, true); break;
+        case 3: FWD(128, 4, 1, 128); break;
+        case 4: FWD(128, 8, 1, 32); break;
+        case 5: FWD(128, 8, 1, 64); break;
+        case 6: FWD(128, 4, 2, 32); break;
+        case 7: FWD(128, 8, 2, 32); break;
+        default: FWD(128, 4, 2, 64); break;
         }
         break;
     }
+#undef FWD
 }
 
 void dxc_attention_bwd_mma(dx_backend *be, void *dq, void *dk, void *dv, float *dq_acc,
@@ -815,28 +817,18 @@ void dxc_attention_bwd_mma(dx_backend *be, void *dq, void *dk, void *dv, float *
                            int Hkv, int Dh)
 {
     const size_t kst = (size_t)ldkv;
+#define BWD(...) bwd_launch<__VA_ARGS__>(be, dq, dk, dv, dq_acc, dout, q, k, v, lse, Dv, B, T, H, Hkv, kst)
     switch (Dh) {
-    case 32:
-        bwd_launch<32, 4, 2, 32, 32>(be, dq, dk, dv, dq_acc, dout, q, k, v, lse, Dv, B, T, H, Hkv, kst);
-        break;
-    case 64:
-        bwd_launch<64, 4, 2, 32, 32>(be, dq, dk, dv, dq_acc, dout, q, k, v, lse, Dv, B, T, H, Hkv, kst);
-        break;
+    case 32: BWD(32, 4, 2, 32, 32); break;
+    case 64: BWD(64, 4, 2, 32, 32); break;
     default:
         switch (dxc(be)->attn_bwd_var) {
-        case 1:
-            bwd_launch<128, 4, 1, 32, 32>(be, dq, dk, dv, dq_acc, dout, q, k, v, lse, Dv, B, T, H, Hkv, kst);
-            break;
-        case 2:
-            bwd_launch<128, 8, 1, 32, 32>(be, dq, dk, dv, dq_acc, dout, q, k, v, lse, Dv, B, T, H, Hkv, kst);
-            break;
-        case 3:
-            bwd_launch<128, 4, 1, 64, 64>(be, dq, dk, dv, dq_acc, dout, q, k, v, lse, Dv, B, T, H, Hkv, kst);
-            break;
-        default:
-            bwd_launch<128, 8, 1, 64, 64>(be, dq, dk, dv, dq_acc, dout, q, k, v, lse, Dv, B, T, H, Hkv, kst);
-            break;
+        case 1: BWD(128, 4, 1, 32, 32); break;
+        case 2: BWD(128, 8, 1, 32, 32); break;
+        case 3: BWD(128, 4, 1, 64, 64); break;
+        default: BWD(128, 8, 1, 64, 64); break;
         }
         break;
     }
+#undef BWD
 }
