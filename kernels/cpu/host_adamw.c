@@ -87,18 +87,9 @@ DX_CLONES static void range_bf16_stream(float *restrict p, float *restrict m, fl
     range_bf16(p, m, v, grad, out, i0, i, c);
     for (; i + NT_BLOCK <= i1; i += NT_BLOCK) {
         uint16_t tmp[NT_BLOCK] __attribute__((aligned(64)));
-        float *restrict pb = p + i, *restrict mb = m + i, *restrict vb = v + i;
-        const float *restrict gb = grad + i;
         _Pragma("omp simd") for (size_t j = 0; j < NT_BLOCK; j++)
         {
-            float g = gb[j] * c->gs;
-            float pi = pb[j] * c->decay;
-            float mi = c->b1 * mb[j] + c->omb1 * g;
-            float vi = c->b2 * vb[j] + c->omb2 * g * g;
-            pi -= c->step1 * mi / (sqrtf(vi * c->ibc2) + c->eps);
-            pb[j] = pi;
-            mb[j] = mi;
-            vb[j] = vi;
+            ADAMW_BODY(i + j)
             tmp[j] = to_bf16(pi);
         }
         for (int q = 0; q < NT_BLOCK * 2 / 16; q++)
