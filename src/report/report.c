@@ -1120,6 +1120,15 @@ static double max_over_sel(const report *r, const int64_t *f, size_t p)
     return m;
 }
 
+/* bytes as MiB in a column of `width` ("-" for NaN) */
+static void print_mib(double bytes, int width)
+{
+    if (isnan(bytes))
+        printf(" %*s", width, "-");
+    else
+        printf(" %*.1f", width, bytes / (1024.0 * 1024.0));
+}
+
 static void print_ms(double ns, int width)
 {
     if (isnan(ns))
@@ -1666,14 +1675,8 @@ static void print_ranks(const report *r, const analysis *a)
         print_ms(mean[2], 10);
         print_ms(mean[3], 16);
         print_ms(mean[4], 10);
-        if (isnan(peak))
-            printf(" %13s", "-");
-        else
-            printf(" %13.1f", peak / (1024.0 * 1024.0));
-        if (isnan(host_peak))
-            printf(" %14s", "-");
-        else
-            printf(" %14.1f", host_peak / (1024.0 * 1024.0));
+        print_mib(peak, 13);
+        print_mib(host_peak, 14);
         if (coords)
             printf("  %2d %2d %2d", (int)r->grid[3 * p], (int)r->grid[3 * p + 1], (int)r->grid[3 * p + 2]);
         printf("\n");

@@ -78,25 +78,25 @@ static const char *const per_rank_names[N_PER_RANK] = {
 
 /* ------------------------------------------------------------------------------------------ */
 
-/* The environment switches rank 0 ran with, one "NAME=value" per line: dissect's own DX_*
- * (tuning and fallbacks, e.g. DX_CUDA_ATT_FWD, DX_NCCL_CE_ALLGATHER), NCCL_* and OMP_*, so a trace
+/* Is environment entry e ("NAME=value") a switch a trace records: dissect's own DX_* (tuning and
+ * fallbacks, e.g. DX_CUDA_ATT_FWD, DX_NCCL_CE_ALLGATHER), NCCL_* or OMP_*? */
+static int is_switch(const char *e)
+{
+    return !strncmp(e, "DX_", 3) || !strncmp(e, "NCCL_", 5) || !strncmp(e, "OMP_", 4);
+}
+
+/* The environment switches rank 0 ran with (is_switch), one "NAME=value" per line, so a trace
  * says how it was made. Returns a malloc'd string ("" when none is set), NULL when out of memory. */
 static char *switch_environment(void)
 {
-    static const char *const prefixes[] = {"DX_", "NCCL_", "OMP_"};
     size_t len = 1;
     for (char **e = environ; e && *e; e++)
-        for (size_t i = 0; i < sizeof prefixes / sizeof *prefixes; i++)
-            if (!strncmp(*e, prefixes[i], strlen(prefixes[i]))) len += strlen(*e) + 1;
+        if (is_switch(*e)) len += strlen(*e) + 1;
     char *out = malloc(len), *at = out;
     if (!out) return NULL;
     *at = 0;
     for (char **e = environ; e && *e; e++)
-        for (size_t i = 0; i < sizeof prefixes / sizeof *prefixes; i++)
-            if (!strncmp(*e, prefixes[i], strlen(prefixes[i]))) {
-                at += sprintf(at, "%s%s", at == out ? "" : "\n", *e);
-                break;
-            }
+        if (is_switch(*e)) at += sprintf(at, "%s%s", at == out ? "" : "\n", *e);
     return out;
 }
 
