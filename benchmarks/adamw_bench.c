@@ -14,8 +14,8 @@
  *    the same count as benchmarks/torch_adamw_cpu.py; dissect also writes 2 bytes of bf16),
  *    "gbps_actual": N * 30 / step_s}
  *   {"impl": "stream-triad", "threads", "gbps"}
- * DX_HOST_ADAMW_STREAM=0 / 1 turns the bf16 output's streaming stores off / on (default: on from
- * 8 threads; kernels/cpu/host_adamw.c), for a side-by-side figure.
+ * DX_HOST_ADAMW_STREAM=0 turns the bf16 output's streaming stores off (kernels/cpu/host_adamw.c),
+ * for a side-by-side figure.
  * Exit 1 with a message if memory cannot be allocated.
  */
 #include <getopt.h>

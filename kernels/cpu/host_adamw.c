@@ -99,21 +99,18 @@ DX_CLONES static void range_bf16_stream(float *restrict p, float *restrict m, fl
     _mm_sfence(); /* the streamed lines are visible before the copy engine is told to read them */
 }
 
-/* Streaming stores with nt threads? They pay where the threads saturate the memory bus and
- * cost where a few threads are latency-bound: 1e9 parameters on a 16-core H100 host, 16 threads,
- * 4.05-4.30e9 -> 4.12-4.46e9 parameters/s in three paired runs; 2 threads on a 2-core VM, 12%
- * slower. So by default from 8 threads on; DX_HOST_ADAMW_STREAM=1 / 0 forces them on / off
- * (read at each call: benchmarks/adamw_bench.c and tests/test_kernels.c compare both). */
-static int use_stream(int nt)
+/* Streaming stores, unless DX_HOST_ADAMW_STREAM=0 (read at each call: benchmarks/adamw_bench.c
+ * and tests/test_kernels.c compare both ways). Measured in paired runs: 16 threads of an H100
+ * host, 1e9 parameters, 4.05 -> 4.12 and 4.30 -> 4.46e9 parameters/s; 2 threads of a 2-core VM,
+ * 2e8 parameters, +1.7% to +3.3% in four pairs. */
+static int use_stream(void)
 {
     const char *e = getenv("DX_HOST_ADAMW_STREAM");
-    if (e && e[0] == '0') return 0;
-    if (e && e[0] == '1') return 1;
-    return nt >= 8;
+    return !(e && e[0] == '0');
 }
 #else
 #define range_bf16_stream range_bf16
-static int use_stream(int nt) { return (void)nt, 0; }
+static int use_stream(void) { return 0; }
 #endif
 
 void dx_host_adamw(float *master, float *m, float *v, const float *grad, void *out, dx_dtype out_dt,
@@ -129,7 +126,7 @@ void dx_host_adamw(float *master, float *m, float *v, const float *grad, void *o
     if (n < ((size_t)1 << 15)) nt = 1; /* not worth waking the team */
     /* contiguous ranges, multiples of 16 elements (whole cache lines of the fp32 arrays) */
     size_t per = ((n + (size_t)nt - 1) / (size_t)nt + 15) / 16 * 16;
-    const int stream = use_stream(nt);
+    const int stream = use_stream();
 #pragma omp parallel num_threads(nt) if (nt > 1)
     {
         int t = omp_get_thread_num();
