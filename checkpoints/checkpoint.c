@@ -178,12 +178,13 @@ static int create_layout(hid_t f, const tensor_hdr *t, int n)
 }
 
 /* The attributes and the layout of a checkpoint file. */
-static int write_header(hid_t f, const char *path, const dx_ckpt_state *st, const char *config_json,
-                        const tensor_hdr *t, int nt)
+static int write_header(hid_t f, const char *path, const dx_ckpt_state *st, double grad_norm,
+                        const char *config_json, const tensor_hdr *t, int nt)
 {
     if (dx_h5_write_str_attr(f, "format", "dissect-checkpoint") || dx_h5_write_i64_attr(f, "format_version", FORMAT_VERSION) ||
         dx_h5_write_i64_attr(f, "step", st->step) || dx_h5_write_i64_attr(f, "consumed_samples", st->consumed_samples) ||
         dx_h5_write_i64_attr(f, "seed", (int64_t)st->seed) ||
+        dx_h5_write_scalar_attr(f, "grad_norm", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, &grad_norm) ||
         dx_h5_write_str_attr(f, "config_json", config_json ? config_json : "{}"))
         return dx_fail("checkpoint '%s': cannot write its attributes", path);
     if (create_layout(f, t, nt)) return dx_fail_prefix("checkpoint '%s'", path), -1;
@@ -254,7 +255,7 @@ int dx_checkpoint_save(const char *path, dx_model *m, dx_zero *z, dx_comm *world
         return -1;
     }
     /* metadata and datasets: the same calls on every rank */
-    rc = write_header(f, path, st, config_json, t, nt);
+    rc = write_header(f, path, st, dx_zero_last_grad_norm(z), config_json, t, nt);
     free(t);
     /* every rank its own pieces (independent I/O) */
     const int np = dx_model_num_params_table(m);
@@ -312,6 +313,9 @@ static int check_file(hid_t f, const char *path, dx_model *m, dx_ckpt_state *st)
     st->step = step;
     st->consumed_samples = consumed;
     st->seed = (uint64_t)seed;
+    st->grad_norm = -1; /* (written since the speculative offload update; older files: unknown) */
+    if (H5Aexists(f, "grad_norm") > 0 && dx_h5_read_scalar_attr(f, "grad_norm", H5T_NATIVE_DOUBLE, &st->grad_norm))
+        return dx_fail("checkpoint '%s': attribute grad_norm unreadable", path);
     for (int i = 0; i < dx_model_num_params_table(m); i++) {
         const dx_param *p = dx_model_param(m, i);
         if (dx_model_group(m, p->group)->frozen) continue; /* LoRA's base: from hf_model, not here */
@@ -392,7 +396,9 @@ int dx_checkpoint_load(const char *path, dx_model *m, dx_zero *z, dx_comm *world
     }
     free(buf);
     H5Fclose(f);
-    return dx_comm_agree(world, rc) ? -1 : 0;
+    if (dx_comm_agree(world, rc)) return -1;
+    dx_zero_set_last_grad_norm(z, st->grad_norm); /* the speculative offload update's guess */
+    return 0;
 }
 
 void dx_checkpoint_name(char *out, size_t cap, const char *dir, int64_t step)
@@ -567,7 +573,7 @@ int dx_checkpoint_save_start(dx_ckpt_async *a, const char *path, dx_model *m, dx
         rc = reserve(path, a->tmp, dx_checkpoint_file_bytes(total));
         hid_t f = rc ? -1 : H5Fcreate(a->tmp, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
         if (!rc && f < 0) rc = dx_fail("checkpoint '%s': cannot create %s", path, a->tmp);
-        if (!rc) rc = write_header(f, path, st, config_json, t, nt);
+        if (!rc) rc = write_header(f, path, st, dx_zero_last_grad_norm(z), config_json, t, nt);
         for (int s = 0; s < 3 && !rc; s++)
             for (int i = 0; i < nt && !rc; i++) {
                 char name[160];

@@ -37,6 +37,8 @@ typedef struct {
     int64_t step;             /* optimizer steps done */
     int64_t consumed_samples; /* training sequences consumed (global) */
     uint64_t seed;            /* the run's seed */
+    double grad_norm;         /* load only: the last step's global gradient norm (-1: not in the
+                                 file); saves write dx_zero_last_grad_norm, loads set it */
 } dx_ckpt_state;
 
 /* Bytes one checkpoint of a model of total_params parameters takes on disk: three fp32 tensors
@@ -79,7 +81,8 @@ int dx_checkpoint_save_poll(dx_ckpt_async *a, dx_comm *world, int wait, double *
 
 /* Loads a full checkpoint into the model's ZeRO state: each rank reads its TP slice of each of
  * its parameters (master weights, set through dx_zero_set_master) and its owned pieces of the
- * moments; *st receives the position. Collective over the world. Errors (missing file, not a
+ * moments; *st receives the position, and the last step's gradient norm goes to
+ * dx_zero_set_last_grad_norm. Collective over the world. Errors (missing file, not a
  * dissect checkpoint, format_version 1 without optimizer states, a tensor missing or of another
  * shape, /params holding another number of parameters than total_params, the trained ones:
  * the whole model's, or LoRA's adapters (a frozen base is not in checkpoints))

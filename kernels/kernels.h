@@ -315,6 +315,19 @@ struct dx_backend {
 void dx_host_adamw(float *master, float *m, float *v, const float *grad, void *out, dx_dtype out_dt,
                    size_t n, const dx_adamw_hparams *hp, int nthreads);
 
+/* Repairs a speculative dx_host_adamw (zero.c: the early update with clipping on, run with
+ * gradient factor 1 before the global norm was known): master, m, v f32[n] hold the result of
+ * dx_host_adamw with these hp but grad_scale 1 on grad f32[n] (the same gradient, unscaled);
+ * each element's update is undone (the step's subtrahend recomputed bitwise from m and v and
+ * added back, the decay divided out, m and v solved for their previous values, in fp64; v
+ * clamped at 0) and redone with hp->grad_scale, the result written to out[n] as dx_host_adamw
+ * writes it. The undone values equal the previous ones exactly or within about one fp32 ulp
+ * (what the stored results had rounded away), so the repaired update equals the direct one
+ * within a few ulps, not bitwise. Needs beta1, beta2 and 1 - lr * weight_decay nonzero (the
+ * divisors). Threads as dx_host_adamw. */
+void dx_host_adamw_redo(float *master, float *m, float *v, const float *grad, void *out, dx_dtype out_dt,
+                        size_t n, const dx_adamw_hparams *hp, int nthreads);
+
 /* out[n] (host) = src[n] converted to out_dt (DX_F32, DX_F64, or DX_BF16 rounded to nearest
  * even, as dx_host_adamw writes it): the host-resident working parameters of ZeRO-3 parameter
  * offload (zero.c). */

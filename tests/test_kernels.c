@@ -947,6 +947,67 @@ static void test_host_adamw(uint64_t seed, size_t n, size_t off)
     free(g2);
 }
 
+/* dx_host_adamw_redo (the repair of the offload's speculative early update): a step run with
+ * gradient factor 1 and then redone with factor `scale` against the step run with `scale`
+ * directly, from fresh states (step 1: m = v = 0, v made only of this gradient) and from states
+ * one step old; 1 and 3 threads, f32 and bf16 output. Bound: 1e-6 relative (RMS) on master, m
+ * and v, a few fp32 ulps; the bf16 output bitwise the conversion of the repaired master. */
+static void test_host_adamw_redo(uint64_t seed, size_t n, double scale)
+{
+    dx_adamw_hparams hp = {.lr = 1e-2, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1};
+    double *p = drand(n, seed), *g1 = drand(n, seed + 1), *g2 = drand_(n, seed + 2, 3.0, 0);
+    float *a = malloc(3 * n * sizeof(float)), *b = malloc(3 * n * sizeof(float)), *g = malloc(n * sizeof(float));
+    uint16_t *oa = malloc(n * 2 + 2), *ob = malloc(n * 2 + 2), *conv = malloc(n * 2 + 2);
+    double *x = dalloc(n), *y = dalloc(n);
+    for (int old = 0; old < 2; old++)
+        for (int nt = 1; nt <= 3; nt += 2) {
+            for (size_t i = 0; i < n; i++) a[i] = (float)p[i], a[n + i] = a[2 * n + i] = 0;
+            if (old) { /* one ordinary step first */
+                for (size_t i = 0; i < n; i++) g[i] = (float)g1[i];
+                hp.grad_scale = 1.0, hp.step = 1;
+                dx_host_adamw(a, a + n, a + 2 * n, g, oa, DX_BF16, n, &hp, nt);
+            }
+            memcpy(b, a, 3 * n * sizeof(float));
+            for (size_t i = 0; i < n; i++) g[i] = (float)g2[i];
+            hp.step = old ? 2 : 1;
+            hp.grad_scale = scale; /* direct */
+            dx_host_adamw(a, a + n, a + 2 * n, g, oa, DX_BF16, n, &hp, nt);
+            hp.grad_scale = 1.0; /* speculative, then repaired */
+            dx_host_adamw(b, b + n, b + 2 * n, g, ob, DX_BF16, n, &hp, nt);
+            hp.grad_scale = scale;
+            dx_host_adamw_redo(b, b + n, b + 2 * n, g, ob, DX_BF16, n, &hp, nt);
+            static const char *const nm[3] = {"master", "m", "v"};
+            for (int k = 0; k < 3; k++) {
+                for (size_t i = 0; i < n; i++) x[i] = b[k * n + i], y[i] = a[k * n + i];
+                char what[128];
+                snprintf(what, sizeof what, "host adamw redo x%.3g %s, %s states, %d thr", scale, nm[k],
+                         old ? "1-step" : "fresh", nt);
+                check_err(what, "cpu", relerr(x, y, n), 1e-6);
+            }
+            dx_host_convert_f32(conv, DX_BF16, b, n);
+            check(!memcmp(conv, ob, n * 2), "host adamw redo n=%zu bf16 output = the repaired master", n);
+            float *fo = malloc(n * sizeof(float));
+            memcpy(b, a, 3 * n * sizeof(float)); /* f32 output: the master itself */
+            hp.grad_scale = 1.0;
+            dx_host_adamw(b, b + n, b + 2 * n, g, fo, DX_F32, n, &hp, nt);
+            hp.grad_scale = scale;
+            dx_host_adamw_redo(b, b + n, b + 2 * n, g, fo, DX_F32, n, &hp, nt);
+            check(!memcmp(fo, b, n * sizeof(float)), "host adamw redo n=%zu f32 output = the repaired master", n);
+            free(fo);
+        }
+    free(a);
+    free(b);
+    free(g);
+    free(oa);
+    free(ob);
+    free(conv);
+    free(x);
+    free(y);
+    free(p);
+    free(g1);
+    free(g2);
+}
+
 static void test_sumsq_scale_copy(uint64_t seed, size_t n)
 {
     double *x = drand(n, seed);
@@ -1417,6 +1478,9 @@ int main(void)
     test_host_adamw(seed += 10, 7, 0);
     test_host_adamw(seed += 10, 40000, 0);
     test_host_adamw(seed += 10, 100003, 3);
+    test_host_adamw_redo(seed += 10, 7, 0.3);
+    test_host_adamw_redo(seed += 10, 100003, 0.3);
+    test_host_adamw_redo(seed += 10, 100003, 0.01);
     test_sumsq_scale_copy(seed += 10, 7);
     test_sumsq_scale_copy(seed += 10, 100003);
 

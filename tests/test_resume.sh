@@ -3,6 +3,8 @@
 #  1. a run stopped at step 3 and resumed (--resume PATH, and --resume auto from the run
 #     directory) gives bit-identical losses for steps 4-6 and final weights and AdamW moments to
 #     the uninterrupted run (DP 2, ZeRO 2, gradient accumulation 2);
+#     Under optimizer offload with clipping, the speculative early update resumes as it ran (the
+#     checkpoint keeps the last gradient norm): bit-identical too, a redone step included;
 #  2. a checkpoint written under DP 4 + ZeRO 3 resumes under DP 2 + ZeRO 1, under TP 2 x PP 2,
 #     and under DP 2 + ZeRO 3 with optimizer and parameter offload, matching the uninterrupted
 #     DP 4 run within 1e-5 relative (losses; final weights and AdamW moments per tensor as
@@ -82,6 +84,27 @@ mkdir -p "$tmp/auto" && cp "$tmp/run/iter_0000003.h5" "$tmp/auto/"
 run auto 2 --micro-batch 2 --zero-stage 2 --train-iters 6 --save-dir "$tmp/auto" --resume auto --save "$tmp/auto.ck.h5"
 grep -q "resumed from $tmp/auto/iter_0000003.h5" "$tmp/auto.log" || { echo "FAIL resume auto did not pick iter_0000003"; fail=1; }
 check "resume auto from the run directory: final checkpoint" ckpt "$tmp/full.ck.h5" "$tmp/auto.ck.h5" 0
+
+# 1b. the speculative update of optimizer offload (zero.h: with clipping it runs inside the
+# backward when the previous step's norm was under the clip, and is redone when the norm clips)
+# resumes as it ran: the checkpoint keeps the last norm. Norms here: 0.78 at step 1, 0.88 at
+# step 2, so with clip 0.8 the resumed run's step 2 speculates and is redone, as the
+# uninterrupted run's; a resumed run that forgot the norm would not speculate and differ in ulps
+spec=(--micro-batch 4 --zero-stage 1 --offload-optimizer cpu --clip-grad 0.8 --train-iters 3 --trace-level op)
+run specfull 1 "${spec[@]}" --save-dir "$tmp/spec" --save-interval 1 --trace "$tmp/specfull.h5" --save "$tmp/specfull.ck.h5"
+run specres 1 "${spec[@]}" --resume "$tmp/spec/iter_0000001.h5" --trace "$tmp/specres.h5" --save "$tmp/specres.ck.h5"
+check "resume at step 1 (offload, speculative update redone at step 2): losses" trace "$tmp/specfull.h5" "$tmp/specres.h5" 0
+check "resume at step 1 (offload, speculative update redone at step 2): final checkpoint" ckpt "$tmp/specfull.ck.h5" "$tmp/specres.ck.h5" 0
+if r=$("$PYTHON3" - "$tmp/specres.h5" <<'PY'
+import sys, h5py
+with h5py.File(sys.argv[1]) as f:
+    ev = f["events"][:]
+    op = h5py.check_enum_dtype(f["events"].dtype["op"])
+steps = sorted(set(ev[ev["op"] == op["adamw_redo"]]["step"].tolist()))
+print(f"steps with a redone speculative update in the resumed run: {steps}")
+sys.exit(0 if steps == [2] else 1)
+PY
+); then echo "ok   $r"; else echo "FAIL $r (want [2])"; fail=1; fi
 
 # 2. another layout
 run dp4 4 --micro-batch 1 --zero-stage 3 --train-iters 6 --save-dir "$tmp/dp4" --save-interval 3 \

@@ -66,6 +66,39 @@ DEF_RANGE(range_f32, float, AS_F32)
 DEF_RANGE(range_bf16, uint16_t, to_bf16)
 DEF_RANGE(range_f64, double, AS_F64)
 
+/* dx_host_adamw_redo: element i's update with gradient factor 1 undone. The terms the update
+ * added are recomputed bitwise (the same fp32 expressions as ADAMW_BODY's with g = grad[i]: the
+ * step's subtrahend from the stored m and v, the gradient's shares of m and v) and taken back
+ * in fp64, the decay divided out. So the only error is what the fp32 results had rounded away:
+ * the previous value comes back exactly or within about an ulp of the result, and a moment that
+ * was 0 (the first step, an embedding row not seen before) comes back as 0 exactly. v is clamped
+ * at 0 (a v made almost entirely of this gradient's square can solve to a tiny negative). */
+#define UNDO_BODY(i)                                                                           \
+    {                                                                                          \
+        float u1 = c->step1 * m[i] / (sqrtf(v[i] * c->ibc2) + c->eps);                         \
+        float gm = c->omb1 * grad[i], gv = c->omb2 * grad[i] * grad[i];                        \
+        double m0 = ((double)m[i] - (double)gm) / (double)c->b1;                               \
+        double v0 = ((double)v[i] - (double)gv) / (double)c->b2;                               \
+        p[i] = (float)(((double)p[i] + (double)u1) / (double)c->decay);                        \
+        m[i] = (float)m0;                                                                      \
+        v[i] = v0 > 0.0 ? (float)v0 : 0.0f;                                                    \
+    }
+#define DEF_REDO(name, T, STORE)                                                               \
+    DX_CLONES static void name(float *restrict p, float *restrict m, float *restrict v,       \
+                               const float *restrict grad, T *restrict out, size_t i0,         \
+                               size_t i1, const adamw_c *c)                                    \
+    {                                                                                          \
+        _Pragma("omp simd") for (size_t i = i0; i < i1; i++)                                   \
+        {                                                                                      \
+            UNDO_BODY(i)                                                                       \
+            ADAMW_BODY(i)                                                                      \
+            out[i] = STORE(p[i]);                                                              \
+        }                                                                                      \
+    }
+DEF_REDO(redo_f32, float, AS_F32)
+DEF_REDO(redo_bf16, uint16_t, to_bf16)
+DEF_REDO(redo_f64, double, AS_F64)
+
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <emmintrin.h>
 #include <stdint.h>
@@ -113,19 +146,34 @@ static int use_stream(void)
 static int use_stream(void) { return 0; }
 #endif
 
-void dx_host_adamw(float *master, float *m, float *v, const float *grad, void *out, dx_dtype out_dt,
-                   size_t n, const dx_adamw_hparams *hp, int nthreads)
+/* The loop constants of one update, in fp32 as ADAMW_BODY uses them. */
+static adamw_c constants(const dx_adamw_hparams *hp)
 {
-    if (!n) return;
     const double b1 = hp->beta1, b2 = hp->beta2;
     const double bc1 = 1.0 - pow(b1, (double)hp->step), bc2 = 1.0 - pow(b2, (double)hp->step);
     const adamw_c c = {(float)b1, (float)b2, (float)(1.0 - b1), (float)(1.0 - b2), (float)hp->eps,
                        (float)hp->grad_scale, (float)(1.0 - hp->lr * hp->weight_decay),
                        (float)(hp->lr / bc1), (float)(1.0 / bc2)};
+    return c;
+}
+
+/* Threads for n elements, and each one's range: contiguous, a multiple of 16 elements (whole
+ * cache lines of the fp32 arrays). */
+static int team(size_t n, int nthreads, size_t *per)
+{
     int nt = nthreads >= 1 ? nthreads : 1;
     if (n < ((size_t)1 << 15)) nt = 1; /* not worth waking the team */
-    /* contiguous ranges, multiples of 16 elements (whole cache lines of the fp32 arrays) */
-    size_t per = ((n + (size_t)nt - 1) / (size_t)nt + 15) / 16 * 16;
+    *per = ((n + (size_t)nt - 1) / (size_t)nt + 15) / 16 * 16;
+    return nt;
+}
+
+void dx_host_adamw(float *master, float *m, float *v, const float *grad, void *out, dx_dtype out_dt,
+                   size_t n, const dx_adamw_hparams *hp, int nthreads)
+{
+    if (!n) return;
+    const adamw_c c = constants(hp);
+    size_t per;
+    const int nt = team(n, nthreads, &per);
     const int stream = use_stream();
 #pragma omp parallel num_threads(nt) if (nt > 1)
     {
@@ -136,6 +184,25 @@ void dx_host_adamw(float *master, float *m, float *v, const float *grad, void *o
             else if (out_dt == DX_BF16) range_bf16(master, m, v, grad, out, i0, i1, &c);
             else if (out_dt == DX_F64) range_f64(master, m, v, grad, out, i0, i1, &c);
             else range_f32(master, m, v, grad, out, i0, i1, &c);
+        }
+    }
+}
+
+void dx_host_adamw_redo(float *master, float *m, float *v, const float *grad, void *out, dx_dtype out_dt,
+                        size_t n, const dx_adamw_hparams *hp, int nthreads)
+{
+    if (!n) return;
+    const adamw_c c = constants(hp);
+    size_t per;
+    const int nt = team(n, nthreads, &per);
+#pragma omp parallel num_threads(nt) if (nt > 1)
+    {
+        int t = omp_get_thread_num();
+        size_t i0 = (size_t)t * per, i1 = i0 + per < n ? i0 + per : n;
+        if (i0 < n) {
+            if (out_dt == DX_BF16) redo_bf16(master, m, v, grad, out, i0, i1, &c);
+            else if (out_dt == DX_F64) redo_f64(master, m, v, grad, out, i0, i1, &c);
+            else redo_f32(master, m, v, grad, out, i0, i1, &c);
         }
     }
 }

@@ -77,7 +77,9 @@ typedef struct {
     /* optimizer offload: host AdamW, device -> host and host -> device copies (stream "copy"),
      * host time spent waiting for a copy */
     double hadam, d2h, h2d, cwait;
-    double hadam_bwd; /* host AdamW inside the backward (early update, no clipping) */
+    double hadam_bwd; /* host AdamW inside the backward (early update) */
+    double hredo;     /* host AdamW redone (a speculative early update whose norm clipped) */
+    int redo_step;    /* the step had a redo */
 } group_stats;
 
 /* ------------------------------------------------------------------------------------------ */
@@ -841,9 +843,10 @@ static int analyse(report *r, analysis *a)
                 a->module_used[ev->module] = 1;
             }
             if (t <= s) continue;
-            if (ev->stream == DX_STREAM_HOST && ev->op == DX_OP_ADAMW) {
+            if (ev->stream == DX_STREAM_HOST && (ev->op == DX_OP_ADAMW || ev->op == DX_OP_ADAMW_REDO)) {
                 g->hadam += (double)(t - s);
                 if (ev->phase == DX_PH_BACKWARD) g->hadam_bwd += (double)(t - s);
+                if (ev->op == DX_OP_ADAMW_REDO) g->hredo += (double)(t - s), g->redo_step = 1;
             }
             if (ev->stream == DX_STREAM_HOST && ev->op == DX_OP_MEMCPY && ev->module == DX_MOD_OPTIMIZER)
                 g->cwait += (double)(t - s);
@@ -1333,7 +1336,8 @@ static void print_breakdown(const report *r, const analysis *a)
                    "(%.1f%% of its step), %.3f ms max over ranks\n",
                    rec0 / (double)n * 1e-6, span0 > 0 ? 100.0 * rec0 / span0 : 0.0, recm / (double)n * 1e-6);
         /* optimizer offload (rank 0, mean per step) */
-        double o[5] = {0, 0, 0, 0, 0};
+        double o[6] = {0, 0, 0, 0, 0, 0};
+        int nredo = 0;
         for (size_t i = 0; i < n; i++) {
             const group_stats *g = &a->g[i * W];
             o[0] += g->hadam;
@@ -1341,6 +1345,8 @@ static void print_breakdown(const report *r, const analysis *a)
             o[2] += g->h2d;
             o[3] += g->cwait;
             o[4] += g->hadam_bwd;
+            o[5] += g->hredo;
+            nredo += g->redo_step;
         }
         if (o[0] + o[1] + o[2] > 0)
             printf("  optimizer offload (rank 0, per step): host AdamW %.3f ms, copies device->host %.3f ms and "
@@ -1348,8 +1354,11 @@ static void print_breakdown(const report *r, const analysis *a)
                    o[0] / (double)n * 1e-6, o[1] / (double)n * 1e-6, o[2] / (double)n * 1e-6, o[3] / (double)n * 1e-6,
                    span0 > 0 ? 100.0 * o[3] / span0 : 0.0);
         if (o[4] > 0)
-            printf("    of the host AdamW, %.3f ms ran inside the backward (early update: no gradient clipping)\n",
-                   o[4] / (double)n * 1e-6);
+            printf("    of the host AdamW, %.3f ms ran inside the backward (early update%s)\n", o[4] / (double)n * 1e-6,
+                   nredo ? ", speculative with clipping" : "");
+        if (nredo)
+            printf("    and %.3f ms redid speculative updates in %d of %zu steps (the norm clipped: op adamw_redo)\n",
+                   o[5] / (double)n * 1e-6, nredo, n);
     }
     printf("\n");
     free(v0);

@@ -63,6 +63,7 @@ typedef enum {
     DX_OP_MEMCPY_H2D, /* optimizer offload: updated parameters host -> device (stream "copy") */
     DX_OP_LORA_GEMM,  /* a LoRA adapter's GEMM (x A^T, t B^T and their gradients) */
     DX_OP_DEQUANTIZE, /* QLoRA: a frozen layer's NF4 weights dequantized before its use */
+    DX_OP_ADAMW_REDO, /* optimizer offload: a speculative host AdamW undone and redone (stream "host") */
     DX_OP_COUNT
 } dx_op;
 

@@ -98,6 +98,11 @@ struct dx_zero {
     dx_adamw_hparams oq_hp;
     /* early update (dx_zero_begin_last_backward): the host AdamW in the last backward */
     int early, in_backward;
+    /* speculative early update (clipping on): run with clip factor 1, repaired (redo) by
+     * dx_zero_step when the norm ends above max_norm; last_norm: the previous step's norm
+     * (-1: none yet), the guess of DX_OFFLOAD_SPECULATE=auto */
+    int spec, redo, speculate;
+    double last_norm;
     int *gfence;                  /* [ngroups]: fence at which the group's gradient was final; -1 */
     int *pending, npending;       /* groups updated in the backward, their all-gathers deferred */
     int last_up;                  /* newest detached upload's ticket; -1 none */
@@ -116,6 +121,16 @@ size_t dx_zero_offload_chunk(size_t max_shard)
     return max_shard && max_shard < ce ? max_shard : ce;
 }
 void dx_zero_set_grid(dx_zero *z, const dx_zero_grid *grid) { z->grid = *grid; }
+
+/* The speculative early update's policy, DX_OFFLOAD_SPECULATE: 0 never, 1 every step (tests:
+ * the repair runs whenever the norm clips), unset or "auto": when the previous step's norm was
+ * at or below max_norm (steps that clip tend to follow steps that clipped). */
+static int speculate_mode(void)
+{
+    const char *e = getenv("DX_OFFLOAD_SPECULATE");
+    if (!e || !*e || !strcmp(e, "auto")) return 2;
+    return e[0] == '0' ? 0 : 1;
+}
 
 /* Trace coordinates of a group: embedding, decoder layer l, or the head. */
 static int group_module(const dx_zero *z, int gi) { return dx_model_group(z->model, gi)->module; }
@@ -615,6 +630,8 @@ dx_zero *dx_zero_create(dx_model *m, dx_backend *be, dx_comm *dp, dx_comm *dp_ho
         }
     }
     z->last_up = -1;
+    z->last_norm = -1;
+    z->speculate = speculate_mode();
     if (z->offload && !fail) { /* the update order: the backward's order of groups */
         z->order = calloc((size_t)(z->nchunks ? z->nchunks : 1), sizeof *z->order);
         z->pos_end = calloc((size_t)z->ngroups, sizeof *z->pos_end);
@@ -866,12 +883,13 @@ static int offload_pump(dx_zero *z, int until, double clip, int gather)
             hp.weight_decay = p->decay ? hp_in->weight_decay : 0.0;
             /* parameter offload: the updated parameters straight into the host shard */
             void *out = z->offload_param ? at(g->work_shard, so, z->xs) : z->st_work[s];
-            dx_host_adamw((float *)g->master + so, (float *)g->m + so, (float *)g->v + so, z->st_grad[s],
-                          out, be->act, n, &hp, z->nthreads);
+            (z->redo ? dx_host_adamw_redo : dx_host_adamw)((float *)g->master + so, (float *)g->m + so,
+                                                           (float *)g->v + so, z->st_grad[s], out, be->act, n,
+                                                           &hp, z->nthreads);
             uint64_t t2 = dx_now_ns();
             if (trace)
-                dx_tr_record(z->tr, t1, t2, DX_MOD_OPTIMIZER, layer, DX_OP_ADAMW, DX_STREAM_HOST,
-                             (int64_t)n * (7 * 4 + 4 + (int64_t)z->xs), 12 * (int64_t)n);
+                dx_tr_record(z->tr, t1, t2, DX_MOD_OPTIMIZER, layer, z->redo ? DX_OP_ADAMW_REDO : DX_OP_ADAMW,
+                             DX_STREAM_HOST, (int64_t)n * (7 * 4 + 4 + (int64_t)z->xs), 12 * (int64_t)n);
             if (!z->offload_param) {
                 void *work = g->stage == 3 ? at(g->work_shard, so, z->xs) : at(g->work, c->lo, z->xs);
                 int m0 = trace && up && be->mark ? be->mark(be, up) : -1;
@@ -888,7 +906,7 @@ static int offload_pump(dx_zero *z, int until, double clip, int gather)
             }
         }
         z->oq_pos++;
-        if (c->last) {
+        if (c->last && !z->redo) {
             if (z->in_backward) z->pending[z->npending++] = p->group;
             else if (group_updated(z, p->group, gather)) return -1;
         }
@@ -911,11 +929,42 @@ static int early_ready(dx_zero *z, int gi)
     return offload_pump(z, until, 1.0, 0);
 }
 
+double dx_zero_last_grad_norm(const dx_zero *z) { return z->last_norm; }
+void dx_zero_set_last_grad_norm(dx_zero *z, double norm) { z->last_norm = norm >= 0 ? norm : -1; }
+
+/* The speculative early update ran with clip factor 1 but the norm ended above max_norm: the
+ * chunks it updated (positions before oq_pos) are repaired, each gradient downloaded again (the
+ * owned gradients stay until the next step's zero_grad), the update undone and redone with the
+ * factor clip on the host (dx_host_adamw_redo, traced as adamw_redo) and the parameters
+ * uploaded again (after the speculative uploads: the host-to-device stream is in order). The
+ * downloads already issued for the chunks after them are waited for and issued again. */
+static int offload_redo(dx_zero *z, double clip)
+{
+    const int done = z->oq_pos;
+    for (int s = 0; s < OFF_SLOTS; s++) { /* no copy may still use a staging slot */
+        if (z->st_d2h[s] >= 0 && z->be->copy_wait(z->be, z->st_d2h[s])) return -1;
+        if (z->st_h2d[s] >= 0 && z->be->copy_wait(z->be, z->st_h2d[s])) return -1;
+        z->st_d2h[s] = z->st_h2d[s] = -1;
+    }
+    z->redo = 1;
+    z->oq_pos = z->oq_issue = 0;
+    z->oq_ready = done;
+    int rc = offload_pump(z, done, clip, 0);
+    z->redo = 0;
+    z->oq_pos = z->oq_issue = done;
+    return rc;
+}
+
 int dx_zero_begin_last_backward(dx_zero *z, const dx_adamw_hparams *hp, double max_norm)
 {
-    z->early = 0;
-    if (!z->offload || max_norm > 0 || z->grid.tp_dev || (z->stage < 2 && z->P > 1) || z->nchunks == 0)
-        return 0;
+    z->early = z->spec = 0;
+    if (!z->offload || z->grid.tp_dev || (z->stage < 2 && z->P > 1) || z->nchunks == 0) return 0;
+    if (max_norm > 0) { /* clipping: speculate that the factor will be 1 */
+        if (z->speculate == 0 || (z->speculate == 2 && !(z->last_norm >= 0 && z->last_norm <= max_norm)))
+            return 0;
+        if (hp->beta1 == 0 || hp->beta2 == 0 || hp->lr * hp->weight_decay == 1.0) return 0; /* (redo divides) */
+        z->spec = 1;
+    }
     z->oq_hp = *hp;
     z->early = z->in_backward = 1;
     for (int s = 0; s < 2; s++) z->bucket_group[s] = -1;
@@ -983,6 +1032,7 @@ int dx_zero_step(dx_zero *z, const dx_adamw_hparams *hp_in, double max_norm, dou
     }
     double norm = sqrt(ss);
     *grad_norm = norm;
+    z->last_norm = norm;
     double clip = 1.0;
     if (max_norm > 0 && norm > max_norm) clip = max_norm / (norm + 1e-6);
 
@@ -1005,6 +1055,10 @@ int dx_zero_step(dx_zero *z, const dx_adamw_hparams *hp_in, double max_norm, dou
     if (z->offload_param) be->sync(be);
     if (z->offload) {
         if (!z->early) z->oq_hp = *hp_in; /* (positions are 0: reset after each step) */
+        /* a speculation that failed: the early chunks again, with the factor (before their
+         * all-gathers, pending, start) */
+        if (z->spec && clip != 1.0 && z->oq_pos > 0 && offload_redo(z, clip)) return -1;
+        z->spec = 0;
         z->oq_ready = z->nchunks;
         /* the early update's uploads, then the all-gathers of the groups it finished */
         if (z->early && z->last_up >= 0 && be->copy_join(be, z->last_up)) return -1;

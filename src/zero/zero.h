@@ -76,9 +76,9 @@ size_t dx_zero_offload_chunk(size_t max_shard);
  * DX_ZERO_OFFLOAD_SLOTS page-locked staging slots (the backend's download_async), runs dx_host_adamw on each chunk (vectorised,
  * OpenMP over the backend's host threads; the arithmetic of the on-device AdamW) and streams
  * the updated parameters back in the act dtype (upload_async), then all-gathers them as without
- * offload. The three stages of neighbouring chunks overlap; the update itself starts only once
- * the backward and the gradient norm are done (clipping needs the global norm first, as in
- * DeepSpeed without its delayed parameter update). On the CPU backend the copies are memcpy
+ * offload. The three stages of neighbouring chunks overlap; the update starts once the
+ * backward and the gradient norm are done, or inside the last backward
+ * (dx_zero_begin_last_backward: exact without clipping, speculative with it). On the CPU backend the copies are memcpy
  * and the result equals the run without offload bitwise. The trace shows each chunk's copies
  * (ops memcpy_d2h / memcpy_h2d on stream "copy", between marks on the copy streams; none on the
  * CPU backend), its host AdamW (adamw on stream "host") and any time the host waited for a copy
@@ -114,18 +114,34 @@ int dx_zero_reduce_grads(dx_zero *z);
 int dx_zero_step(dx_zero *z, const dx_adamw_hparams *hp, double max_norm, double *grad_norm);
 
 /* Early update (offload only): called before the step's last micro-batch backward with the
- * step's AdamW hyper-parameters and max_norm. Where the update needs no global gradient norm
- * (max_norm <= 0: no clipping) and each group's gradient is final once its backward (stage 1
- * with one DP rank) or its reduce-scatter (stages 2-3) is done, and no TP reduction follows:
- * the host AdamW of each group runs inside the backward hooks of the groups after it (its
- * downloads ordered after a fence at the point its gradient became final, uploads detached so
- * the backward goes on), overlapping the device's remaining backward; dx_zero_step (same hp)
- * finishes the last groups, makes the compute stream wait for the uploads and starts the
- * deferred all-gathers. The result equals the update after the backward bitwise (same chunks,
- * same arithmetic). Returns 1 when armed, 0 when the update stays after the backward (with
- * clipping: the norm needs every gradient first, as in DeepSpeed without its delayed parameter
- * update), -1 + dx_fail. Not for pipeline schedules (their backwards interleave micro-batches). */
+ * step's AdamW hyper-parameters and max_norm. Where each group's gradient is final once its
+ * backward (stage 1 with one DP rank) or its reduce-scatter (stages 2-3) is done, and no TP
+ * reduction follows: the host AdamW of each group runs inside the backward hooks of the groups
+ * after it (its downloads ordered after a fence at the point its gradient became final, uploads
+ * detached so the backward goes on), overlapping the device's remaining backward; dx_zero_step
+ * (same hp) finishes the last groups, makes the compute stream wait for the uploads and starts
+ * the deferred all-gathers. Without clipping (max_norm <= 0) the result equals the update after
+ * the backward bitwise (same chunks, same arithmetic).
+ * With clipping the factor min(1, max_norm / norm) needs every gradient first, so the early
+ * update is speculative: it runs with factor 1, which is exactly the clipped update whenever
+ * the norm ends at or below max_norm (bitwise the update after the backward). When it ends
+ * above, dx_zero_step repairs each chunk updated early (its gradient downloaded again,
+ * dx_host_adamw_redo: undone and redone with the factor, within a few fp32 ulps of the direct
+ * update) before the rest; the trace shows the repair as op adamw_redo. DeepSpeed and FSDP
+ * wait for the norm instead (ZeRO-Offload's answer, the one-step delayed parameter update,
+ * changes the training). Whether to speculate: the environment's DX_OFFLOAD_SPECULATE, "auto"
+ * (default): when the previous step's norm (dx_zero_last_grad_norm; none at the first step
+ * of a run without a checkpoint) was at or below max_norm; 1: always; 0: never (the update
+ * waits for the norm).
+ * Returns 1 when armed, 0 when the update stays after the backward, -1 + dx_fail. Not for
+ * pipeline schedules (their backwards interleave micro-batches). */
 int dx_zero_begin_last_backward(dx_zero *z, const dx_adamw_hparams *hp, double max_norm);
+
+/* The global gradient norm of the last dx_zero_step (-1: no step yet), the guess of the
+ * speculative early update; checkpoints keep it (attribute grad_norm), so a resumed run
+ * speculates as the uninterrupted one would. set: norm < 0 means none. */
+double dx_zero_last_grad_norm(const dx_zero *z);
+void dx_zero_set_last_grad_norm(dx_zero *z, double norm);
 
 /* The rest of the process grid, for ZeRO over the DP axis of a PP x DP x TP grid:
  *   tp_dev: the TP group over backend buffers (NULL when tp == 1): gradients of parameters marked
