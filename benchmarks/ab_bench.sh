@@ -23,7 +23,7 @@ common=(train --device cuda --model tinyllama-1.1b --train-data "$OUT/tok.bin" -
 for r in $(seq "$rounds"); do
   for which in base new; do
     bin=$base; [ "$which" = new ] && bin=$new
-    mpirun -np 1 -x CUDA_VISIBLE_DEVICES "$bin" "${common[@]}" --trace "$OUT/$which-$r.h5" \
+    mpirun -np 1 --bind-to none -x CUDA_VISIBLE_DEVICES "$bin" "${common[@]}" --trace "$OUT/$which-$r.h5" \
       > "$OUT/$which-$r.log" 2>&1 || { tail -20 "$OUT/$which-$r.log"; exit 1; }
   done
 done

@@ -14,6 +14,8 @@
  *    the same count as benchmarks/torch_adamw_cpu.py; dissect also writes 2 bytes of bf16),
  *    "gbps_actual": N * 30 / step_s}
  *   {"impl": "stream-triad", "threads", "gbps"}
+ *   {"impl": "dissect-host-adamw-redo", ...}: dx_host_adamw_redo (the repair of a speculative
+ *    update, factor 0.5) over the same chunks
  * DX_HOST_ADAMW_STREAM=0 turns the bf16 output's streaming stores off (kernels/cpu/host_adamw.c),
  * for a side-by-side figure.
  * Exit 1 with a message if memory cannot be allocated.
@@ -89,6 +91,22 @@ int main(int argc, char **argv)
     printf("{\"impl\": \"dissect-host-adamw\", \"params\": %zu, \"threads\": %d, \"step_s\": %.4f, "
            "\"params_per_s\": %.4g, \"gbps\": %.1f, \"gbps_actual\": %.1f, \"check\": %.6g}\n",
            n, threads, med, n / med, n * 28.0 / med / 1e9, n * 30.0 / med / 1e9, (double)p[n / 2]);
+    fflush(stdout);
+    /* the repair of a speculative update (dx_host_adamw_redo, factor 0.5), same chunks */
+    hp.grad_scale = 0.5;
+    for (int s = -1; s < steps; s++) {
+        uint64_t t0 = dx_now_ns();
+        for (size_t c = 0; c < n; c += chunk) {
+            size_t k = n - c < chunk ? n - c : chunk;
+            dx_host_adamw_redo(p + c, m + c, v + c, g + c, out + c, DX_BF16, k, &hp, threads);
+        }
+        if (s >= 0) t[s] = (double)(dx_now_ns() - t0) * 1e-9;
+    }
+    qsort(t, (size_t)steps, sizeof *t, cmp_d);
+    med = steps % 2 ? t[steps / 2] : 0.5 * (t[steps / 2 - 1] + t[steps / 2]);
+    printf("{\"impl\": \"dissect-host-adamw-redo\", \"params\": %zu, \"threads\": %d, \"step_s\": %.4f, "
+           "\"params_per_s\": %.4g, \"gbps_actual\": %.1f, \"check\": %.6g}\n",
+           n, threads, med, n / med, n * 30.0 / med / 1e9, (double)p[n / 2]);
     fflush(stdout);
     free(m);
     free(v);

@@ -19,7 +19,7 @@ common=(train --device cuda --model tinyllama-1.1b --train-data "$OUT/tok.bin" -
 for mode in sync async; do
   rm -rf "$OUT/run_$mode"
   extra=(); [ "$mode" = async ] && extra=(--async-save)
-  mpirun -np 1 build-gpu/dissect "${common[@]}" "${extra[@]}" --save-dir "$OUT/run_$mode" --trace "$OUT/$mode.h5" \
+  mpirun -np 1 --bind-to none build-gpu/dissect "${common[@]}" "${extra[@]}" --save-dir "$OUT/run_$mode" --trace "$OUT/$mode.h5" \
     > "$OUT/$mode.log" 2>&1 || { tail -20 "$OUT/$mode.log"; exit 1; }
 done
 "$py" - "$OUT" "$every" <<'PY'

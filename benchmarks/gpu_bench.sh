@@ -26,9 +26,9 @@ export CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-0}
 "$py" examples/make_shards.py "$OUT/ids.txt" "$OUT/tok.bin" --vocab-size 32000 > /dev/null
 common=(train --device cuda --model "$model" --num-layers "${shape[1]}" --train-data "$OUT/tok.bin" --seq-length "$seq"
         --micro-batch "$mb" --eval-interval 0 --sample-tokens 0 --log-interval 1)
-mpirun -np 1 -x CUDA_VISIBLE_DEVICES build-gpu/dissect "${common[@]}" --train-iters "$steps" \
+mpirun -np 1 --bind-to none -x CUDA_VISIBLE_DEVICES build-gpu/dissect "${common[@]}" --train-iters "$steps" \
   --trace "$OUT/step.h5" --trace-level step > "$OUT/dissect.log" 2>&1 || { tail -20 "$OUT/dissect.log"; exit 1; }
-mpirun -np 1 -x CUDA_VISIBLE_DEVICES build-gpu/dissect "${common[@]}" --train-iters 3 \
+mpirun -np 1 --bind-to none -x CUDA_VISIBLE_DEVICES build-gpu/dissect "${common[@]}" --train-iters 3 \
   --trace "$OUT/op.h5" --trace-level op > "$OUT/dissect_op.log" 2>&1 || { tail -20 "$OUT/dissect_op.log"; exit 1; }
 build-gpu/dissect report "$OUT/op.h5" > "$OUT/report.txt" 2>&1 || true
 if [ "${SKIP_TORCH:-0}" = 1 ]; then : > "$OUT/torch.jsonl"  # dissect only (quick iterations)

@@ -5,8 +5,8 @@
 # (defaults 350 32 selective 12 3; SKIP_TORCH=1 leaves FSDP2 out). Needs build-gpu and
 # data/brown/train.bin + train.ids (examples/prepare_brown.sh; carried to the GPU host).
 # Modes (each STEPS steps, step-level trace; tokens/s = median step after the 3rd; MODES="a b"
-# runs a subset):
-#   zero1-offload        ZeRO-1, offload_optimizer "cpu", gradient clipping 1.0, the default
+# runs a subset; CLIP=x sets the clipping of the modes that clip, default 1.0):
+#   zero1-offload        ZeRO-1, offload_optimizer "cpu", gradient clipping CLIP, the default
 #                        speculation (DX_OFFLOAD_SPECULATE=auto: the host AdamW runs inside the
 #                        backward with clip factor 1 when the previous step's norm was under the
 #                        clip, and is redone when the norm clips; src/zero/zero.h);
@@ -21,7 +21,7 @@
 # (allocator), host bytes (plan), first and last loss, and each step's gradient norm.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-seq=${1:-350} mb=${2:-32} rc=${3:-selective} steps=${4:-12} tsteps=${5:-3}
+seq=${1:-350} mb=${2:-32} rc=${3:-selective} steps=${4:-12} tsteps=${5:-3} clip=${CLIP:-1.0}
 OUT=${OUT:-/tmp/dissect-offload-modes}; mkdir -p "$OUT"
 py=${PYTHON3:-python3}
 export CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-0}
@@ -35,11 +35,11 @@ JSON
 common=(--device cuda --model llama2-7b --train-data "$data" --seq-length "$seq" --micro-batch "$mb"
         "${recf[@]}" --eval-interval 0 --sample-tokens 0 --log-interval 1 --lr 3e-4 --min-lr 3e-5 --warmup-iters 5)
 mpi=(mpirun -np 1 --bind-to none -x CUDA_VISIBLE_DEVICES -x LD_LIBRARY_PATH)
-all=("zero1-offload|auto|--zero-stage 1 --offload-optimizer cpu --clip-grad 1.0"
-     "zero1-offload-wait|0|--zero-stage 1 --offload-optimizer cpu --clip-grad 1.0"
-     "zero1-offload-spec1|1|--zero-stage 1 --offload-optimizer cpu --clip-grad 1.0"
+all=("zero1-offload|auto|--zero-stage 1 --offload-optimizer cpu --clip-grad $clip"
+     "zero1-offload-wait|0|--zero-stage 1 --offload-optimizer cpu --clip-grad $clip"
+     "zero1-offload-spec1|1|--zero-stage 1 --offload-optimizer cpu --clip-grad $clip"
      "zero1-offload-noclip|auto|--zero-stage 1 --offload-optimizer cpu --clip-grad 0"
-     "zero3-offload-param|auto|--config $OUT/zero3_param.json --clip-grad 1.0")
+     "zero3-offload-param|auto|--config $OUT/zero3_param.json --clip-grad $clip")
 want=${MODES:-zero1-offload zero1-offload-wait zero1-offload-noclip zero3-offload-param}
 names=()
 t0=$SECONDS
@@ -54,7 +54,7 @@ for m in "${all[@]}"; do
   echo "$name: $((SECONDS - t0)) s" >&2
 done
 if [ "${OPTRACE:-1}" = 1 ]; then
-  "${mpi[@]}" build-gpu/dissect train --zero-stage 1 --offload-optimizer cpu --clip-grad 1.0 "${common[@]}" --train-iters 4 \
+  "${mpi[@]}" build-gpu/dissect train --zero-stage 1 --offload-optimizer cpu --clip-grad "$clip" "${common[@]}" --train-iters 4 \
     --trace "$OUT/offload_op.h5" --trace-level op > "$OUT/offload_op.log" 2>&1 || tail -20 "$OUT/offload_op.log"
   build-gpu/dissect report "$OUT/offload_op.h5" --steps 2:4 > "$OUT/report.txt" 2>&1 || true
 else : > "$OUT/report.txt"

@@ -17,7 +17,7 @@ export CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-0}
 "$py" examples/make_shards.py "$OUT/ids.txt" "$OUT/tok.bin" --vocab-size 32000 > /dev/null
 for r in none selective full; do
   extra=(); [ "$r" = full ] && extra=(--recompute-method uniform)
-  mpirun -np 1 -x CUDA_VISIBLE_DEVICES build-gpu/dissect train --device cuda --model tinyllama-1.1b \
+  mpirun -np 1 --bind-to none -x CUDA_VISIBLE_DEVICES build-gpu/dissect train --device cuda --model tinyllama-1.1b \
     --train-data "$OUT/tok.bin" --seq-length "$seq" --micro-batch "$mb" --eval-interval 0 --sample-tokens 0 \
     --log-interval 1 --train-iters "$steps" --recompute-granularity "$r" "${extra[@]}" \
     --trace "$OUT/$r.h5" --trace-level step > "$OUT/$r.log" 2>&1 || { tail -20 "$OUT/$r.log"; exit 1; }

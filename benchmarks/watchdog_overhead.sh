@@ -15,7 +15,7 @@ common=(train --device cuda --model tinyllama-1.1b --train-data "$OUT/tok.bin" -
         --zero-stage 3 --eval-interval 0 --sample-tokens 0 --log-interval 100 --train-iters "$steps" --trace-level step)
 for i in $(seq "$runs"); do
   for t in 10 0; do
-    mpirun -np 1 build-gpu/dissect "${common[@]}" --distributed-timeout-minutes "$t" --trace "$OUT/t${t}_$i.h5" \
+    mpirun -np 1 --bind-to none build-gpu/dissect "${common[@]}" --distributed-timeout-minutes "$t" --trace "$OUT/t${t}_$i.h5" \
       > "$OUT/t${t}_$i.log" 2>&1 || { tail -20 "$OUT/t${t}_$i.log"; exit 1; }
   done
 done

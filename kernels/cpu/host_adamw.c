@@ -66,10 +66,22 @@ DEF_RANGE(range_f32, float, AS_F32)
 DEF_RANGE(range_bf16, uint16_t, to_bf16)
 DEF_RANGE(range_f64, double, AS_F64)
 
+/* max(f, 0) for a non-NaN f in integer operations: a compare would be control flow to the
+ * vectoriser (it may trap on NaN), which then leaves the whole loop scalar */
+static inline float clamp0(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    u &= ~(uint32_t)((int32_t)u >> 31); /* a set sign bit clears the value */
+    memcpy(&f, &u, 4);
+    return f;
+}
+
 /* dx_host_adamw_redo: element i's update with gradient factor 1 undone. The terms the update
  * added are recomputed bitwise (the same fp32 expressions as ADAMW_BODY's with g = grad[i]: the
  * step's subtrahend from the stored m and v, the gradient's shares of m and v) and taken back
- * in fp64, the decay divided out. So the only error is what the fp32 results had rounded away:
+ * in fp64, the decay divided out (multiplications by fp64 reciprocals: a loop of divisions was
+ * compute-bound). So the only error is what the fp32 results had rounded away:
  * the previous value comes back exactly or within about an ulp of the result, and a moment that
  * was 0 (the first step, an embedding row not seen before) comes back as 0 exactly. v is clamped
  * at 0 (a v made almost entirely of this gradient's square can solve to a tiny negative). */
@@ -77,11 +89,11 @@ DEF_RANGE(range_f64, double, AS_F64)
     {                                                                                          \
         float u1 = c->step1 * m[i] / (sqrtf(v[i] * c->ibc2) + c->eps);                         \
         float gm = c->omb1 * grad[i], gv = c->omb2 * grad[i] * grad[i];                        \
-        double m0 = ((double)m[i] - (double)gm) / (double)c->b1;                               \
-        double v0 = ((double)v[i] - (double)gv) / (double)c->b2;                               \
-        p[i] = (float)(((double)p[i] + (double)u1) / (double)c->decay);                        \
+        double m0 = ((double)m[i] - (double)gm) * (1.0 / (double)c->b1);                       \
+        double v0 = ((double)v[i] - (double)gv) * (1.0 / (double)c->b2);                       \
+        p[i] = (float)(((double)p[i] + (double)u1) * (1.0 / (double)c->decay));                \
         m[i] = (float)m0;                                                                      \
-        v[i] = v0 > 0.0 ? (float)v0 : 0.0f;                                                    \
+        v[i] = clamp0((float)v0);                                                              \
     }
 #define DEF_REDO(name, T, STORE)                                                               \
     DX_CLONES static void name(float *restrict p, float *restrict m, float *restrict v,       \
