@@ -20,7 +20,8 @@ MODULES = ["embedding", "attention", "mlp", "rmsnorm", "lm_head", "loss", "optim
            "data", "step", "pipeline"]
 OPS = ["gemm", "attention", "rmsnorm", "rope", "swiglu", "cross_entropy", "adamw", "all_reduce",
        "reduce_scatter", "all_gather", "broadcast", "send", "recv", "memcpy", "embedding", "add",
-       "memset", "grad_norm", "module", "step", "memcpy_d2h", "memcpy_h2d", "lora_gemm", "dequantize"]
+       "memset", "grad_norm", "module", "step", "memcpy_d2h", "memcpy_h2d", "lora_gemm", "dequantize",
+       "adamw_redo"]
 STREAMS = ["compute", "comm", "host", "copy"]
 STEP_MS = [750, 1750, 2750]
 BASE_MS = [100, 1000, 3000]
