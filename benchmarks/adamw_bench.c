@@ -36,6 +36,27 @@ static int cmp_d(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
+typedef void (*host_update)(float *, float *, float *, const float *, void *, dx_dtype, size_t,
+                            const dx_adamw_hparams *, int);
+
+/* Median seconds of `steps` timed passes of fn over the n parameters in chunks (after one
+ * untimed pass); step_up: hp->step counts up before each pass. t: [steps] scratch. */
+static double median_pass(host_update fn, float *p, float *m, float *v, const float *g, uint16_t *out, size_t n,
+                          size_t chunk, dx_adamw_hparams *hp, int step_up, int threads, int steps, double *t)
+{
+    for (int s = -1; s < steps; s++) {
+        if (step_up) hp->step++;
+        uint64_t t0 = dx_now_ns();
+        for (size_t c = 0; c < n; c += chunk) {
+            size_t k = n - c < chunk ? n - c : chunk;
+            fn(p + c, m + c, v + c, g + c, out + c, DX_BF16, k, hp, threads);
+        }
+        if (s >= 0) t[s] = (double)(dx_now_ns() - t0) * 1e-9;
+    }
+    qsort(t, (size_t)steps, sizeof *t, cmp_d);
+    return steps % 2 ? t[steps / 2] : 0.5 * (t[steps / 2 - 1] + t[steps / 2]);
+}
+
 int main(int argc, char **argv)
 {
     size_t n = 1000000000, chunk = (size_t)1 << 23;
@@ -77,33 +98,14 @@ int main(int argc, char **argv)
     dx_adamw_hparams hp = {.lr = 1e-4, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1,
                            .grad_scale = 1.0, .step = 0};
     double *t = calloc((size_t)steps, sizeof *t);
-    for (int s = -1; s < steps; s++) {
-        hp.step++;
-        uint64_t t0 = dx_now_ns();
-        for (size_t c = 0; c < n; c += chunk) {
-            size_t k = n - c < chunk ? n - c : chunk;
-            dx_host_adamw(p + c, m + c, v + c, g + c, out + c, DX_BF16, k, &hp, threads);
-        }
-        if (s >= 0) t[s] = (double)(dx_now_ns() - t0) * 1e-9;
-    }
-    qsort(t, (size_t)steps, sizeof *t, cmp_d);
-    double med = steps % 2 ? t[steps / 2] : 0.5 * (t[steps / 2 - 1] + t[steps / 2]);
+    double med = median_pass(dx_host_adamw, p, m, v, g, out, n, chunk, &hp, 1, threads, steps, t);
     printf("{\"impl\": \"dissect-host-adamw\", \"params\": %zu, \"threads\": %d, \"step_s\": %.4f, "
            "\"params_per_s\": %.4g, \"gbps\": %.1f, \"gbps_actual\": %.1f, \"check\": %.6g}\n",
            n, threads, med, n / med, n * 28.0 / med / 1e9, n * 30.0 / med / 1e9, (double)p[n / 2]);
     fflush(stdout);
     /* the repair of a speculative update (dx_host_adamw_redo, factor 0.5), same chunks */
     hp.grad_scale = 0.5;
-    for (int s = -1; s < steps; s++) {
-        uint64_t t0 = dx_now_ns();
-        for (size_t c = 0; c < n; c += chunk) {
-            size_t k = n - c < chunk ? n - c : chunk;
-            dx_host_adamw_redo(p + c, m + c, v + c, g + c, out + c, DX_BF16, k, &hp, threads);
-        }
-        if (s >= 0) t[s] = (double)(dx_now_ns() - t0) * 1e-9;
-    }
-    qsort(t, (size_t)steps, sizeof *t, cmp_d);
-    med = steps % 2 ? t[steps / 2] : 0.5 * (t[steps / 2 - 1] + t[steps / 2]);
+    med = median_pass(dx_host_adamw_redo, p, m, v, g, out, n, chunk, &hp, 0, threads, steps, t);
     printf("{\"impl\": \"dissect-host-adamw-redo\", \"params\": %zu, \"threads\": %d, \"step_s\": %.4f, "
            "\"params_per_s\": %.4g, \"gbps_actual\": %.1f, \"check\": %.6g}\n",
            n, threads, med, n / med, n * 30.0 / med / 1e9, (double)p[n / 2]);

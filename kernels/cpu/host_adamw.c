@@ -48,23 +48,26 @@ static inline uint16_t to_bf16(float f)
     m[i] = mi;                                                                                 \
     v[i] = vi;
 
-/* One thread's range [i0, i1), storing the updated master into out as STORE(p[i]). */
-#define DEF_RANGE(name, T, STORE)                                                              \
+/* One thread's range [i0, i1): PRE(i) (nothing, or UNDO_BODY below), the update, the updated
+ * master stored into out as STORE(p[i]). */
+#define DEF_RANGE(name, T, STORE, PRE)                                                         \
     DX_CLONES static void name(float *restrict p, float *restrict m, float *restrict v,       \
                                const float *restrict grad, T *restrict out, size_t i0,         \
                                size_t i1, const adamw_c *c)                                    \
     {                                                                                          \
         _Pragma("omp simd") for (size_t i = i0; i < i1; i++)                                   \
         {                                                                                      \
+            PRE(i)                                                                             \
             ADAMW_BODY(i)                                                                      \
             out[i] = STORE(p[i]);                                                              \
         }                                                                                      \
     }
 #define AS_F32(x) (x)
 #define AS_F64(x) ((double)(x))
-DEF_RANGE(range_f32, float, AS_F32)
-DEF_RANGE(range_bf16, uint16_t, to_bf16)
-DEF_RANGE(range_f64, double, AS_F64)
+#define NO_PRE(i)
+DEF_RANGE(range_f32, float, AS_F32, NO_PRE)
+DEF_RANGE(range_bf16, uint16_t, to_bf16, NO_PRE)
+DEF_RANGE(range_f64, double, AS_F64, NO_PRE)
 
 /* max(f, 0) for a non-NaN f in integer operations: a compare would be control flow to the
  * vectoriser (it may trap on NaN), which then leaves the whole loop scalar */
@@ -95,21 +98,9 @@ static inline float clamp0(float f)
         m[i] = (float)m0;                                                                      \
         v[i] = clamp0((float)v0);                                                              \
     }
-#define DEF_REDO(name, T, STORE)                                                               \
-    DX_CLONES static void name(float *restrict p, float *restrict m, float *restrict v,       \
-                               const float *restrict grad, T *restrict out, size_t i0,         \
-                               size_t i1, const adamw_c *c)                                    \
-    {                                                                                          \
-        _Pragma("omp simd") for (size_t i = i0; i < i1; i++)                                   \
-        {                                                                                      \
-            UNDO_BODY(i)                                                                       \
-            ADAMW_BODY(i)                                                                      \
-            out[i] = STORE(p[i]);                                                              \
-        }                                                                                      \
-    }
-DEF_REDO(redo_f32, float, AS_F32)
-DEF_REDO(redo_bf16, uint16_t, to_bf16)
-DEF_REDO(redo_f64, double, AS_F64)
+DEF_RANGE(redo_f32, float, AS_F32, UNDO_BODY)
+DEF_RANGE(redo_bf16, uint16_t, to_bf16, UNDO_BODY)
+DEF_RANGE(redo_f64, double, AS_F64, UNDO_BODY)
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <emmintrin.h>
@@ -179,20 +170,25 @@ static int team(size_t n, int nthreads, size_t *per)
     return nt;
 }
 
-void dx_host_adamw(float *master, float *m, float *v, const float *grad, void *out, dx_dtype out_dt,
-                   size_t n, const dx_adamw_hparams *hp, int nthreads)
+/* dx_host_adamw (redo 0) and dx_host_adamw_redo (redo 1): the update's constants, then each
+ * OpenMP thread's range through the loop for the output dtype. */
+static void update(float *master, float *m, float *v, const float *grad, void *out, dx_dtype out_dt, size_t n,
+                   const dx_adamw_hparams *hp, int nthreads, int redo)
 {
     if (!n) return;
     const adamw_c c = constants(hp);
     size_t per;
     const int nt = team(n, nthreads, &per);
-    const int stream = use_stream();
+    const int stream = !redo && use_stream();
 #pragma omp parallel num_threads(nt) if (nt > 1)
     {
         int t = omp_get_thread_num();
         size_t i0 = (size_t)t * per, i1 = i0 + per < n ? i0 + per : n;
         if (i0 < n) {
-            if (out_dt == DX_BF16 && stream) range_bf16_stream(master, m, v, grad, out, i0, i1, &c);
+            if (redo && out_dt == DX_BF16) redo_bf16(master, m, v, grad, out, i0, i1, &c);
+            else if (redo && out_dt == DX_F64) redo_f64(master, m, v, grad, out, i0, i1, &c);
+            else if (redo) redo_f32(master, m, v, grad, out, i0, i1, &c);
+            else if (out_dt == DX_BF16 && stream) range_bf16_stream(master, m, v, grad, out, i0, i1, &c);
             else if (out_dt == DX_BF16) range_bf16(master, m, v, grad, out, i0, i1, &c);
             else if (out_dt == DX_F64) range_f64(master, m, v, grad, out, i0, i1, &c);
             else range_f32(master, m, v, grad, out, i0, i1, &c);
@@ -200,23 +196,16 @@ void dx_host_adamw(float *master, float *m, float *v, const float *grad, void *o
     }
 }
 
+void dx_host_adamw(float *master, float *m, float *v, const float *grad, void *out, dx_dtype out_dt,
+                   size_t n, const dx_adamw_hparams *hp, int nthreads)
+{
+    update(master, m, v, grad, out, out_dt, n, hp, nthreads, 0);
+}
+
 void dx_host_adamw_redo(float *master, float *m, float *v, const float *grad, void *out, dx_dtype out_dt,
                         size_t n, const dx_adamw_hparams *hp, int nthreads)
 {
-    if (!n) return;
-    const adamw_c c = constants(hp);
-    size_t per;
-    const int nt = team(n, nthreads, &per);
-#pragma omp parallel num_threads(nt) if (nt > 1)
-    {
-        int t = omp_get_thread_num();
-        size_t i0 = (size_t)t * per, i1 = i0 + per < n ? i0 + per : n;
-        if (i0 < n) {
-            if (out_dt == DX_BF16) redo_bf16(master, m, v, grad, out, i0, i1, &c);
-            else if (out_dt == DX_F64) redo_f64(master, m, v, grad, out, i0, i1, &c);
-            else redo_f32(master, m, v, grad, out, i0, i1, &c);
-        }
-    }
+    update(master, m, v, grad, out, out_dt, n, hp, nthreads, 1);
 }
 
 void dx_host_convert_f32(void *out, dx_dtype out_dt, const float *src, size_t n)
