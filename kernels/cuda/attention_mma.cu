@@ -277,6 +277,105 @@ template <int MT, int N> __device__ __forceinline__ void zero(float (&a)[MT][N][
         for (int n = 0; n < N; n++) a[m][n][0] = a[m][n][1] = a[m][n][2] = a[m][n][3] = 0.0f;
 }
 
+/* ---- forward: the online softmax of one score tile, and the output ----------------------- */
+
+/* Scores of keys after the row (causal) or past T set to -inf. s[m][n][e] is the C fragment of
+ * key tile columns j0 + 8n.., rows wr0 + 16m.. (layout in the header comment). */
+template <int MT, int NN>
+__device__ __forceinline__ void mask_tile(float (&s)[MT][NN][4], int j0, int wr0, int T, int g,
+                                          int t)
+{
+#pragma unroll
+    for (int m = 0; m < MT; m++)
+#pragma unroll
+        for (int n = 0; n < NN; n++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int key = j0 + 8 * n + 2 * t + (e & 1);
+                const int row = wr0 + 16 * m + g + 8 * (e >> 1);
+                if (key > row || key >= T) s[m][n][e] = -INFINITY;
+            }
+}
+
+/* Online softmax (FlashAttention-2) per row (m, hh) of a raw score tile: new running max,
+ * s <- 2^(s sl2 - max sl2) (fp32 P), row sums rescaled and added; cs[m][hh] gets the factor
+ * 2^((old max - new max) sl2) that the row's O accumulator must be multiplied by (rescale_o);
+ * sl2 = log2(e)/sqrt(Dh). */
+template <int MT, int NN>
+__device__ __forceinline__ void online_softmax(float (&s)[MT][NN][4], float (&mrow)[MT][2],
+                                               float (&lrow)[MT][2], float (&cs)[MT][2], float sl2)
+{
+#pragma unroll
+    for (int m = 0; m < MT; m++)
+#pragma unroll
+        for (int hh = 0; hh < 2; hh++) {
+            float mx = -INFINITY;
+#pragma unroll
+            for (int n = 0; n < NN; n++)
+                mx = fmaxf(mx, fmaxf(s[m][n][2 * hh], s[m][n][2 * hh + 1]));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1)); /* the row's 4 lanes */
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+            const float mn = fmaxf(mrow[m][hh], mx);
+            /* a row with no key yet stays at p = 0 instead of NaN */
+            const float ms = mn == -INFINITY ? 0.0f : mn * sl2;
+            const float c = ex2(mrow[m][hh] * sl2 - ms);
+            mrow[m][hh] = mn;
+            float ps = 0.0f;
+#pragma unroll
+            for (int n = 0; n < NN; n++) {
+                s[m][n][2 * hh] = ex2(fmaf(s[m][n][2 * hh], sl2, -ms));
+                s[m][n][2 * hh + 1] = ex2(fmaf(s[m][n][2 * hh + 1], sl2, -ms));
+                ps += s[m][n][2 * hh] + s[m][n][2 * hh + 1];
+            }
+            lrow[m][hh] = lrow[m][hh] * c + ps;
+            cs[m][hh] = c;
+        }
+}
+
+/* oacc rows (m, hh) *= cs[m][hh] */
+template <int MT, int NDT>
+__device__ __forceinline__ void rescale_o(float (&oacc)[MT][NDT][4], const float (&cs)[MT][2])
+{
+#pragma unroll
+    for (int m = 0; m < MT; m++)
+#pragma unroll
+        for (int nd = 0; nd < NDT; nd++) {
+            oacc[m][nd][0] *= cs[m][0];
+            oacc[m][nd][1] *= cs[m][0];
+            oacc[m][nd][2] *= cs[m][1];
+            oacc[m][nd][3] *= cs[m][1];
+        }
+}
+
+/* o rows wr0 + 16m + g (+8) of head h <- oacc / row sum (bf16), lse <- natural-log sum-exp */
+template <int MT, int NDT>
+__device__ __forceinline__ void store_o_lse(bf16 *__restrict__ o, float *__restrict__ lse,
+                                            const float (&oacc)[MT][NDT][4],
+                                            const float (&mrow)[MT][2], const float (&lrow)[MT][2],
+                                            int wr0, int b, int h, int H, int T, size_t qst,
+                                            float sl2, int g, int t)
+{
+    constexpr int DH = 8 * NDT;
+#pragma unroll
+    for (int m = 0; m < MT; m++)
+#pragma unroll
+        for (int hh = 0; hh < 2; hh++) {
+            float l = lrow[m][hh];
+            l += __shfl_xor_sync(0xffffffffu, l, 1);
+            l += __shfl_xor_sync(0xffffffffu, l, 2);
+            const int row = wr0 + 16 * m + g + 8 * hh;
+            if (row < T) {
+                const float inv = 1.0f / l;
+                bf16 *orow = o + ((size_t)b * T + row) * qst + (size_t)h * DH + 2 * t;
+#pragma unroll
+                for (int nd = 0; nd < NDT; nd++)
+                    st2(orow + 8 * nd, oacc[m][nd][2 * hh] * inv, oacc[m][nd][2 * hh + 1] * inv);
+                if (t == 0)
+                    lse[((size_t)b * H + h) * T + row] = (mrow[m][hh] * sl2 + log2f(l)) * LN2;
+            }
+        }
+}
+
 /* ---- forward ----------------------------------------------------------------------------- */
 
 /* block: BM = 16*MT*NW queries of head h, batch b; key tiles of BN */
@@ -339,71 +438,376 @@ __global__ void __launch_bounds__(NW * 32)
                 mma_abt_reg<DH, MT, NN>(s, qf, kt + lb);
             else
                 mma_abt<DH, MT, NN>(s, qa, kt + lb);
-            if (j0 + BN - 1 > wr0 || j0 + BN > T) {
-#pragma unroll
-                for (int m = 0; m < MT; m++)
-#pragma unroll
-                    for (int n = 0; n < NN; n++)
-#pragma unroll
-                        for (int e = 0; e < 4; e++) {
-                            const int key = j0 + 8 * n + 2 * t + (e & 1);
-                            const int row = wr0 + 16 * m + g + 8 * (e >> 1);
-                            if (key > row || key >= T) s[m][n][e] = -INFINITY;
-                        }
-            }
-            /* online softmax per row (m, hh): raw scores, 2^(s * sl2 - max * sl2) */
-#pragma unroll
-            for (int m = 0; m < MT; m++)
-#pragma unroll
-                for (int hh = 0; hh < 2; hh++) {
-                    float mx = -INFINITY;
-#pragma unroll
-                    for (int n = 0; n < NN; n++)
-                        mx = fmaxf(mx, fmaxf(s[m][n][2 * hh], s[m][n][2 * hh + 1]));
-                    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1)); /* the row's 4 lanes */
-                    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-                    const float mn = fmaxf(mrow[m][hh], mx);
-                    /* a row with no key yet stays at p = 0 instead of NaN */
-                    const float ms = mn == -INFINITY ? 0.0f : mn * sl2;
-                    const float c = ex2(mrow[m][hh] * sl2 - ms);
-                    mrow[m][hh] = mn;
-                    float ps = 0.0f;
-#pragma unroll
-                    for (int n = 0; n < NN; n++) {
-                        s[m][n][2 * hh] = ex2(fmaf(s[m][n][2 * hh], sl2, -ms));
-                        s[m][n][2 * hh + 1] = ex2(fmaf(s[m][n][2 * hh + 1], sl2, -ms));
-                        ps += s[m][n][2 * hh] + s[m][n][2 * hh + 1];
-                    }
-                    lrow[m][hh] = lrow[m][hh] * c + ps;
-#pragma unroll
-                    for (int nd = 0; nd < NDT; nd++) {
-                        oacc[m][nd][2 * hh] *= c;
-                        oacc[m][nd][2 * hh + 1] *= c;
-                    }
-                }
+            if (j0 + BN - 1 > wr0 || j0 + BN > T) mask_tile<MT, NN>(s, j0, wr0, T, g, t);
+            float cs[MT][2];
+            online_softmax<MT, NN>(s, mrow, lrow, cs, sl2);
+            rescale_o<MT, NDT>(oacc, cs);
             mma_pb<DH, MT, BN / 16>(oacc, s, vt + la); /* O += P V */
         }
         __syncthreads(); /* every warp is done with stage j & 1 before it is refilled */
     }
 
+    store_o_lse<MT, NDT>(o, lse, oacc, mrow, lrow, wr0, b, h, H, T, qst, sl2, g, t);
+}
+
+/* ---- forward on Hopper: wgmma (sm_90a) ---------------------------------------------------- */
+
+/* The forward of FlashAttention-2 with warpgroup MMAs (wgmma, PTX ISA "Asynchronous Warpgroup
+ * Level Matrix Multiply-Accumulate"; the structure of FlashAttention-3, Shah et al. 2024, without
+ * its warp specialisation): a block of 2 warpgroups owns BM = 128 query rows, warpgroup w rows
+ * 64w..64w+63; for every BN-key tile S = Q K^T is one chain of DH/16 m64nBNk16 wgmmas with Q and K
+ * read from shared memory, the online softmax runs on the accumulators (each warp's 16 rows are
+ * laid out as in mma.m16n8k16's C fragment, so mask_tile and online_softmax serve both kernels),
+ * P is rounded to bf16 into the A fragments of O += P V (BN/16 m64nDHk16 wgmmas, A from registers,
+ * V read transposed from shared memory).
+ *
+ * Shared memory tiles use the 128-byte swizzle of the wgmma operand descriptors: a tile of R rows
+ * of DH bf16 is DH/64 column blocks of [R][64]; row r of a block is 128 bytes at r*128, its
+ * 16-byte chunk c stored at chunk c ^ (r % 8); tiles start 1024-byte aligned. K-major
+ * descriptors (Q, K): stride between 8-row groups 1024 bytes; the k-th 16 columns start 32k bytes
+ * into a block. MN-major (V as B of P V, keys = k): 8-key groups 1024 bytes apart, column blocks
+ * R*128 bytes apart (CUTLASS's GmmaDescriptor, cute/arch/mma_sm90_desc.hpp, for the encoding). */
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define DXC_HAVE_WGMMA 1
+#endif
+#ifdef DXC_HAVE_WGMMA /* (the compute_90 PTX and the host pass have no use for these) */
+
+/* 64-bit shared-memory matrix descriptor, 128-byte swizzle; addr and lbo in bytes */
+__device__ __forceinline__ uint64_t wg_desc(uint32_t addr, uint32_t lbo)
+{
+    return (uint64_t)((addr & 0x3FFFF) >> 4) | (uint64_t)((lbo >> 4) & 0x3FFF) << 16 |
+           (uint64_t)(1024 >> 4) << 32 | 1ull << 62;
+}
+
+__device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wg_commit()
+{
+    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+}
+template <int N> __device__ __forceinline__ void wg_wait()
+{
+    asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+
+/* keeps the compiler from moving accesses of accumulator registers across a wgmma wait */
+template <int N> __device__ __forceinline__ void reg_fence(float (&d)[N])
+{
 #pragma unroll
-    for (int m = 0; m < MT; m++)
+    for (int i = 0; i < N; i++) asm volatile("" : "+f"(d[i])::"memory");
+}
+
+/* orders this thread's earlier generic-proxy shared-memory writes (cp.async included) before
+ * later reads by the tensor cores (async proxy) */
+__device__ __forceinline__ void fence_proxy_async()
+{
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+
+/* d[0..31] (+)= A B^T, m64n64k16, A and B from shared memory (descriptors, K-major) */
+__device__ __forceinline__ void wgmma_ss(float (&d)[32], uint64_t da, uint64_t db, int accumulate)
+{
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, "
+                 "%18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31},"
+                 "%32, %33, p, 1, 1, 0, 0;\n}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
+                   "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]),
+                   "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]),
+                   "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]),
+                   "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]),
+                   "+f"(d[31])
+                 : "l"(da), "l"(db), "r"(accumulate));
+}
+
+/* d[0..63] (+)= A B^T, m64n128k16, A and B from shared memory (descriptors, K-major) */
+__device__ __forceinline__ void wgmma_ss(float (&d)[64], uint64_t da, uint64_t db, int accumulate)
+{
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
+                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, "
+                 "%18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, "
+                 "%34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, "
+                 "%50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63},"
+                 "%64, %65, p, 1, 1, 0, 0;\n}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
+                   "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]),
+                   "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]),
+                   "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]),
+                   "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]),
+                   "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]),
+                   "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]),
+                   "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),
+                   "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]),
+                   "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]),
+                   "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+                 : "l"(da), "l"(db), "r"(accumulate));
+}
+
+/* d[0..31] += A B, m64n64k16, A from registers (the mma.m16n8k16 A fragment of this
+ * warp's 16 rows), B from shared memory, stored [k][n] (descriptor, MN-major, transposed) */
+__device__ __forceinline__ void wgmma_rs_tb(float (&d)[32], const uint32_t (&a)[4], uint64_t db)
+{
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, "
+                 "%18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31},"
+                 "{%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
+                   "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]),
+                   "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]),
+                   "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]),
+                   "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]),
+                   "+f"(d[31])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1));
+}
+
+/* d[0..63] += A B, m64n128k16, A from registers (the mma.m16n8k16 A fragment of this
+ * warp's 16 rows), B from shared memory, stored [k][n] (descriptor, MN-major, transposed) */
+__device__ __forceinline__ void wgmma_rs_tb(float (&d)[64], const uint32_t (&a)[4], uint64_t db)
+{
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
+                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, "
+                 "%18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, "
+                 "%34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, "
+                 "%50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63},"
+                 "{%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
+                   "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]),
+                   "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]),
+                   "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]),
+                   "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]),
+                   "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]),
+                   "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]),
+                   "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),
+                   "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]),
+                   "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]),
+                   "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1));
+}
+
+/* mbarrier (PTX ISA "Parallel Synchronization and Communication Instructions: mbarrier") */
+__device__ __forceinline__ void mbar_init(uint32_t bar, int count)
+{
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint32_t bar)
+{
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+/* the barrier's phase `parity` (0 or 1) has completed */
+__device__ __forceinline__ void mbar_wait(uint32_t bar, int parity)
+{
+    asm volatile("{\n.reg .pred p;\nWAIT:\n"
+                 "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
+                 "@!p bra WAIT;\n}\n" ::"r"(bar),
+                 "r"(parity)
+                 : "memory");
+}
+/* one arrival on bar once every cp.async this thread issued before has landed (the barrier's
+ * count includes it: .noinc) */
+__device__ __forceinline__ void cp_async_arrive(uint32_t bar)
+{
+    asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
+}
+/* named barrier `id` over n threads: wait for it / arrive without waiting */
+__device__ __forceinline__ void bar_sync(int id, int n)
+{
+    asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(n) : "memory");
+}
+__device__ __forceinline__ void bar_arrive(int id, int n)
+{
+    asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(n) : "memory");
+}
+template <int N> __device__ __forceinline__ void setmaxnreg_inc()
+{
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N));
+}
+template <int N> __device__ __forceinline__ void setmaxnreg_dec()
+{
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N));
+}
+
+/* dst (shared-space address, swizzled [DH/64][ROWS][64] tile) <- rows r0 .. r0+ROWS-1 of src
+ * (row stride `stride` elements), rows >= T zero-filled; NT threads numbered from tid, 16-byte
+ * copies */
+template <int DH, int ROWS, int NT>
+__device__ __forceinline__ void tile_async_sw(uint32_t dst, const bf16 *__restrict__ src,
+                                              size_t stride, int r0, int T, int tid)
+{
+    constexpr int CPR = DH / 8;
 #pragma unroll
-        for (int hh = 0; hh < 2; hh++) {
-            float l = lrow[m][hh];
-            l += __shfl_xor_sync(0xffffffffu, l, 1);
-            l += __shfl_xor_sync(0xffffffffu, l, 2);
-            const int row = wr0 + 16 * m + g + 8 * hh;
-            if (row < T) {
-                const float inv = 1.0f / l;
-                bf16 *orow = o + ((size_t)b * T + row) * qst + (size_t)h * DH + 2 * t;
-#pragma unroll
-                for (int nd = 0; nd < NDT; nd++)
-                    st2(orow + 8 * nd, oacc[m][nd][2 * hh] * inv, oacc[m][nd][2 * hh + 1] * inv);
-                if (t == 0)
-                    lse[((size_t)b * H + h) * T + row] = (mrow[m][hh] * sl2 + log2f(l)) * LN2;
-            }
+    for (int e = tid; e < ROWS * CPR; e += NT) {
+        const int r = e / CPR, c = e % CPR, gr = r0 + r;
+        const bool in = gr < T;
+        cp_async16(dst + (c >> 3) * ROWS * 128 + r * 128 + (((c & 7) ^ (r & 7)) << 4),
+                   src + (size_t)(in ? gr : 0) * stride + c * 8, in);
+    }
+}
+#endif /* DXC_HAVE_WGMMA */
+
+template <int DH, int BN> constexpr size_t fwd_wg_smem()
+{
+    return 1024 + (size_t)(128 + 4 * BN) * DH * sizeof(bf16) + 64; /* alignment slack, barriers */
+}
+
+/* Block: 128 queries of head h, batch b, 3 warpgroups (FlashAttention-3's warp specialisation):
+ *   warpgroup 0, the producer (40 registers): copies Q, then K and V tiles of BN keys into two
+ *     stages each with cp.async; a copy completes on the stage's "full" mbarrier, and a stage
+ *     is refilled after the "empty" mbarrier says both consumers are done with it;
+ *   warpgroups 1 and 2, the consumers (232 registers): query rows 64(w-1) .. +63 each. Per key
+ *     tile j they issue S_j = Q K_j^T together with O += P_{j-1} V_{j-1}, then run the softmax of
+ *     S_j while the P V product runs; the two consumers take turns issuing (named barriers
+ *     1 and 2, "ping-pong"), so one's softmax overlaps the other's matrix products. */
+template <int DH, int BN>
+__global__ void __launch_bounds__(384, 1)
+    att_fwd_wg(bf16 *__restrict__ o, float *__restrict__ lse, const bf16 *__restrict__ q,
+               const bf16 *__restrict__ k, const bf16 *__restrict__ v, int T, int H, int Hkv,
+               size_t kst, float sl2)
+{
+#ifdef DXC_HAVE_WGMMA
+    constexpr int BM = 128, NN = BN / 8, NDT = DH / 8;
+    constexpr uint32_t QB = BM * DH * 2, KB = BN * DH * 2; /* tile bytes */
+    DXC_DYNAMIC_SMEM(uint4, smem_raw);
+    const uint32_t base = (smem_u32(smem_raw) + 1023u) & ~1023u;
+    const uint32_t Qs = base, Ks = Qs + QB, Vs = Ks + 2 * KB; /* K, V: 2 stages */
+    /* mbarriers: full_q, full_k[2], full_v[2], empty_k[2], empty_v[2] (8 bytes each) */
+    const uint32_t bars = Vs + 2 * KB, full_q = bars, full_k = bars + 8, full_v = bars + 24,
+                   empty_k = bars + 40, empty_v = bars + 56;
+
+    const int wg = threadIdx.x >> 7;
+    const int h = blockIdx.x % H, b = blockIdx.x / H, kh = h / (H / Hkv);
+    const int q0 = (gridDim.y - 1 - blockIdx.y) * BM; /* long (late) query tiles first */
+    const size_t qst = (size_t)H * DH;
+    const int kend = q0 + BM < T ? q0 + BM : T, nkt = (kend + BN - 1) / BN;
+
+    if (threadIdx.x == 0) {
+        mbar_init(full_q, 128);
+        for (int i = 0; i < 2; i++) {
+            mbar_init(full_k + 8 * i, 128);
+            mbar_init(full_v + 8 * i, 128);
+            mbar_init(empty_k + 8 * i, 8); /* the consumers' 8 warps */
+            mbar_init(empty_v + 8 * i, 8);
         }
+    }
+    __syncthreads();
+
+    if (wg == 0) { /* producer */
+        setmaxnreg_dec<40>();
+        const int tid = threadIdx.x;
+        const bf16 *kb = k + (size_t)b * T * kst + (size_t)kh * DH;
+        const bf16 *vb = v + (size_t)b * T * kst + (size_t)kh * DH;
+        tile_async_sw<DH, BM, 128>(Qs, q + (size_t)b * T * qst + (size_t)h * DH, qst, q0, T, tid);
+        cp_async_arrive(full_q);
+        for (int j = 0; j < nkt; j++) {
+            const int st = j & 1, u = j >> 1;
+            if (j >= 2) mbar_wait(empty_k + 8 * st, (u - 1) & 1);
+            tile_async_sw<DH, BN, 128>(Ks + st * KB, kb, kst, j * BN, T, tid);
+            cp_async_arrive(full_k + 8 * st);
+            if (j >= 2) mbar_wait(empty_v + 8 * st, (u - 1) & 1);
+            tile_async_sw<DH, BN, 128>(Vs + st * KB, vb, kst, j * BN, T, tid);
+            cp_async_arrive(full_v + 8 * st);
+        }
+        cp_wait<0>(); /* nothing in flight at exit */
+        return;
+    }
+
+    /* consumers */
+    setmaxnreg_inc<232>();
+    const int c = wg - 1, warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
+    const int g = lane >> 2, t = lane & 3;
+    const int wr0 = q0 + 64 * c + 16 * warp; /* this warp's first row */
+    float mrow[1][2] = {{-INFINITY, -INFINITY}}, lrow[1][2] = {{0.0f, 0.0f}};
+    float oacc[1][NDT][4];
+    zero(oacc);
+    float(&of)[NDT * 4] = reinterpret_cast<float(&)[NDT * 4]>(oacc);
+    float s[1][NN][4];
+    float(&sf)[NN * 4] = reinterpret_cast<float(&)[NN * 4]>(s);
+    uint32_t pa[BN / 16][4];
+    const uint32_t qa = Qs + c * 64 * 128;
+    if (c == 1) bar_arrive(1, 256); /* consumer 0 issues first */
+
+    /* S_j = Q K_j^T, issued (K-major descriptors over the DH/16 k-steps) */
+    auto issue_s = [&](int j) {
+        const uint32_t kt = Ks + (j & 1) * KB;
+#pragma unroll
+        for (int ks = 0; ks < DH / 16; ks++)
+            wgmma_ss(sf, wg_desc(qa + (ks >> 2) * BM * 128 + (ks & 3) * 32, 16),
+                     wg_desc(kt + (ks >> 2) * BN * 128 + (ks & 3) * 32, 16), ks > 0);
+        wg_commit();
+    };
+    /* O += P_j V_j, issued (V read transposed: MN-major, column blocks BN*128 bytes apart) */
+    auto issue_pv = [&](int j) {
+        const uint32_t vt = Vs + (j & 1) * KB;
+#pragma unroll
+        for (int kk = 0; kk < BN / 16; kk++)
+            wgmma_rs_tb(of, pa[kk], wg_desc(vt + kk * 16 * 128, BN * 128));
+        wg_commit();
+    };
+    /* once S_j has landed: release K_j, mask, softmax; cs gets O's factor */
+    auto softmax_s = [&](int j, float (&cs)[1][2]) {
+        reg_fence(sf);
+        if (lane == 0) mbar_arrive(empty_k + 8 * (j & 1));
+        const int j0 = j * BN;
+        if (j0 + BN - 1 > wr0 || j0 + BN > T) mask_tile<1, NN>(s, j0, wr0, T, g, t);
+        online_softmax<1, NN>(s, mrow, lrow, cs, sl2);
+    };
+    auto to_pa = [&]() {
+#pragma unroll
+        for (int kk = 0; kk < BN / 16; kk++) {
+            pa[kk][0] = pack2(s[0][2 * kk][0], s[0][2 * kk][1]);
+            pa[kk][1] = pack2(s[0][2 * kk][2], s[0][2 * kk][3]);
+            pa[kk][2] = pack2(s[0][2 * kk + 1][0], s[0][2 * kk + 1][1]);
+            pa[kk][3] = pack2(s[0][2 * kk + 1][2], s[0][2 * kk + 1][3]);
+        }
+    };
+
+    mbar_wait(full_q, 0);
+    float cs[1][2];
+    { /* tile 0: S_0 alone */
+        mbar_wait(full_k, 0);
+        fence_proxy_async();
+        bar_sync(1 + c, 256); /* this consumer's turn to issue */
+        wg_fence();
+        issue_s(0);
+        if (!(c == 1 && nkt == 1)) bar_arrive(2 - c, 256); /* the other's turn */
+        wg_wait<0>();
+        softmax_s(0, cs);
+        to_pa();
+    }
+    for (int j = 1; j < nkt; j++) {
+        mbar_wait(full_k + 8 * (j & 1), (j >> 1) & 1);
+        mbar_wait(full_v + 8 * ((j - 1) & 1), ((j - 1) >> 1) & 1);
+        fence_proxy_async();
+        bar_sync(1 + c, 256);
+        reg_fence(of);
+        wg_fence();
+        issue_s(j);
+        issue_pv(j - 1);
+        if (!(c == 1 && j == nkt - 1)) bar_arrive(2 - c, 256);
+        wg_wait<1>(); /* S_j has landed; P_{j-1} V_{j-1} may still run */
+        softmax_s(j, cs);
+        wg_wait<0>();
+        reg_fence(of);
+        if (lane == 0) mbar_arrive(empty_v + 8 * ((j - 1) & 1));
+        rescale_o<1, NDT>(oacc, cs);
+        to_pa();
+    }
+    { /* the last tile's P V */
+        const int j = nkt - 1;
+        mbar_wait(full_v + 8 * (j & 1), (j >> 1) & 1);
+        fence_proxy_async();
+        reg_fence(of);
+        wg_fence();
+        issue_pv(j);
+        wg_wait<0>();
+        reg_fence(of);
+    }
+    store_o_lse<1, NDT>(o, lse, oacc, mrow, lrow, wr0, b, h, H, T, qst, sl2, g, t);
+#else
+    __trap(); /* dispatched only on sm_90 (dxc_impl.wgmma) */
+#endif
 }
 
 /* ---- backward: dk, dv -------------------------------------------------------------------- */
@@ -679,6 +1083,21 @@ void fwd_launch(dx_backend *be, void *o, void *lse, const void *q, const void *k
     DXC_LAUNCHED(be, op);
 }
 
+template <int DH, int BN>
+void fwd_wg_launch(dx_backend *be, void *o, void *lse, const void *q, const void *k, const void *v,
+                   int B, int T, int H, int Hkv, size_t kst)
+{
+    const char *op = "attention_fwd";
+    const size_t smem = fwd_wg_smem<DH, BN>();
+    auto kern = att_fwd_wg<DH, BN>;
+    dxc_set_smem(be, (const void *)kern, smem, op);
+    const float sl2 = (float)(1.0 / sqrt((double)DH) * 1.4426950408889634);
+    dim3 grid((unsigned)(B * H), (unsigned)((T + 127) / 128));
+    kern<<<grid, 384, smem, dxc(be)->stream>>>((bf16 *)o, (float *)lse, (const bf16 *)q,
+                                              (const bf16 *)k, (const bf16 *)v, T, H, Hkv, kst, sl2);
+    DXC_LAUNCHED(be, op);
+}
+
 template <int DH, int NW, int MT, int BQ, bool DQ>
 void dkdv_launch(dx_backend *be, void *dk, void *dv, float *dq_acc, const void *dout,
                  const void *q, const void *k, const void *v, const float *lse, const float *Dv,
@@ -782,7 +1201,17 @@ void dxc_attention_fwd_mma(dx_backend *be, void *o, void *lse, const void *q, co
                            const void *v, int ldkv, int B, int T, int H, int Hkv, int Dh)
 {
     const size_t kst = (size_t)ldkv;
-    const int var = dxc(be)->attn_fwd_var;
+    int var = dxc(be)->attn_fwd_var;
+    if (dxc(be)->wgmma && (Dh == 64 || Dh == 128) && (var == 0 || var == 9)) {
+        if (Dh == 64) {
+            if (var == 9) fwd_wg_launch<64, 64>(be, o, lse, q, k, v, B, T, H, Hkv, kst);
+            else fwd_wg_launch<64, 128>(be, o, lse, q, k, v, B, T, H, Hkv, kst);
+        } else {
+            if (var == 9) fwd_wg_launch<128, 64>(be, o, lse, q, k, v, B, T, H, Hkv, kst);
+            else fwd_wg_launch<128, 128>(be, o, lse, q, k, v, B, T, H, Hkv, kst);
+        }
+        return;
+    }
 #define FWD(...) fwd_launch<__VA_ARGS__>(be, o, lse, q, k, v, B, T, H, Hkv, kst)
     switch (Dh) {
     case 32: FWD(32, 4, 2, 64); break;

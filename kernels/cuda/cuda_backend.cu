@@ -1909,6 +1909,7 @@ extern "C" dx_backend *dx_backend_cuda_create(int device, int nthreads)
     im->device = device;
     im->num_sms = nsm > 0 ? nsm : 1;
     im->smem_optin = smem;
+    im->wgmma = major == 9; /* the build's sm_90a code; newer GPUs JIT the compute_90 PTX */
     const char *sync_env = getenv("DX_CUDA_SYNC");
     im->sync_each_op = sync_env && sync_env[0] && strcmp(sync_env, "0") != 0;
     const char *att_env = getenv("DX_CUDA_ATTENTION");

@@ -34,6 +34,7 @@ struct dxc_impl {
     int attn_det;       /* DX_CUDA_DETERMINISTIC=1: two-kernel attention backward (no atomics) */
     int attn_fwd_var;   /* DX_CUDA_ATT_FWD / _BWD = i: tile-shape variant i of the tensor-core */
     int attn_bwd_var;   /* attention kernels (attention_mma.cu; 0 = the default, for tuning) */
+    int wgmma;          /* compute capability 9.x: the sm_90a kernels (wgmma) can run */
     cudaStream_t stream;
     /* CPU offload copies: device-to-host [0] and host-to-device [1] streams, and a ring of
      * DX_COPY_TICKETS events, one per copy in flight (ticket t uses event t % DX_COPY_TICKETS) */
