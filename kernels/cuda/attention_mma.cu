@@ -649,13 +649,18 @@ __device__ __forceinline__ void tile_async_sw(uint32_t dst, const bf16 *__restri
 
 template <int DH, int BN> constexpr size_t fwd_wg_smem()
 {
-    return 1024 + (size_t)(128 + 4 * BN) * DH * sizeof(bf16) + 64; /* alignment slack, barriers */
+    return 1024 + (size_t)(128 + 4 * BN) * DH * sizeof(bf16) + 128; /* alignment slack, barriers */
 }
 
-/* Block: 128 queries of head h, batch b, 3 warpgroups (FlashAttention-3's warp specialisation):
- *   warpgroup 0, the producer (40 registers): copies Q, then K and V tiles of BN keys into two
- *     stages each with cp.async; a copy completes on the stage's "full" mbarrier, and a stage
- *     is refilled after the "empty" mbarrier says both consumers are done with it;
+/* A persistent grid (one block per SM) walks the work tiles (128 queries of one head and batch)
+ * longest first: tile L = blockIdx.x, + gridDim.x, ... is query tile nqt - 1 - L / (B H) of
+ * (b, h) = L % (B H). Each block has 3 warpgroups (FlashAttention-3's warp specialisation):
+ *   warpgroup 0, the producer (40 registers): copies each work tile's Q (once the consumers
+ *     are done with the previous one: "empty_q"), then its K and V tiles of BN keys into two
+ *     stages each with cp.async; a copy completes on the stage's "full" mbarrier, and a stage is
+ *     refilled after its "empty" mbarrier says both consumers are done with it. The stages run
+ *     on across work tiles, so the next tile's copies overlap this one's last products and the
+ *     output stores;
  *   warpgroups 1 and 2, the consumers (232 registers): query rows 64(w-1) .. +63 each. Per key
  *     tile j they issue S_j = Q K_j^T together with O += P_{j-1} V_{j-1}, then run the softmax of
  *     S_j while the P V product runs; the two consumers take turns issuing (named barriers
@@ -663,8 +668,8 @@ template <int DH, int BN> constexpr size_t fwd_wg_smem()
 template <int DH, int BN>
 __global__ void __launch_bounds__(384, 1)
     att_fwd_wg(bf16 *__restrict__ o, float *__restrict__ lse, const bf16 *__restrict__ q,
-               const bf16 *__restrict__ k, const bf16 *__restrict__ v, int T, int H, int Hkv,
-               size_t kst, float sl2)
+               const bf16 *__restrict__ k, const bf16 *__restrict__ v, int B, int T, int H,
+               int Hkv, size_t kst, float sl2)
 {
 #ifdef DXC_HAVE_WGMMA
     constexpr int BM = 128, NN = BN / 8, NDT = DH / 8;
@@ -672,22 +677,21 @@ __global__ void __launch_bounds__(384, 1)
     DXC_DYNAMIC_SMEM(uint4, smem_raw);
     const uint32_t base = (smem_u32(smem_raw) + 1023u) & ~1023u;
     const uint32_t Qs = base, Ks = Qs + QB, Vs = Ks + 2 * KB; /* K, V: 2 stages */
-    /* mbarriers: full_q, full_k[2], full_v[2], empty_k[2], empty_v[2] (8 bytes each) */
-    const uint32_t bars = Vs + 2 * KB, full_q = bars, full_k = bars + 8, full_v = bars + 24,
-                   empty_k = bars + 40, empty_v = bars + 56;
+    /* mbarriers (8 bytes each): full_q, empty_q, full_k[2], full_v[2], empty_k[2], empty_v[2] */
+    const uint32_t bars = Vs + 2 * KB, full_q = bars, empty_q = bars + 8, full_k = bars + 16,
+                   full_v = bars + 32, empty_k = bars + 48, empty_v = bars + 64;
 
     const int wg = threadIdx.x >> 7;
-    const int h = blockIdx.x % H, b = blockIdx.x / H, kh = h / (H / Hkv);
-    const int q0 = (gridDim.y - 1 - blockIdx.y) * BM; /* long (late) query tiles first */
+    const int nqt = (T + BM - 1) / BM, BH = B * H, ntiles = nqt * BH;
     const size_t qst = (size_t)H * DH;
-    const int kend = q0 + BM < T ? q0 + BM : T, nkt = (kend + BN - 1) / BN;
 
     if (threadIdx.x == 0) {
         mbar_init(full_q, 128);
+        mbar_init(empty_q, 8); /* the consumers' 8 warps */
         for (int i = 0; i < 2; i++) {
             mbar_init(full_k + 8 * i, 128);
             mbar_init(full_v + 8 * i, 128);
-            mbar_init(empty_k + 8 * i, 8); /* the consumers' 8 warps */
+            mbar_init(empty_k + 8 * i, 8);
             mbar_init(empty_v + 8 * i, 8);
         }
     }
@@ -696,18 +700,25 @@ __global__ void __launch_bounds__(384, 1)
     if (wg == 0) { /* producer */
         setmaxnreg_dec<40>();
         const int tid = threadIdx.x;
-        const bf16 *kb = k + (size_t)b * T * kst + (size_t)kh * DH;
-        const bf16 *vb = v + (size_t)b * T * kst + (size_t)kh * DH;
-        tile_async_sw<DH, BM, 128>(Qs, q + (size_t)b * T * qst + (size_t)h * DH, qst, q0, T, tid);
-        cp_async_arrive(full_q);
-        for (int j = 0; j < nkt; j++) {
-            const int st = j & 1, u = j >> 1;
-            if (j >= 2) mbar_wait(empty_k + 8 * st, (u - 1) & 1);
-            tile_async_sw<DH, BN, 128>(Ks + st * KB, kb, kst, j * BN, T, tid);
-            cp_async_arrive(full_k + 8 * st);
-            if (j >= 2) mbar_wait(empty_v + 8 * st, (u - 1) & 1);
-            tile_async_sw<DH, BN, 128>(Vs + st * KB, vb, kst, j * BN, T, tid);
-            cp_async_arrive(full_v + 8 * st);
+        int it = 0, n = 0; /* K/V tiles and work tiles copied so far */
+        for (int L = blockIdx.x; L < ntiles; L += gridDim.x, n++) {
+            const int q0 = (nqt - 1 - L / BH) * BM, h = L % BH % H, b = L % BH / H;
+            const int kh = h / (H / Hkv), kend = q0 + BM < T ? q0 + BM : T;
+            const int nkt = (kend + BN - 1) / BN;
+            const bf16 *kb = k + (size_t)b * T * kst + (size_t)kh * DH;
+            const bf16 *vb = v + (size_t)b * T * kst + (size_t)kh * DH;
+            if (n > 0) mbar_wait(empty_q, (n - 1) & 1);
+            tile_async_sw<DH, BM, 128>(Qs, q + (size_t)b * T * qst + (size_t)h * DH, qst, q0, T, tid);
+            cp_async_arrive(full_q);
+            for (int j = 0; j < nkt; j++, it++) {
+                const int st = it & 1, u = it >> 1;
+                if (it >= 2) mbar_wait(empty_k + 8 * st, (u - 1) & 1);
+                tile_async_sw<DH, BN, 128>(Ks + st * KB, kb, kst, j * BN, T, tid);
+                cp_async_arrive(full_k + 8 * st);
+                if (it >= 2) mbar_wait(empty_v + 8 * st, (u - 1) & 1);
+                tile_async_sw<DH, BN, 128>(Vs + st * KB, vb, kst, j * BN, T, tid);
+                cp_async_arrive(full_v + 8 * st);
+            }
         }
         cp_wait<0>(); /* nothing in flight at exit */
         return;
@@ -717,41 +728,30 @@ __global__ void __launch_bounds__(384, 1)
     setmaxnreg_inc<232>();
     const int c = wg - 1, warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
     const int g = lane >> 2, t = lane & 3;
-    const int wr0 = q0 + 64 * c + 16 * warp; /* this warp's first row */
-    float mrow[1][2] = {{-INFINITY, -INFINITY}}, lrow[1][2] = {{0.0f, 0.0f}};
-    float oacc[1][NDT][4];
-    zero(oacc);
-    float(&of)[NDT * 4] = reinterpret_cast<float(&)[NDT * 4]>(oacc);
     float s[1][NN][4];
     float(&sf)[NN * 4] = reinterpret_cast<float(&)[NN * 4]>(s);
+    float oacc[1][NDT][4];
+    float(&of)[NDT * 4] = reinterpret_cast<float(&)[NDT * 4]>(oacc);
     uint32_t pa[BN / 16][4];
     const uint32_t qa = Qs + c * 64 * 128;
-    if (c == 1) bar_arrive(1, 256); /* consumer 0 issues first */
 
-    /* S_j = Q K_j^T, issued (K-major descriptors over the DH/16 k-steps) */
-    auto issue_s = [&](int j) {
-        const uint32_t kt = Ks + (j & 1) * KB;
+    /* S = Q K^T for the K tile in stage st, issued (K-major descriptors over DH/16 k-steps) */
+    auto issue_s = [&](int st) {
+        const uint32_t kt = Ks + st * KB;
 #pragma unroll
         for (int ks = 0; ks < DH / 16; ks++)
             wgmma_ss(sf, wg_desc(qa + (ks >> 2) * BM * 128 + (ks & 3) * 32, 16),
                      wg_desc(kt + (ks >> 2) * BN * 128 + (ks & 3) * 32, 16), ks > 0);
         wg_commit();
     };
-    /* O += P_j V_j, issued (V read transposed: MN-major, column blocks BN*128 bytes apart) */
-    auto issue_pv = [&](int j) {
-        const uint32_t vt = Vs + (j & 1) * KB;
+    /* O += P V for the V tile in stage st, issued (V read transposed: MN-major, column blocks
+     * BN*128 bytes apart) */
+    auto issue_pv = [&](int st) {
+        const uint32_t vt = Vs + st * KB;
 #pragma unroll
         for (int kk = 0; kk < BN / 16; kk++)
             wgmma_rs_tb(of, pa[kk], wg_desc(vt + kk * 16 * 128, BN * 128));
         wg_commit();
-    };
-    /* once S_j has landed: release K_j, mask, softmax; cs gets O's factor */
-    auto softmax_s = [&](int j, float (&cs)[1][2]) {
-        reg_fence(sf);
-        if (lane == 0) mbar_arrive(empty_k + 8 * (j & 1));
-        const int j0 = j * BN;
-        if (j0 + BN - 1 > wr0 || j0 + BN > T) mask_tile<1, NN>(s, j0, wr0, T, g, t);
-        online_softmax<1, NN>(s, mrow, lrow, cs, sl2);
     };
     auto to_pa = [&]() {
 #pragma unroll
@@ -763,48 +763,74 @@ __global__ void __launch_bounds__(384, 1)
         }
     };
 
-    mbar_wait(full_q, 0);
-    float cs[1][2];
-    { /* tile 0: S_0 alone */
-        mbar_wait(full_k, 0);
-        fence_proxy_async();
-        bar_sync(1 + c, 256); /* this consumer's turn to issue */
-        wg_fence();
-        issue_s(0);
-        if (!(c == 1 && nkt == 1)) bar_arrive(2 - c, 256); /* the other's turn */
-        wg_wait<0>();
-        softmax_s(0, cs);
-        to_pa();
+    if (c == 1) bar_arrive(1, 256); /* consumer 0 issues first */
+    int it = 0, n = 0; /* K/V tiles and work tiles consumed so far */
+    for (int L = blockIdx.x; L < ntiles; L += gridDim.x, n++) {
+        const int q0 = (nqt - 1 - L / BH) * BM, h = L % BH % H, b = L % BH / H;
+        const int kend = q0 + BM < T ? q0 + BM : T, nkt = (kend + BN - 1) / BN;
+        const int wr0 = q0 + 64 * c + 16 * warp; /* this warp's first row */
+        /* consumer 1 leaves out its very last turn-passing arrival, so that every bar.sync
+         * of both named barriers is matched */
+        const bool last_work = L + (int)gridDim.x >= ntiles;
+        float mrow[1][2] = {{-INFINITY, -INFINITY}}, lrow[1][2] = {{0.0f, 0.0f}}, cs[1][2];
+        zero(oacc);
+        /* once S_j (K/V tile `itj`) has landed: release K (and Q after the last), mask, softmax */
+        auto softmax_s = [&](int j, int itj) {
+            reg_fence(sf);
+            if (lane == 0) {
+                mbar_arrive(empty_k + 8 * (itj & 1));
+                if (j == nkt - 1) mbar_arrive(empty_q);
+            }
+            const int j0 = j * BN;
+            if (j0 + BN - 1 > wr0 || j0 + BN > T) mask_tile<1, NN>(s, j0, wr0, T, g, t);
+            online_softmax<1, NN>(s, mrow, lrow, cs, sl2);
+        };
+
+        mbar_wait(full_q, n & 1);
+        { /* key tile 0: S_0 alone */
+            mbar_wait(full_k + 8 * (it & 1), (it >> 1) & 1);
+            fence_proxy_async();
+            bar_sync(1 + c, 256); /* this consumer's turn to issue */
+            wg_fence();
+            issue_s(it & 1);
+            if (!(c == 1 && last_work && nkt == 1)) bar_arrive(2 - c, 256); /* the other's turn */
+            wg_wait<0>();
+            softmax_s(0, it);
+            to_pa();
+        }
+        for (int j = 1; j < nkt; j++) {
+            const int itj = it + j;
+            mbar_wait(full_k + 8 * (itj & 1), (itj >> 1) & 1);
+            mbar_wait(full_v + 8 * ((itj - 1) & 1), ((itj - 1) >> 1) & 1);
+            fence_proxy_async();
+            bar_sync(1 + c, 256);
+            reg_fence(of);
+            wg_fence();
+            issue_s(itj & 1);
+            issue_pv((itj - 1) & 1);
+            if (!(c == 1 && last_work && j == nkt - 1)) bar_arrive(2 - c, 256);
+            wg_wait<1>(); /* S_j has landed; P_{j-1} V_{j-1} may still run */
+            softmax_s(j, itj);
+            wg_wait<0>();
+            reg_fence(of);
+            if (lane == 0) mbar_arrive(empty_v + 8 * ((itj - 1) & 1));
+            rescale_o<1, NDT>(oacc, cs);
+            to_pa();
+        }
+        { /* the last key tile's P V */
+            const int itj = it + nkt - 1;
+            mbar_wait(full_v + 8 * (itj & 1), (itj >> 1) & 1);
+            fence_proxy_async();
+            reg_fence(of);
+            wg_fence();
+            issue_pv(itj & 1);
+            wg_wait<0>();
+            reg_fence(of);
+            if (lane == 0) mbar_arrive(empty_v + 8 * (itj & 1));
+        }
+        it += nkt;
+        store_o_lse<1, NDT>(o, lse, oacc, mrow, lrow, wr0, b, h, H, T, qst, sl2, g, t);
     }
-    for (int j = 1; j < nkt; j++) {
-        mbar_wait(full_k + 8 * (j & 1), (j >> 1) & 1);
-        mbar_wait(full_v + 8 * ((j - 1) & 1), ((j - 1) >> 1) & 1);
-        fence_proxy_async();
-        bar_sync(1 + c, 256);
-        reg_fence(of);
-        wg_fence();
-        issue_s(j);
-        issue_pv(j - 1);
-        if (!(c == 1 && j == nkt - 1)) bar_arrive(2 - c, 256);
-        wg_wait<1>(); /* S_j has landed; P_{j-1} V_{j-1} may still run */
-        softmax_s(j, cs);
-        wg_wait<0>();
-        reg_fence(of);
-        if (lane == 0) mbar_arrive(empty_v + 8 * ((j - 1) & 1));
-        rescale_o<1, NDT>(oacc, cs);
-        to_pa();
-    }
-    { /* the last tile's P V */
-        const int j = nkt - 1;
-        mbar_wait(full_v + 8 * (j & 1), (j >> 1) & 1);
-        fence_proxy_async();
-        reg_fence(of);
-        wg_fence();
-        issue_pv(j);
-        wg_wait<0>();
-        reg_fence(of);
-    }
-    store_o_lse<1, NDT>(o, lse, oacc, mrow, lrow, wr0, b, h, H, T, qst, sl2, g, t);
 #else
     __trap(); /* dispatched only on sm_90 (dxc_impl.wgmma) */
 #endif
@@ -1092,9 +1118,11 @@ void fwd_wg_launch(dx_backend *be, void *o, void *lse, const void *q, const void
     auto kern = att_fwd_wg<DH, BN>;
     dxc_set_smem(be, (const void *)kern, smem, op);
     const float sl2 = (float)(1.0 / sqrt((double)DH) * 1.4426950408889634);
-    dim3 grid((unsigned)(B * H), (unsigned)((T + 127) / 128));
+    const long tiles = (long)B * H * ((T + 127) / 128);
+    const unsigned grid = (unsigned)(tiles < dxc(be)->num_sms ? tiles : dxc(be)->num_sms);
     kern<<<grid, 384, smem, dxc(be)->stream>>>((bf16 *)o, (float *)lse, (const bf16 *)q,
-                                              (const bf16 *)k, (const bf16 *)v, T, H, Hkv, kst, sl2);
+                                              (const bf16 *)k, (const bf16 *)v, B, T, H, Hkv, kst,
+                                              sl2);
     DXC_LAUNCHED(be, op);
 }
 
