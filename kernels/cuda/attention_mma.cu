@@ -1,5 +1,7 @@
 /* dissect CUDA backend: causal grouped-query attention on tensor cores (FlashAttention-2,
- * Dao 2023), with mma.sync.m16n8k16 bf16 -> fp32 (sm_80+ PTX, runs on Hopper).
+ * Dao 2023), with mma.sync.m16n8k16 bf16 -> fp32 (sm_80+ PTX, runs on Hopper); on Hopper the
+ * forward at head dims 64 and 128 runs on warpgroup MMAs instead (att_fwd_wg below: wgmma,
+ * mbarriers, warp specialisation, after FlashAttention-3, Shah et al. 2024).
  *
  * Same contract and algorithm as the CUDA-core kernels in attention.cu (the fallback, selected
  * with DX_CUDA_ATTENTION=simple or when a pointer is not 16-byte aligned):
@@ -479,7 +481,10 @@ __device__ __forceinline__ uint64_t wg_desc(uint32_t addr, uint32_t lbo)
            (uint64_t)(1024 >> 4) << 32 | 1ull << 62;
 }
 
-__device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wg_fence()
+{
+    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+}
 __device__ __forceinline__ void wg_commit()
 {
     asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
@@ -708,7 +713,8 @@ __global__ void __launch_bounds__(384, 1)
             const bf16 *kb = k + (size_t)b * T * kst + (size_t)kh * DH;
             const bf16 *vb = v + (size_t)b * T * kst + (size_t)kh * DH;
             if (n > 0) mbar_wait(empty_q, (n - 1) & 1);
-            tile_async_sw<DH, BM, 128>(Qs, q + (size_t)b * T * qst + (size_t)h * DH, qst, q0, T, tid);
+            const bf16 *qb = q + (size_t)b * T * qst + (size_t)h * DH;
+            tile_async_sw<DH, BM, 128>(Qs, qb, qst, q0, T, tid);
             cp_async_arrive(full_q);
             for (int j = 0; j < nkt; j++, it++) {
                 const int st = it & 1, u = it >> 1;
@@ -1217,13 +1223,19 @@ void bwd_launch(dx_backend *be, void *dq, void *dk, void *dv, float *dq_acc, con
  *   forward Dh 128:  4 warps, MT 2, 64 keys (1.016 ms at B 8 T 2048 H 32 against 1.489 with 8 warps
  *                    of MT 1: the K/V tile in shared memory serves twice the rows);
  *   backward Dh 128: 8 warps, MT 1, 64 queries per tile (3.55 ms against 3.86 with 32).
+ * On Hopper (compute capability 9.x) the forward at Dh 64 and 128 is att_fwd_wg with 128-key
+ * tiles (0.459 ms at B 8 T 2048 H 32 Hkv 4 Dh 64, 0.889 at Dh 128 H 32 Hkv 32; SDPA flash 0.519,
+ * 0.888; 2026-11-24, benchmarks/NOTES.md item 13); variant 9 is att_fwd_wg with 64-key tiles,
+ * variant 8 the mma.sync default above.
  * DX_CUDA_ATT_FWD and DX_CUDA_ATT_BWD = i select variant i of the lists below (0 = the default;
  * for tuning with benchmarks/attention_bench.sh VARIANTS=...; an unknown i is the default); every
  * variant passes test_cuda_kernels' attention checks (DX_CUDA_TEST_ONLY=attention):
- *   forward  Dh 64:  0 (4 warps, MT 2, 64 keys, Q in registers)  1 (8, 1, 128)  2 (4, 1, 128)
+ *   forward  Dh 64:  0 (wgmma, 128 keys; elsewhere 8)  8 (4 warps, MT 2, 64 keys, Q in registers)
+ *                    9 (wgmma, 64 keys)  1 (8, 1, 128)  2 (4, 1, 128)
  *                    3 (4, 2, 64, Q from shared memory)  4 (8, 1, 64, Q in registers)
- *            Dh 128: 0 (4, 2, 64)  1 (4, 1, 64)  2 (8, 1, 64, Q in registers)  3 (4, 1, 128)
- *                    4 (8, 1, 32)  5 (8, 1, 64)  6 (4, 2, 32)  7 (8, 2, 32)
+ *            Dh 128: 0 (wgmma, 128 keys; elsewhere 8)  8 (4, 2, 64)  9 (wgmma, 64 keys)
+ *                    1 (4, 1, 64)  2 (8, 1, 64, Q in registers)  3 (4, 1, 128)  4 (8, 1, 32)
+ *                    5 (8, 1, 64)  6 (4, 2, 32)  7 (8, 2, 32)
  *   backward Dh 128: 0 (8 warps, MT 1, 64 queries)  1 (4, 1, 32)  2 (8, 1, 32)  3 (4, 1, 64) */
 void dxc_attention_fwd_mma(dx_backend *be, void *o, void *lse, const void *q, const void *k,
                            const void *v, int ldkv, int B, int T, int H, int Hkv, int Dh)
