@@ -1115,9 +1115,10 @@ void fwd_launch(dx_backend *be, void *o, void *lse, const void *q, const void *k
     DXC_LAUNCHED(be, op);
 }
 
+/* persistent: one block per SM walking the work tiles; otherwise one block per work tile */
 template <int DH, int BN>
 void fwd_wg_launch(dx_backend *be, void *o, void *lse, const void *q, const void *k, const void *v,
-                   int B, int T, int H, int Hkv, size_t kst)
+                   int B, int T, int H, int Hkv, size_t kst, bool persistent = true)
 {
     const char *op = "attention_fwd";
     const size_t smem = fwd_wg_smem<DH, BN>();
@@ -1125,7 +1126,8 @@ void fwd_wg_launch(dx_backend *be, void *o, void *lse, const void *q, const void
     dxc_set_smem(be, (const void *)kern, smem, op);
     const float sl2 = (float)(1.0 / sqrt((double)DH) * 1.4426950408889634);
     const long tiles = (long)B * H * ((T + 127) / 128);
-    const unsigned grid = (unsigned)(tiles < dxc(be)->num_sms ? tiles : dxc(be)->num_sms);
+    const unsigned grid =
+        (unsigned)(persistent && tiles > dxc(be)->num_sms ? dxc(be)->num_sms : tiles);
     kern<<<grid, 384, smem, dxc(be)->stream>>>((bf16 *)o, (float *)lse, (const bf16 *)q,
                                               (const bf16 *)k, (const bf16 *)v, B, T, H, Hkv, kst,
                                               sl2);
@@ -1225,15 +1227,17 @@ void bwd_launch(dx_backend *be, void *dq, void *dk, void *dv, float *dq_acc, con
  *   backward Dh 128: 8 warps, MT 1, 64 queries per tile (3.55 ms against 3.86 with 32).
  * On Hopper (compute capability 9.x) the forward at Dh 64 and 128 is att_fwd_wg with 128-key
  * tiles (0.459 ms at B 8 T 2048 H 32 Hkv 4 Dh 64, 0.889 at Dh 128 H 32 Hkv 32; SDPA flash 0.519,
- * 0.888; 2026-11-24, benchmarks/NOTES.md item 13); variant 9 is att_fwd_wg with 64-key tiles,
- * variant 8 the mma.sync default above.
+ * 0.888; 2026-11-24, benchmarks/NOTES.md item 13), on a persistent grid except at Dh 128 from
+ * seq 8192; variant 9 is att_fwd_wg with 64-key tiles, 10 with one block per work tile, variant 8
+ * the mma.sync default above.
  * DX_CUDA_ATT_FWD and DX_CUDA_ATT_BWD = i select variant i of the lists below (0 = the default;
  * for tuning with benchmarks/attention_bench.sh VARIANTS=...; an unknown i is the default); every
  * variant passes test_cuda_kernels' attention checks (DX_CUDA_TEST_ONLY=attention):
  *   forward  Dh 64:  0 (wgmma, 128 keys; elsewhere 8)  8 (4 warps, MT 2, 64 keys, Q in registers)
- *                    9 (wgmma, 64 keys)  1 (8, 1, 128)  2 (4, 1, 128)
+ *                    9 (wgmma, 64 keys)  10 (wgmma, 128 keys, one block per work tile)
+ *                    1 (8, 1, 128)  2 (4, 1, 128)
  *                    3 (4, 2, 64, Q from shared memory)  4 (8, 1, 64, Q in registers)
- *            Dh 128: 0 (wgmma, 128 keys; elsewhere 8)  8 (4, 2, 64)  9 (wgmma, 64 keys)
+ *            Dh 128: 0 (wgmma, 128 keys; elsewhere 8)  8 (4, 2, 64)  9 (wgmma, 64 keys)  10
  *                    1 (4, 1, 64)  2 (8, 1, 64, Q in registers)  3 (4, 1, 128)  4 (8, 1, 32)
  *                    5 (8, 1, 64)  6 (4, 2, 32)  7 (8, 2, 32)
  *   backward Dh 128: 0 (8 warps, MT 1, 64 queries)  1 (4, 1, 32)  2 (8, 1, 32)  3 (4, 1, 64) */
@@ -1242,13 +1246,16 @@ void dxc_attention_fwd_mma(dx_backend *be, void *o, void *lse, const void *q, co
 {
     const size_t kst = (size_t)ldkv;
     int var = dxc(be)->attn_fwd_var;
-    if (dxc(be)->wgmma && (Dh == 64 || Dh == 128) && (var == 0 || var == 9)) {
+    if (dxc(be)->wgmma && (Dh == 64 || Dh == 128) && (var == 0 || var == 9 || var == 10)) {
+        /* one block per work tile at Dh 128 from seq 8192: 2.77 against 2.94 ms persistent at
+         * B 2 T 8192 H 32 (NOTES item 13); persistent is faster at every other shape timed */
+        const bool pers = var != 10 && !(Dh == 128 && T >= 8192 && var == 0);
         if (Dh == 64) {
             if (var == 9) fwd_wg_launch<64, 64>(be, o, lse, q, k, v, B, T, H, Hkv, kst);
-            else fwd_wg_launch<64, 128>(be, o, lse, q, k, v, B, T, H, Hkv, kst);
+            else fwd_wg_launch<64, 128>(be, o, lse, q, k, v, B, T, H, Hkv, kst, pers);
         } else {
             if (var == 9) fwd_wg_launch<128, 64>(be, o, lse, q, k, v, B, T, H, Hkv, kst);
-            else fwd_wg_launch<128, 128>(be, o, lse, q, k, v, B, T, H, Hkv, kst);
+            else fwd_wg_launch<128, 128>(be, o, lse, q, k, v, B, T, H, Hkv, kst, pers);
         }
         return;
     }
