@@ -454,14 +454,11 @@ __global__ void __launch_bounds__(NW * 32)
 
 /* ---- forward on Hopper: wgmma (sm_90a) ---------------------------------------------------- */
 
-/* The forward of FlashAttention-2 with warpgroup MMAs (wgmma, PTX ISA "Asynchronous Warpgroup
- * Level Matrix Multiply-Accumulate"; the structure of FlashAttention-3, Shah et al. 2024, without
- * its warp specialisation): a block of 2 warpgroups owns BM = 128 query rows, warpgroup w rows
- * 64w..64w+63; for every BN-key tile S = Q K^T is one chain of DH/16 m64nBNk16 wgmmas with Q and K
- * read from shared memory, the online softmax runs on the accumulators (each warp's 16 rows are
- * laid out as in mma.m16n8k16's C fragment, so mask_tile and online_softmax serve both kernels),
- * P is rounded to bf16 into the A fragments of O += P V (BN/16 m64nDHk16 wgmmas, A from registers,
- * V read transposed from shared memory).
+/* The forward with warpgroup MMAs (wgmma, PTX ISA "Asynchronous Warpgroup Level Matrix
+ * Multiply-Accumulate"), structured as FlashAttention-3 (Shah et al. 2024; att_fwd_wg says how).
+ * Each warp's 16 rows of a wgmma accumulator are laid out as mma.m16n8k16's C fragment, so
+ * mask_tile, online_softmax, rescale_o and store_o_lse serve both forwards, and two accumulator
+ * tiles of 8 columns are the register A fragment of the next product, as above.
  *
  * Shared memory tiles use the 128-byte swizzle of the wgmma operand descriptors: a tile of R rows
  * of DH bf16 is DH/64 column blocks of [R][64]; row r of a block is 128 bytes at r*128, its
@@ -508,6 +505,12 @@ __device__ __forceinline__ void fence_proxy_async()
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 }
 
+/* accumulator registers d[o..o+7] (d[o..o+31]) as in-out operands of an asm statement */
+#define DXC_ACC8(d, o)                                                                     \
+    "+f"(d[o]), "+f"(d[o + 1]), "+f"(d[o + 2]), "+f"(d[o + 3]), "+f"(d[o + 4]),              \
+        "+f"(d[o + 5]), "+f"(d[o + 6]), "+f"(d[o + 7])
+#define DXC_ACC32(d, o) DXC_ACC8(d, o), DXC_ACC8(d, o + 8), DXC_ACC8(d, o + 16), DXC_ACC8(d, o + 24)
+
 /* d[0..31] (+)= A B^T, m64n64k16, A and B from shared memory (descriptors, K-major) */
 __device__ __forceinline__ void wgmma_ss(float (&d)[32], uint64_t da, uint64_t db, int accumulate)
 {
@@ -516,12 +519,7 @@ __device__ __forceinline__ void wgmma_ss(float (&d)[32], uint64_t da, uint64_t d
                  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, "
                  "%18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31},"
                  "%32, %33, p, 1, 1, 0, 0;\n}\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
-                   "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]),
-                   "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]),
-                   "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]),
-                   "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]),
-                   "+f"(d[31])
+                 : DXC_ACC32(d, 0)
                  : "l"(da), "l"(db), "r"(accumulate));
 }
 
@@ -535,17 +533,7 @@ __device__ __forceinline__ void wgmma_ss(float (&d)[64], uint64_t da, uint64_t d
                  "%34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, "
                  "%50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63},"
                  "%64, %65, p, 1, 1, 0, 0;\n}\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
-                   "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]),
-                   "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]),
-                   "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]),
-                   "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]),
-                   "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]),
-                   "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]),
-                   "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),
-                   "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]),
-                   "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]),
-                   "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+                 : DXC_ACC32(d, 0), DXC_ACC32(d, 32)
                  : "l"(da), "l"(db), "r"(accumulate));
 }
 
@@ -558,12 +546,7 @@ __device__ __forceinline__ void wgmma_rs_tb(float (&d)[32], const uint32_t (&a)[
                  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, "
                  "%18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31},"
                  "{%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
-                   "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]),
-                   "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]),
-                   "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]),
-                   "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]),
-                   "+f"(d[31])
+                 : DXC_ACC32(d, 0)
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1));
 }
 
@@ -578,17 +561,7 @@ __device__ __forceinline__ void wgmma_rs_tb(float (&d)[64], const uint32_t (&a)[
                  "%34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, "
                  "%50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63},"
                  "{%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
-                   "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]),
-                   "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]),
-                   "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]),
-                   "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]),
-                   "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]),
-                   "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]),
-                   "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),
-                   "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]),
-                   "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]),
-                   "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+                 : DXC_ACC32(d, 0), DXC_ACC32(d, 32)
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1));
 }
 
@@ -1245,11 +1218,11 @@ void dxc_attention_fwd_mma(dx_backend *be, void *o, void *lse, const void *q, co
                            const void *v, int ldkv, int B, int T, int H, int Hkv, int Dh)
 {
     const size_t kst = (size_t)ldkv;
-    int var = dxc(be)->attn_fwd_var;
+    const int var = dxc(be)->attn_fwd_var;
     if (dxc(be)->wgmma && (Dh == 64 || Dh == 128) && (var == 0 || var == 9 || var == 10)) {
         /* one block per work tile at Dh 128 from seq 8192: 2.77 against 2.94 ms persistent at
          * B 2 T 8192 H 32 (NOTES item 13); persistent is faster at every other shape timed */
-        const bool pers = var != 10 && !(Dh == 128 && T >= 8192 && var == 0);
+        const bool pers = var == 0 && !(Dh == 128 && T >= 8192);
         if (Dh == 64) {
             if (var == 9) fwd_wg_launch<64, 64>(be, o, lse, q, k, v, B, T, H, Hkv, kst);
             else fwd_wg_launch<64, 128>(be, o, lse, q, k, v, B, T, H, Hkv, kst, pers);
