@@ -565,6 +565,20 @@ __device__ __forceinline__ void wgmma_rs_tb(float (&d)[64], const uint32_t (&a)[
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1));
 }
 
+/* d[0..31] (+)= A B, m64n64k16, A [m][k] and B [k][n] from shared memory both stored with the
+ * k index over rows (descriptors, MN-major: A and B transposed) */
+__device__ __forceinline__ void wgmma_ss_tt(float (&d)[32], uint64_t da, uint64_t db,
+                                            int accumulate)
+{
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, "
+                 "%18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31},"
+                 "%32, %33, p, 1, 1, 1, 1;\n}\n"
+                 : DXC_ACC32(d, 0)
+                 : "l"(da), "l"(db), "r"(accumulate));
+}
+
 /* mbarrier (PTX ISA "Parallel Synchronization and Communication Instructions: mbarrier") */
 __device__ __forceinline__ void mbar_init(uint32_t bar, int count)
 {
@@ -815,6 +829,61 @@ __global__ void __launch_bounds__(384, 1)
 #endif
 }
 
+/* ---- backward: shared pieces ------------------------------------------------------------ */
+
+/* P^T and dS^T of a transposed score tile: st[m][n][e] = S^T (raw K Q^T) and dp[m][n][e] = dP^T
+ * (V dO^T) of keys wk0 + 16m + g (+8) and queries i0 + 8n + 2t (+1) (the C fragment layout);
+ * lt, dt = lse and D of queries i0 .. i0 + 8 NN - 1. Afterwards st = P^T = exp(S^T / sqrt(Dh)
+ * - lse) and dp = dS^T = P^T (dP^T - D) (FlashAttention-2's backward, Dao 2023, Algorithm 2),
+ * both 0 where the query is before the key or either is past T. */
+template <int MT, int NN>
+__device__ __forceinline__ void bwd_p_ds(float (&st)[MT][NN][4], float (&dp)[MT][NN][4],
+                                         const float *lt, const float *dt, int i0, int wk0, int T,
+                                         float sl2, int g, int t)
+{
+    const bool edge = i0 < wk0 + 16 * MT - 1 || i0 + 8 * NN > T || wk0 + 16 * MT > T;
+#pragma unroll
+    for (int n = 0; n < NN; n++) {
+        const int col = 8 * n + 2 * t;
+        const float2 l2 = *(const float2 *)(lt + col), d2 = *(const float2 *)(dt + col);
+#pragma unroll
+        for (int m = 0; m < MT; m++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                float p = ex2(fmaf(st[m][n][e], sl2, -((e & 1) ? l2.y : l2.x) * LOG2E));
+                if (edge) {
+                    const int qi = i0 + col + (e & 1), key = wk0 + 16 * m + g + 8 * (e >> 1);
+                    if (qi < key || qi >= T || key >= T) p = 0.0f;
+                }
+                st[m][n][e] = p;
+                dp[m][n][e] = p * (dp[m][n][e] - ((e & 1) ? d2.y : d2.x));
+            }
+    }
+}
+
+/* dk <- dka * scale, dv <- dva (bf16) for keys wk0 + 16m + g (+8) of kv head kh, batch b (rows
+ * kst elements apart); dka, dva in the C fragment layout over DH = 8 NDT columns */
+template <int MT, int NDT>
+__device__ __forceinline__ void store_dk_dv(bf16 *__restrict__ dk, bf16 *__restrict__ dv,
+                                            const float (&dka)[MT][NDT][4],
+                                            const float (&dva)[MT][NDT][4], int wk0, int b, int kh,
+                                            int T, size_t kst, float scale, int t, int g)
+{
+#pragma unroll
+    for (int m = 0; m < MT; m++)
+#pragma unroll
+        for (int hh = 0; hh < 2; hh++) {
+            const int key = wk0 + 16 * m + g + 8 * hh;
+            if (key >= T) continue;
+            const size_t off = ((size_t)b * T + key) * kst + (size_t)kh * 8 * NDT + 2 * t;
+#pragma unroll
+            for (int nd = 0; nd < NDT; nd++) {
+                st2(dk + off + 8 * nd, dka[m][nd][2 * hh] * scale, dka[m][nd][2 * hh + 1] * scale);
+                st2(dv + off + 8 * nd, dva[m][nd][2 * hh], dva[m][nd][2 * hh + 1]);
+            }
+        }
+}
+
 /* ---- backward: dk, dv -------------------------------------------------------------------- */
 
 /* block: BK = 16*MT*NW keys of kv head kh, batch b; query tiles of BQ */
@@ -888,25 +957,7 @@ __global__ void __launch_bounds__(NW * 32)
             zero(dp);
             mma_abt<DH, MT, NN>(st, ka, qt + lb); /* S^T = K Q^T */
             mma_abt<DH, MT, NN>(dp, va, ot + lb); /* dP^T = V dO^T */
-            const bool edge = i0 < wk0 + 16 * MT - 1 || i0 + BQ > T || wk0 + 16 * MT > T;
-#pragma unroll
-            for (int n = 0; n < NN; n++) {
-                const int col = 8 * n + 2 * t;
-                const float2 l2 = *(const float2 *)(lt + col), d2 = *(const float2 *)(dt + col);
-#pragma unroll
-                for (int m = 0; m < MT; m++)
-#pragma unroll
-                    for (int e = 0; e < 4; e++) {
-                        float p = ex2(fmaf(st[m][n][e], sl2, -((e & 1) ? l2.y : l2.x) * LOG2E));
-                        if (edge) {
-                            const int qi = i0 + col + (e & 1),
-                                      key = wk0 + 16 * m + g + 8 * (e >> 1);
-                            if (qi < key || qi >= T || key >= T) p = 0.0f;
-                        }
-                        st[m][n][e] = p;
-                        dp[m][n][e] = p * (dp[m][n][e] - ((e & 1) ? d2.y : d2.x));
-                    }
-            }
+            bwd_p_ds<MT, NN>(st, dp, lt, dt, i0, wk0, T, sl2, g, t);
             mma_pb<DH, MT, BQ / 16>(dva, st, ot + la); /* dV += P^T dO */
             mma_pb<DH, MT, BQ / 16>(dka, dp, qt + la); /* dK += dS^T Q */
             if constexpr (DQ) {
@@ -961,19 +1012,195 @@ __global__ void __launch_bounds__(NW * 32)
         __syncthreads(); /* every warp is done with stage s (and dS^T) before they are refilled */
     }
 
-#pragma unroll
-    for (int m = 0; m < MT; m++)
-#pragma unroll
-        for (int hh = 0; hh < 2; hh++) {
-            const int key = wk0 + 16 * m + g + 8 * hh;
-            if (key >= T) continue;
-            const size_t off = ((size_t)b * T + key) * kst + (size_t)kh * DH + 2 * t;
-#pragma unroll
-            for (int nd = 0; nd < NDT; nd++) {
-                st2(dk + off + 8 * nd, dka[m][nd][2 * hh] * scale, dka[m][nd][2 * hh + 1] * scale);
-                st2(dv + off + 8 * nd, dva[m][nd][2 * hh], dva[m][nd][2 * hh + 1]);
-            }
+    store_dk_dv<MT, NDT>(dk, dv, dka, dva, wk0, b, kh, T, kst, scale, t, g);
+}
+
+/* ---- backward on Hopper: dk, dv and dq on warpgroup MMAs --------------------------------- */
+
+template <int DH> constexpr size_t bwd_wg_smem()
+{
+    /* alignment slack; K, V (128 keys); Q, dO (2 stages of 64 queries); dS^T (2 x 128 x 64);
+     * lse, D (2 stages of 64); mbarriers */
+    return 1024 + (size_t)(2 * 128 * DH + 4 * 64 * DH + 2 * 128 * 64) * sizeof(bf16) +
+           4 * 64 * sizeof(float) + 64;
+}
+
+/* The backward of att_bwd_dkdv_tc<DH, .., DQ = true> (same contract, FlashAttention-2's
+ * 5-product form) with FlashAttention-3's warp specialisation (Shah et al. 2024). One block per
+ * (128-key tile at c0, kv head kh, batch b), 3 warpgroups:
+ *   warpgroup 0, the producer (40 registers): copies the block's K and V once, then for every
+ *     (query head of the group, 64-query tile from c0) in ascending order Q, dO, lse and D into
+ *     two stages with cp.async ("full" / "empty" mbarriers as in att_fwd_wg); every tile is
+ *     stored 128-byte swizzled, [DH/64][rows][64];
+ *   warpgroups 1 and 2 (232 registers): keys c0 + 64(w-1) .. +63 each. Per query tile:
+ *     S^T = K Q^T and dP^T = V dO^T (shared-memory operands, K-major), P^T and dS^T in
+ *     registers (bwd_p_ds), then dV += P^T dO and dK += dS^T Q with P^T, dS^T as register
+ *     operands and dO, Q read transposed (MN-major), while dS^T also goes to shared memory
+ *     (bf16, swizzled [128 keys][64 queries], two buffers). After a named barrier over both
+ *     warpgroups, dq = dS K over the 128 keys (A = dS^T and B = K both read transposed) is added
+ *     to dq_acc (fp32, vector reductions): at Dh 128 warpgroup w takes columns 64(w-1) .. +63,
+ *     at Dh 64 the warpgroups take turns (query tile it: warpgroup 1 + it % 2).
+ * dk and dv are deterministic (ascending order); the order of dq's additions is not. */
+template <int DH>
+__global__ void __launch_bounds__(384, 1)
+    att_bwd_wg(bf16 *__restrict__ dk, bf16 *__restrict__ dv, float *__restrict__ dq_acc,
+               const bf16 *__restrict__ dout, const bf16 *__restrict__ q,
+               const bf16 *__restrict__ k, const bf16 *__restrict__ v,
+               const float *__restrict__ lse, const float *__restrict__ Dv, int T, int H, int Hkv,
+               size_t kst, float sl2, float scale)
+{
+#ifdef DXC_HAVE_WGMMA
+    constexpr int BK = 128, BQ = 64, NN = BQ / 8, NDT = DH / 8;
+    constexpr uint32_t KB = BK * DH * 2, QB = BQ * DH * 2, SB = BK * BQ * 2; /* tile bytes */
+    DXC_DYNAMIC_SMEM(uint4, smem_raw);
+    const uint32_t raw = smem_u32(smem_raw), base = (raw + 1023u) & ~1023u;
+    const uint32_t Ks = base, Vs = Ks + KB, Qs = Vs + KB, Os = Qs + 2 * QB, Ss = Os + 2 * QB;
+    const uint32_t Lv = Ss + 2 * SB; /* float lse[2][BQ], D[2][BQ] */
+    const float *Lg = (const float *)((const char *)smem_raw + (Lv - raw));
+    /* mbarriers: full_kv, full[2], empty[2] */
+    const uint32_t bars = Lv + 4 * BQ * 4, full_kv = bars, full = bars + 8, empty = bars + 24;
+
+    const int wg = threadIdx.x >> 7;
+    const int kh = blockIdx.x % Hkv, b = blockIdx.x / Hkv, G = H / Hkv;
+    const int c0 = blockIdx.y * BK; /* long (early) key tiles first */
+    const size_t qst = (size_t)H * DH;
+    /* iteration it: query head kh * G + it / nq, query tile c0 + (it % nq) * BQ (queries
+     * before c0 see none of these keys) */
+    const int nq = (T - c0 + BQ - 1) / BQ, niter = G * nq;
+
+    if (threadIdx.x == 0) {
+        mbar_init(full_kv, 128);
+        for (int i = 0; i < 2; i++) {
+            mbar_init(full + 8 * i, 128);
+            mbar_init(empty + 8 * i, 8); /* the consumers' 8 warps */
         }
+    }
+    __syncthreads();
+
+    if (wg == 0) { /* producer */
+        setmaxnreg_dec<40>();
+        const int tid = threadIdx.x;
+        tile_async_sw<DH, BK, 128>(Ks, k + (size_t)b * T * kst + (size_t)kh * DH, kst, c0, T, tid);
+        tile_async_sw<DH, BK, 128>(Vs, v + (size_t)b * T * kst + (size_t)kh * DH, kst, c0, T, tid);
+        cp_async_arrive(full_kv);
+        for (int it = 0; it < niter; it++) {
+            const int st = it & 1, h = kh * G + it / nq, i0 = c0 + (it % nq) * BQ;
+            if (it >= 2) mbar_wait(empty + 8 * st, ((it >> 1) - 1) & 1);
+            const size_t qo = (size_t)b * T * qst + (size_t)h * DH;
+            tile_async_sw<DH, BQ, 128>(Qs + st * QB, q + qo, qst, i0, T, tid);
+            tile_async_sw<DH, BQ, 128>(Os + st * QB, dout + qo, qst, i0, T, tid);
+            if (tid < BQ) {
+                const int gr = i0 + tid;
+                const bool in = gr < T;
+                const size_t ro = ((size_t)b * H + h) * T + (in ? gr : 0);
+                cp_async4(Lv + 4 * (st * BQ + tid), lse + ro, in);
+                cp_async4(Lv + 4 * ((2 + st) * BQ + tid), Dv + ro, in);
+            }
+            cp_async_arrive(full + 8 * st);
+        }
+        cp_wait<0>(); /* nothing in flight at exit */
+        return;
+    }
+
+    /* consumers */
+    setmaxnreg_inc<232>();
+    const int c = wg - 1, warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
+    const int g = lane >> 2, t = lane & 3;
+    float sacc[1][NN][4], dpacc[1][NN][4], dka[1][NDT][4], dva[1][NDT][4], dqa[1][NN][4];
+    float(&sf)[NN * 4] = reinterpret_cast<float(&)[NN * 4]>(sacc);
+    float(&dpf)[NN * 4] = reinterpret_cast<float(&)[NN * 4]>(dpacc);
+    float(&dkf)[NDT * 4] = reinterpret_cast<float(&)[NDT * 4]>(dka);
+    float(&dvf)[NDT * 4] = reinterpret_cast<float(&)[NDT * 4]>(dva);
+    float(&dqf)[NN * 4] = reinterpret_cast<float(&)[NN * 4]>(dqa);
+    uint32_t pa[BQ / 16][4], da[BQ / 16][4];
+    zero(dka);
+    zero(dva);
+    const uint32_t ka = Ks + c * 64 * 128, va = Vs + c * 64 * 128;
+    const int wk0 = c0 + 64 * c + 16 * warp; /* this warp's first key */
+    const int srow = 64 * c + 16 * warp + g;  /* its first dS^T row */
+    /* dq columns (Dh 128: this warpgroup's 64; Dh 64: all) and their B = K column block */
+    const int dq_col = DH == 128 ? 64 * c : 0;
+    const uint32_t kq = Ks + (DH == 128 ? c * KB / 2 : 0);
+
+    mbar_wait(full_kv, 0);
+    for (int it = 0; it < niter; it++) {
+        const int st = it & 1, h = kh * G + it / nq, i0 = c0 + (it % nq) * BQ;
+        const uint32_t qt = Qs + st * QB, ot = Os + st * QB, ss = Ss + st * SB;
+        mbar_wait(full + 8 * st, (it >> 1) & 1);
+        fence_proxy_async();
+        wg_fence();
+#pragma unroll
+        for (int ks = 0; ks < DH / 16; ks++) /* S^T = K Q^T */
+            wgmma_ss(sf, wg_desc(ka + (ks >> 2) * KB / (DH / 64) + (ks & 3) * 32, 16),
+                     wg_desc(qt + (ks >> 2) * QB / (DH / 64) + (ks & 3) * 32, 16), ks > 0);
+#pragma unroll
+        for (int ks = 0; ks < DH / 16; ks++) /* dP^T = V dO^T */
+            wgmma_ss(dpf, wg_desc(va + (ks >> 2) * KB / (DH / 64) + (ks & 3) * 32, 16),
+                     wg_desc(ot + (ks >> 2) * QB / (DH / 64) + (ks & 3) * 32, 16), ks > 0);
+        wg_commit();
+        wg_wait<0>();
+        reg_fence(sf);
+        reg_fence(dpf);
+        bwd_p_ds<1, NN>(sacc, dpacc, Lg + st * BQ, Lg + (2 + st) * BQ, i0, wk0, T, sl2, g, t);
+#pragma unroll
+        for (int kk = 0; kk < BQ / 16; kk++) {
+#pragma unroll
+            for (int x = 0; x < 2; x++)
+#pragma unroll
+                for (int hh = 0; hh < 2; hh++) {
+                    const int n = 2 * kk + x;
+                    pa[kk][2 * x + hh] = pack2(sacc[0][n][2 * hh], sacc[0][n][2 * hh + 1]);
+                    da[kk][2 * x + hh] = pack2(dpacc[0][n][2 * hh], dpacc[0][n][2 * hh + 1]);
+                    const int r = srow + 8 * hh; /* dS^T row r, columns 8n + 2t, +1 */
+                    asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(
+                                     ss + r * 128 + ((n ^ (r & 7)) << 4) + 4 * t),
+                                 "r"(da[kk][2 * x + hh])
+                                 : "memory");
+                }
+        }
+        reg_fence(dkf);
+        reg_fence(dvf);
+        wg_fence();
+#pragma unroll
+        for (int kk = 0; kk < BQ / 16; kk++) /* dV += P^T dO */
+            wgmma_rs_tb(dvf, pa[kk], wg_desc(ot + kk * 16 * 128, QB / (DH / 64)));
+#pragma unroll
+        for (int kk = 0; kk < BQ / 16; kk++) /* dK += dS^T Q */
+            wgmma_rs_tb(dkf, da[kk], wg_desc(qt + kk * 16 * 128, QB / (DH / 64)));
+        wg_commit();
+        fence_proxy_async(); /* the dS^T stores, before the tensor cores read them */
+        bar_sync(1, 256);    /* both warpgroups' dS^T rows are in */
+        if (DH == 128 || (it & 1) == c) {
+            wg_fence();
+#pragma unroll
+            for (int kk = 0; kk < BK / 16; kk++) /* dq = dS K */
+                wgmma_ss_tt(dqf, wg_desc(ss + kk * 16 * 128, 64 * 128),
+                            wg_desc(kq + kk * 16 * 128, 64 * 128), kk > 0);
+            wg_commit();
+            wg_wait<0>();
+            reg_fence(dqf);
+            reg_fence(dkf);
+            reg_fence(dvf);
+            if (lane == 0) mbar_arrive(empty + 8 * st);
+#pragma unroll
+            for (int hh = 0; hh < 2; hh++) {
+                const int qi = i0 + 16 * warp + g + 8 * hh;
+                if (qi >= T) continue;
+                float *dst = dq_acc + ((size_t)b * T + qi) * qst + (size_t)h * DH + dq_col + 2 * t;
+#pragma unroll
+                for (int n = 0; n < NN; n++) red_add2(dst + 8 * n, dqa[0][n][2 * hh], dqa[0][n][2 * hh + 1]);
+            }
+        } else {
+            wg_wait<0>();
+            reg_fence(dkf);
+            reg_fence(dvf);
+            if (lane == 0) mbar_arrive(empty + 8 * st);
+        }
+    }
+    store_dk_dv<1, NDT>(dk, dv, dka, dva, wk0, b, kh, T, kst, scale, t, g);
+#else
+    __trap(); /* dispatched only on sm_90 (dxc_impl.wgmma) */
+#endif
 }
 
 /* ---- backward: dq ------------------------------------------------------------------------ */
@@ -1127,6 +1354,24 @@ void dkdv_launch(dx_backend *be, void *dk, void *dv, float *dq_acc, const void *
     DXC_LAUNCHED(be, op);
 }
 
+template <int DH>
+void dkdv_wg_launch(dx_backend *be, void *dk, void *dv, float *dq_acc, const void *dout,
+                    const void *q, const void *k, const void *v, const float *lse,
+                    const float *Dv, int B, int T, int H, int Hkv, size_t kst)
+{
+    const char *op = "attention_bwd";
+    const float scale = (float)(1.0 / sqrt((double)DH));
+    const float sl2 = (float)(1.0 / sqrt((double)DH) * 1.4426950408889634);
+    const size_t smem = bwd_wg_smem<DH>();
+    auto kern = att_bwd_wg<DH>;
+    dxc_set_smem(be, (const void *)kern, smem, op);
+    dim3 grid((unsigned)(B * Hkv), (unsigned)((T + 127) / 128));
+    kern<<<grid, 384, smem, dxc(be)->stream>>>((bf16 *)dk, (bf16 *)dv, dq_acc, (const bf16 *)dout,
+                                              (const bf16 *)q, (const bf16 *)k, (const bf16 *)v,
+                                              lse, Dv, T, H, Hkv, kst, sl2, scale);
+    DXC_LAUNCHED(be, op);
+}
+
 template <int DH, int NW, int MT, int BN>
 void dq_launch(dx_backend *be, void *dq, const void *dout, const void *q, const void *k,
                const void *v, const float *lse, const float *Dv, int B, int T, int H, int Hkv, size_t kst)
@@ -1167,7 +1412,7 @@ __global__ void att_dq_from_acc(bf16 *__restrict__ dq, const float *__restrict__
 template <int DH, int NW, int MT, int BQ, int BN>
 void bwd_launch(dx_backend *be, void *dq, void *dk, void *dv, float *dq_acc, const void *dout,
                 const void *q, const void *k, const void *v, const float *lse, const float *Dv,
-                int B, int T, int H, int Hkv, size_t kst)
+                int B, int T, int H, int Hkv, size_t kst, bool wg = false)
 {
     if (dxc(be)->attn_det) {
         dkdv_launch<DH, NW, MT, BQ, false>(be, dk, dv, NULL, dout, q, k, v, lse, Dv, B, T, H, Hkv, kst);
@@ -1178,7 +1423,12 @@ void bwd_launch(dx_backend *be, void *dq, void *dk, void *dv, float *dq_acc, con
     const size_t n = (size_t)B * T * H * DH;
     cudaStream_t st = dxc(be)->stream;
     DXC_CHECK(op, cudaMemsetAsync(dq_acc, 0, n * sizeof(float), st));
-    dkdv_launch<DH, NW, MT, BQ, true>(be, dk, dv, dq_acc, dout, q, k, v, lse, Dv, B, T, H, Hkv, kst);
+    if constexpr (DH == 64 || DH == 128) {
+        if (wg) dkdv_wg_launch<DH>(be, dk, dv, dq_acc, dout, q, k, v, lse, Dv, B, T, H, Hkv, kst);
+        else dkdv_launch<DH, NW, MT, BQ, true>(be, dk, dv, dq_acc, dout, q, k, v, lse, Dv, B, T, H, Hkv, kst);
+    } else {
+        dkdv_launch<DH, NW, MT, BQ, true>(be, dk, dv, dq_acc, dout, q, k, v, lse, Dv, B, T, H, Hkv, kst);
+    }
     const size_t n4 = n / 4;
     size_t blocks = (n4 + 255) / 256;
     if (blocks > (size_t)dxc(be)->num_sms * 16) blocks = (size_t)dxc(be)->num_sms * 16;
@@ -1266,12 +1516,14 @@ void dxc_attention_bwd_mma(dx_backend *be, void *dq, void *dk, void *dv, float *
                            int Hkv, int Dh)
 {
     const size_t kst = (size_t)ldkv;
-#define BWD(...) bwd_launch<__VA_ARGS__>(be, dq, dk, dv, dq_acc, dout, q, k, v, lse, Dv, B, T, H, Hkv, kst)
+    const int var = dxc(be)->attn_bwd_var;
+    const bool wg = dxc(be)->wgmma && var == 0; /* att_bwd_wg (not with DX_CUDA_DETERMINISTIC) */
+#define BWD(...) bwd_launch<__VA_ARGS__>(be, dq, dk, dv, dq_acc, dout, q, k, v, lse, Dv, B, T, H, Hkv, kst, wg)
     switch (Dh) {
     case 32: BWD(32, 4, 2, 32, 32); break;
     case 64: BWD(64, 4, 2, 32, 32); break;
     default:
-        switch (dxc(be)->attn_bwd_var) {
+        switch (var) {
         case 1: BWD(128, 4, 1, 32, 32); break;
         case 2: BWD(128, 8, 1, 32, 32); break;
         case 3: BWD(128, 4, 1, 64, 64); break;
