@@ -661,7 +661,7 @@ template <int DH, int BN>
 __global__ void __launch_bounds__(384, 1)
     att_fwd_wg(bf16 *__restrict__ o, float *__restrict__ lse, const bf16 *__restrict__ q,
                const bf16 *__restrict__ k, const bf16 *__restrict__ v, int B, int T, int H,
-               int Hkv, size_t kst, float sl2)
+               int Hkv, size_t kst, float sl2, int hm)
 {
 #ifdef DXC_HAVE_WGMMA
     constexpr int BM = 128, NN = BN / 8, NDT = DH / 8;
@@ -694,7 +694,8 @@ __global__ void __launch_bounds__(384, 1)
         const int tid = threadIdx.x;
         int it = 0, n = 0; /* K/V tiles and work tiles copied so far */
         for (int L = blockIdx.x; L < ntiles; L += gridDim.x, n++) {
-            const int q0 = (nqt - 1 - L / BH) * BM, h = L % BH % H, b = L % BH / H;
+            const int qt = hm ? nqt - 1 - L % nqt : nqt - 1 - L / BH, bh = hm ? L / nqt : L % BH;
+            const int q0 = qt * BM, h = bh % H, b = bh / H;
             const int kh = h / (H / Hkv), kend = q0 + BM < T ? q0 + BM : T;
             const int nkt = (kend + BN - 1) / BN;
             const bf16 *kb = k + (size_t)b * T * kst + (size_t)kh * DH;
@@ -759,7 +760,8 @@ __global__ void __launch_bounds__(384, 1)
     if (c == 1) bar_arrive(1, 256); /* consumer 0 issues first */
     int it = 0, n = 0; /* K/V tiles and work tiles consumed so far */
     for (int L = blockIdx.x; L < ntiles; L += gridDim.x, n++) {
-        const int q0 = (nqt - 1 - L / BH) * BM, h = L % BH % H, b = L % BH / H;
+        const int qt = hm ? nqt - 1 - L % nqt : nqt - 1 - L / BH, bh = hm ? L / nqt : L % BH;
+        const int q0 = qt * BM, h = bh % H, b = bh / H;
         const int kend = q0 + BM < T ? q0 + BM : T, nkt = (kend + BN - 1) / BN;
         const int wr0 = q0 + 64 * c + 16 * warp; /* this warp's first row */
         /* consumer 1 leaves out its very last turn-passing arrival, so that every bar.sync
@@ -1047,7 +1049,7 @@ __global__ void __launch_bounds__(384, 1)
                const bf16 *__restrict__ dout, const bf16 *__restrict__ q,
                const bf16 *__restrict__ k, const bf16 *__restrict__ v,
                const float *__restrict__ lse, const float *__restrict__ Dv, int T, int H, int Hkv,
-               size_t kst, float sl2, float scale)
+               size_t kst, float sl2, float scale, int key_x)
 {
 #ifdef DXC_HAVE_WGMMA
     constexpr int BK = 128, BQ = 64, NN = BQ / 8, NDT = DH / 8;
@@ -1061,8 +1063,9 @@ __global__ void __launch_bounds__(384, 1)
     const uint32_t bars = Lv + 4 * BQ * 4, full_kv = bars, full = bars + 8, empty = bars + 24;
 
     const int wg = threadIdx.x >> 7;
-    const int kh = blockIdx.x % Hkv, b = blockIdx.x / Hkv, G = H / Hkv;
-    const int c0 = blockIdx.y * BK; /* long (early) key tiles first */
+    /* grid (B Hkv, key tiles), long (early) key tiles first; key_x: (key tiles, B Hkv) */
+    const int bk = key_x ? blockIdx.y : blockIdx.x, c0 = (key_x ? blockIdx.x : blockIdx.y) * BK;
+    const int kh = bk % Hkv, b = bk / Hkv, G = H / Hkv;
     const size_t qst = (size_t)H * DH;
     /* iteration it: query head kh * G + it / nq, query tile c0 + (it % nq) * BQ (queries
      * before c0 see none of these keys) */
@@ -1318,7 +1321,8 @@ void fwd_launch(dx_backend *be, void *o, void *lse, const void *q, const void *k
 /* persistent: one block per SM walking the work tiles; otherwise one block per work tile */
 template <int DH, int BN>
 void fwd_wg_launch(dx_backend *be, void *o, void *lse, const void *q, const void *k, const void *v,
-                   int B, int T, int H, int Hkv, size_t kst, bool persistent = true)
+                   int B, int T, int H, int Hkv, size_t kst, bool persistent = true,
+                   bool head_major = false)
 {
     const char *op = "attention_fwd";
     const size_t smem = fwd_wg_smem<DH, BN>();
@@ -1330,7 +1334,7 @@ void fwd_wg_launch(dx_backend *be, void *o, void *lse, const void *q, const void
         (unsigned)(persistent && tiles > dxc(be)->num_sms ? dxc(be)->num_sms : tiles);
     kern<<<grid, 384, smem, dxc(be)->stream>>>((bf16 *)o, (float *)lse, (const bf16 *)q,
                                               (const bf16 *)k, (const bf16 *)v, B, T, H, Hkv, kst,
-                                              sl2);
+                                              sl2, head_major);
     DXC_LAUNCHED(be, op);
 }
 
@@ -1357,7 +1361,7 @@ void dkdv_launch(dx_backend *be, void *dk, void *dv, float *dq_acc, const void *
 template <int DH>
 void dkdv_wg_launch(dx_backend *be, void *dk, void *dv, float *dq_acc, const void *dout,
                     const void *q, const void *k, const void *v, const float *lse,
-                    const float *Dv, int B, int T, int H, int Hkv, size_t kst)
+                    const float *Dv, int B, int T, int H, int Hkv, size_t kst, bool key_x)
 {
     const char *op = "attention_bwd";
     const float scale = (float)(1.0 / sqrt((double)DH));
@@ -1365,10 +1369,11 @@ void dkdv_wg_launch(dx_backend *be, void *dk, void *dv, float *dq_acc, const voi
     const size_t smem = bwd_wg_smem<DH>();
     auto kern = att_bwd_wg<DH>;
     dxc_set_smem(be, (const void *)kern, smem, op);
-    dim3 grid((unsigned)(B * Hkv), (unsigned)((T + 127) / 128));
+    const unsigned nbh = (unsigned)(B * Hkv), nkt = (unsigned)((T + 127) / 128);
+    const dim3 grid = key_x ? dim3(nkt, nbh) : dim3(nbh, nkt);
     kern<<<grid, 384, smem, dxc(be)->stream>>>((bf16 *)dk, (bf16 *)dv, dq_acc, (const bf16 *)dout,
                                               (const bf16 *)q, (const bf16 *)k, (const bf16 *)v,
-                                              lse, Dv, T, H, Hkv, kst, sl2, scale);
+                                              lse, Dv, T, H, Hkv, kst, sl2, scale, key_x);
     DXC_LAUNCHED(be, op);
 }
 
@@ -1412,7 +1417,7 @@ __global__ void att_dq_from_acc(bf16 *__restrict__ dq, const float *__restrict__
 template <int DH, int NW, int MT, int BQ, int BN>
 void bwd_launch(dx_backend *be, void *dq, void *dk, void *dv, float *dq_acc, const void *dout,
                 const void *q, const void *k, const void *v, const float *lse, const float *Dv,
-                int B, int T, int H, int Hkv, size_t kst, bool wg = false)
+                int B, int T, int H, int Hkv, size_t kst, int wg = 0)
 {
     if (dxc(be)->attn_det) {
         dkdv_launch<DH, NW, MT, BQ, false>(be, dk, dv, NULL, dout, q, k, v, lse, Dv, B, T, H, Hkv, kst);
@@ -1424,7 +1429,7 @@ void bwd_launch(dx_backend *be, void *dq, void *dk, void *dv, float *dq_acc, con
     cudaStream_t st = dxc(be)->stream;
     DXC_CHECK(op, cudaMemsetAsync(dq_acc, 0, n * sizeof(float), st));
     if constexpr (DH == 64 || DH == 128) {
-        if (wg) dkdv_wg_launch<DH>(be, dk, dv, dq_acc, dout, q, k, v, lse, Dv, B, T, H, Hkv, kst);
+        if (wg) dkdv_wg_launch<DH>(be, dk, dv, dq_acc, dout, q, k, v, lse, Dv, B, T, H, Hkv, kst, wg == 2);
         else dkdv_launch<DH, NW, MT, BQ, true>(be, dk, dv, dq_acc, dout, q, k, v, lse, Dv, B, T, H, Hkv, kst);
     } else {
         dkdv_launch<DH, NW, MT, BQ, true>(be, dk, dv, dq_acc, dout, q, k, v, lse, Dv, B, T, H, Hkv, kst);
@@ -1448,37 +1453,55 @@ void bwd_launch(dx_backend *be, void *dq, void *dk, void *dv, float *dq_acc, con
  *   forward Dh 128:  4 warps, MT 2, 64 keys (1.016 ms at B 8 T 2048 H 32 against 1.489 with 8 warps
  *                    of MT 1: the K/V tile in shared memory serves twice the rows);
  *   backward Dh 128: 8 warps, MT 1, 64 queries per tile (3.55 ms against 3.86 with 32).
- * On Hopper (compute capability 9.x) the forward at Dh 64 and 128 is att_fwd_wg with 128-key
- * tiles (0.459 ms at B 8 T 2048 H 32 Hkv 4 Dh 64, 0.889 at Dh 128 H 32 Hkv 32; SDPA flash 0.519,
- * 0.888; 2026-11-24, benchmarks/NOTES.md item 13), on a persistent grid except at Dh 128 from
- * seq 8192; variant 9 is att_fwd_wg with 64-key tiles, 10 with one block per work tile, variant 8
- * the mma.sync default above.
+ * On Hopper (compute capability 9.x) at Dh 64 and 128:
+ *   the forward is att_fwd_wg with 128-key tiles (0.459 ms at B 8 T 2048 H 32 Hkv 4 Dh 64, 0.854
+ *     at Dh 128 H 32 Hkv 32; SDPA flash 0.519, 0.888; 2026-11-24, benchmarks/NOTES.md item 13),
+ *     on a persistent grid with the longest work tiles first, or one block per work tile with
+ *     the tiles of one head after another where the K/V rows in use would not fit L2 (variant
+ *     12; 11 is that order on the persistent grid); variant 9 is att_fwd_wg with 64-key tiles,
+ *     10 one block per work tile in the longest-first order, 8 the mma.sync default above;
+ *   the backward is att_bwd_wg (1.30 ms at B 8 T 2048 H 32 Hkv 4 Dh 64, 2.42 at Dh 128 Hkv 32;
+ *     SDPA flash 1.84, 3.10; NOTES item 14), its grid (B Hkv, key tiles) with the longest key
+ *     tiles first (variant 9), or from 8 waves of blocks up (key tiles, B Hkv), so that the
+ *     blocks running at once share (b, kv head) and read Q and dO from L2 (variant 10);
+ *     variant 8 is the mma.sync default above.
  * DX_CUDA_ATT_FWD and DX_CUDA_ATT_BWD = i select variant i of the lists below (0 = the default;
  * for tuning with benchmarks/attention_bench.sh VARIANTS=...; an unknown i is the default); every
  * variant passes test_cuda_kernels' attention checks (DX_CUDA_TEST_ONLY=attention):
  *   forward  Dh 64:  0 (wgmma, 128 keys; elsewhere 8)  8 (4 warps, MT 2, 64 keys, Q in registers)
  *                    9 (wgmma, 64 keys)  10 (wgmma, 128 keys, one block per work tile)
+ *                    11 (wgmma, persistent, head after head)  12 (wgmma, 10 head after head)
  *                    1 (8, 1, 128)  2 (4, 1, 128)
  *                    3 (4, 2, 64, Q from shared memory)  4 (8, 1, 64, Q in registers)
- *            Dh 128: 0 (wgmma, 128 keys; elsewhere 8)  8 (4, 2, 64)  9 (wgmma, 64 keys)  10
+ *            Dh 128: 0 (wgmma, 128 keys; elsewhere 8)  8 (4, 2, 64)  9 (wgmma, 64 keys)  10 11 12
  *                    1 (4, 1, 64)  2 (8, 1, 64, Q in registers)  3 (4, 1, 128)  4 (8, 1, 32)
  *                    5 (8, 1, 64)  6 (4, 2, 32)  7 (8, 2, 32)
- *   backward Dh 128: 0 (8 warps, MT 1, 64 queries)  1 (4, 1, 32)  2 (8, 1, 32)  3 (4, 1, 64) */
+ *   backward Dh 64:  0 (wgmma; elsewhere 8)  9 (wgmma, longest first)  10 (wgmma, key-tile major)
+ *                    8 (4 warps, MT 2, 32 queries per tile)
+ *            Dh 128: 0 (wgmma; elsewhere 8)  9  10  8 (8 warps, MT 1, 64 queries)  1 (4, 1, 32)
+ *                    2 (8, 1, 32)  3 (4, 1, 64) */
 void dxc_attention_fwd_mma(dx_backend *be, void *o, void *lse, const void *q, const void *k,
                            const void *v, int ldkv, int B, int T, int H, int Hkv, int Dh)
 {
     const size_t kst = (size_t)ldkv;
     const int var = dxc(be)->attn_fwd_var;
-    if (dxc(be)->wgmma && (Dh == 64 || Dh == 128) && (var == 0 || var == 9 || var == 10)) {
-        /* one block per work tile at Dh 128 from seq 8192: 2.77 against 2.94 ms persistent at
-         * B 2 T 8192 H 32 (NOTES item 13); persistent is faster at every other shape timed */
-        const bool pers = var == 0 && !(Dh == 128 && T >= 8192);
+    if (dxc(be)->wgmma && (Dh == 64 || Dh == 128) && (var == 0 || (var >= 9 && var <= 12))) {
+        /* Work tiles longest first on a persistent grid, unless the K and V rows read by the
+         * tiles running at once (about min(SMs, B H) heads, G = H / Hkv sharing one kv head)
+         * exceed the L2 cache: then one block per work tile, the tiles of one head after
+         * another (0.854 against 0.895 ms at B 8 T 2048 H 32 Hkv 32 Dh 128, 1.48 against
+         * 1.58 at T 4096; slower at Dh 64 Hkv 4, where K and V fit: NOTES item 13) */
+        const double kv_live = (double)(B * H < dxc(be)->num_sms ? B * H : dxc(be)->num_sms) /
+                               (H / Hkv) * T * Dh * 2 * sizeof(bf16);
+        const bool l2_miss = kv_live > (double)dxc(be)->l2_bytes;
+        const bool pers = (var == 0 && !l2_miss) || var == 11;
+        const bool hm = (var == 0 && l2_miss) || var == 11 || var == 12;
         if (Dh == 64) {
             if (var == 9) fwd_wg_launch<64, 64>(be, o, lse, q, k, v, B, T, H, Hkv, kst);
-            else fwd_wg_launch<64, 128>(be, o, lse, q, k, v, B, T, H, Hkv, kst, pers);
+            else fwd_wg_launch<64, 128>(be, o, lse, q, k, v, B, T, H, Hkv, kst, pers, hm);
         } else {
             if (var == 9) fwd_wg_launch<128, 64>(be, o, lse, q, k, v, B, T, H, Hkv, kst);
-            else fwd_wg_launch<128, 128>(be, o, lse, q, k, v, B, T, H, Hkv, kst, pers);
+            else fwd_wg_launch<128, 128>(be, o, lse, q, k, v, B, T, H, Hkv, kst, pers, hm);
         }
         return;
     }
@@ -1517,7 +1540,11 @@ void dxc_attention_bwd_mma(dx_backend *be, void *dq, void *dk, void *dv, float *
 {
     const size_t kst = (size_t)ldkv;
     const int var = dxc(be)->attn_bwd_var;
-    const bool wg = dxc(be)->wgmma && var == 0; /* att_bwd_wg (not with DX_CUDA_DETERMINISTIC) */
+    /* att_bwd_wg (not with DX_CUDA_DETERMINISTIC): 1, or 2 with the key-tile-major grid */
+    const long nblk = (long)B * Hkv * ((T + 127) / 128);
+    const int wg = !dxc(be)->wgmma                                     ? 0
+                   : var == 0 ? (nblk >= 8L * dxc(be)->num_sms ? 2 : 1)
+                   : var == 9 ? 1 : var == 10 ? 2 : 0;
 #define BWD(...) bwd_launch<__VA_ARGS__>(be, dq, dk, dv, dq_acc, dout, q, k, v, lse, Dv, B, T, H, Hkv, kst, wg)
     switch (Dh) {
     case 32: BWD(32, 4, 2, 32, 32); break;

@@ -1876,13 +1876,14 @@ extern "C" dx_backend *dx_backend_cuda_create(int device, int nthreads)
         dx_fail("cuda backend: device %d does not exist (%d visible)", device, ndev);
         return NULL;
     }
-    int major = 0, minor = 0, nsm = 0, smem = 0;
+    int major = 0, minor = 0, nsm = 0, smem = 0, l2 = 0;
     e = cudaSetDevice(device);
     if (e == cudaSuccess) e = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
     if (e == cudaSuccess) e = cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device);
     if (e == cudaSuccess) e = cudaDeviceGetAttribute(&nsm, cudaDevAttrMultiProcessorCount, device);
     if (e == cudaSuccess)
         e = cudaDeviceGetAttribute(&smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
+    if (e == cudaSuccess) e = cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, device);
     if (e != cudaSuccess) {
         dx_fail("cuda backend: device %d: %s", device, cudaGetErrorString(e));
         return NULL;
@@ -1909,6 +1910,7 @@ extern "C" dx_backend *dx_backend_cuda_create(int device, int nthreads)
     im->device = device;
     im->num_sms = nsm > 0 ? nsm : 1;
     im->smem_optin = smem;
+    im->l2_bytes = l2;
     im->wgmma = major == 9; /* the build's sm_90a code; newer GPUs JIT the compute_90 PTX */
     const char *sync_env = getenv("DX_CUDA_SYNC");
     im->sync_each_op = sync_env && sync_env[0] && strcmp(sync_env, "0") != 0;

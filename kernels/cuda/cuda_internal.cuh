@@ -29,6 +29,7 @@ struct dxc_impl {
     int device;
     int num_sms;
     int smem_optin;     /* max dynamic shared memory per block (bytes) */
+    int l2_bytes;       /* L2 cache size (bytes) */
     int sync_each_op;   /* DX_CUDA_SYNC=1: synchronise and check after every op */
     int attn_simple;    /* DX_CUDA_ATTENTION=simple: CUDA-core attention kernels only */
     int attn_det;       /* DX_CUDA_DETERMINISTIC=1: two-kernel attention backward (no atomics) */
