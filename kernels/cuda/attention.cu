@@ -571,9 +571,11 @@ void dxc_attention_bwd(dx_backend *be, void *dq, void *dk, void *dv, const void 
     const float *L = (const float *)lse;
     if (!dxc(be)->attn_simple && ldkv % 8 == 0 && aligned16(dq) && aligned16(dk) && aligned16(dv) &&
         aligned16(dout) && aligned16(q) && aligned16(k) && aligned16(v) && aligned16(o)) {
-        /* scratch: D (rows floats, padded to 16 bytes), then dq's fp32 accumulator */
+        /* scratch: D (rows floats, padded to 16 bytes), then dq's fp32 accumulator (queries
+         * padded to a multiple of 64 for att_bwd_wg's tiles) */
         const size_t rows4 = (rows + 3) & ~(size_t)3;
-        float *Dv = (float *)dxc_scratch(be, (rows4 + rows * Dh) * sizeof(float), op);
+        const size_t acc = (size_t)B * H * ((T + 63) / 64) * 64 * Dh;
+        float *Dv = (float *)dxc_scratch(be, (rows4 + acc) * sizeof(float), op);
         const unsigned blocks = (unsigned)((rows * (Dh / 8) + 255) / 256);
         const bf16 *d_ = (const bf16 *)dout, *o_ = (const bf16 *)o;
         cudaStream_t st = dxc(be)->stream;

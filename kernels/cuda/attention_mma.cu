@@ -621,6 +621,24 @@ template <int N> __device__ __forceinline__ void setmaxnreg_dec()
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N));
 }
 
+/* global dst[0 .. bytes/4) += shared src[0 .. bytes/4) (fp32), one bulk asynchronous reduction by
+ * the calling thread (the TMA unit reads src after the call; bytes a multiple of 16, both
+ * 16-byte aligned); completes in this thread's bulk group */
+__device__ __forceinline__ void bulk_red_add_f32(float *dst, uint32_t src, int bytes)
+{
+    asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n" ::"l"(
+                     dst),
+                 "r"(src), "r"(bytes)
+                 : "memory");
+}
+__device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
+/* this thread's bulk groups have finished reading shared memory (READ) or completed */
+template <bool READ> __device__ __forceinline__ void bulk_wait()
+{
+    if (READ) asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
+    else asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
+}
+
 /* dst (shared-space address, swizzled [DH/64][ROWS][64] tile) <- rows r0 .. r0+ROWS-1 of src
  * (row stride `stride` elements), rows >= T zero-filled; NT threads numbered from tid, 16-byte
  * copies */
@@ -1019,12 +1037,20 @@ __global__ void __launch_bounds__(NW * 32)
 
 /* ---- backward on Hopper: dk, dv and dq on warpgroup MMAs --------------------------------- */
 
+/* att_bwd_wg's dq accumulator: per (b, h, 64-query tile) DH/64 pieces of 64 x 64 fp32, each
+ * contiguous, element (r, col) of a piece at r * 64 + 4 ((col / 4) ^ (r % 8)) + col % 4 (16-byte
+ * chunks swizzled, for conflict-free shared-memory stores); queries past T padded */
+__host__ __device__ constexpr size_t dq_tiled_off(int r, int col)
+{
+    return (size_t)r * 64 + 4 * ((col / 4) ^ (r % 8)) + col % 4;
+}
+
 template <int DH> constexpr size_t bwd_wg_smem()
 {
     /* alignment slack; K, V (128 keys); Q, dO (2 stages of 64 queries); dS^T (2 x 128 x 64);
-     * lse, D (2 stages of 64); mbarriers */
+     * lse, D (2 stages of 64); dq tiles (2 consumers x 64 x 64 fp32); mbarriers */
     return 1024 + (size_t)(2 * 128 * DH + 4 * 64 * DH + 2 * 128 * 64) * sizeof(bf16) +
-           4 * 64 * sizeof(float) + 64;
+           4 * 64 * sizeof(float) + 2 * 64 * 64 * sizeof(float) + 64;
 }
 
 /* The backward of att_bwd_dkdv_tc<DH, .., DQ = true> (same contract, FlashAttention-2's
@@ -1059,8 +1085,9 @@ __global__ void __launch_bounds__(384, 1)
     const uint32_t Ks = base, Vs = Ks + KB, Qs = Vs + KB, Os = Qs + 2 * QB, Ss = Os + 2 * QB;
     const uint32_t Lv = Ss + 2 * SB; /* float lse[2][BQ], D[2][BQ] */
     const float *Lg = (const float *)((const char *)smem_raw + (Lv - raw));
+    const uint32_t Dq = Lv + 4 * BQ * 4; /* float [2][BQ * 64] (dq_tiled_off) */
     /* mbarriers: full_kv, full[2], empty[2] */
-    const uint32_t bars = Lv + 4 * BQ * 4, full_kv = bars, full = bars + 8, empty = bars + 24;
+    const uint32_t bars = Dq + 2 * BQ * 64 * 4, full_kv = bars, full = bars + 8, empty = bars + 24;
 
     const int wg = threadIdx.x >> 7;
     /* grid (B Hkv, key tiles), long (early) key tiles first; key_x: (key tiles, B Hkv) */
@@ -1124,6 +1151,9 @@ __global__ void __launch_bounds__(384, 1)
     /* dq columns (Dh 128: this warpgroup's 64; Dh 64: all) and their B = K column block */
     const int dq_col = DH == 128 ? 64 * c : 0;
     const uint32_t kq = Ks + (DH == 128 ? c * KB / 2 : 0);
+    const uint32_t dqs = Dq + c * BQ * 64 * 4; /* this consumer's dq tile */
+    const int nt64 = (T + 63) / 64;
+    const int tid = threadIdx.x & 127;
 
     mbar_wait(full_kv, 0);
     for (int it = 0; it < niter; it++) {
@@ -1185,13 +1215,28 @@ __global__ void __launch_bounds__(384, 1)
             reg_fence(dkf);
             reg_fence(dvf);
             if (lane == 0) mbar_arrive(empty + 8 * st);
+            /* dq tile -> this consumer's shared buffer (once its previous reduction has read
+             * it), then one bulk reduction of the 16 KB into dq_acc's piece (FlashAttention-3
+             * adds its dq tiles with TMA reductions likewise) */
+            if (tid == 0) bulk_wait<true>();
+            bar_sync(3 + c, 128);
 #pragma unroll
             for (int hh = 0; hh < 2; hh++) {
-                const int qi = i0 + 16 * warp + g + 8 * hh;
-                if (qi >= T) continue;
-                float *dst = dq_acc + ((size_t)b * T + qi) * qst + (size_t)h * DH + dq_col + 2 * t;
+                const int r = 16 * warp + g + 8 * hh;
 #pragma unroll
-                for (int n = 0; n < NN; n++) red_add2(dst + 8 * n, dqa[0][n][2 * hh], dqa[0][n][2 * hh + 1]);
+                for (int n = 0; n < NN; n++)
+                    asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(
+                                     dqs + 4 * (uint32_t)dq_tiled_off(r, 8 * n + 2 * t)),
+                                 "f"(dqa[0][n][2 * hh]), "f"(dqa[0][n][2 * hh + 1])
+                                 : "memory");
+            }
+            fence_proxy_async();
+            bar_sync(3 + c, 128);
+            if (tid == 0) {
+                bulk_red_add_f32(dq_acc + (((size_t)b * H + h) * nt64 + i0 / 64) * 64 * DH +
+                                     (size_t)dq_col * 64,
+                                 dqs, 64 * 64 * 4);
+                bulk_commit();
             }
         } else {
             wg_wait<0>();
@@ -1201,6 +1246,7 @@ __global__ void __launch_bounds__(384, 1)
         }
     }
     store_dk_dv<1, NDT>(dk, dv, dka, dva, wk0, b, kh, T, kst, scale, t, g);
+    if (tid == 0) bulk_wait<false>(); /* the last dq reduction, before the block exits */
 #else
     __trap(); /* dispatched only on sm_90 (dxc_impl.wgmma) */
 #endif
@@ -1408,6 +1454,26 @@ __global__ void att_dq_from_acc(bf16 *__restrict__ dq, const float *__restrict__
     }
 }
 
+/* dq[b, t, h, :] = bf16(acc * scale) from att_bwd_wg's tiled accumulator (dq_tiled_off), 4
+ * elements per thread */
+template <int DH>
+__global__ void att_dq_from_tiles(bf16 *__restrict__ dq, const float *__restrict__ acc, int T,
+                                  int H, float scale)
+{
+    const size_t n4 = (size_t)T * H * DH / 4; /* of batch b = blockIdx.y */
+    const int nt64 = (T + 63) / 64, b = blockIdx.y;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n4;
+         i += (size_t)gridDim.x * blockDim.x) {
+        const int d = (int)(i % (DH / 4)) * 4, h = (int)(i / (DH / 4) % H),
+                  t = (int)(i / (DH / 4) / H);
+        const float4 a = *(const float4 *)(acc + (((size_t)b * H + h) * nt64 + t / 64) * 64 * DH +
+                                           (size_t)(d / 64) * 4096 + dq_tiled_off(t % 64, d % 64));
+        __nv_bfloat162 *o = (__nv_bfloat162 *)(dq + (((size_t)b * T + t) * H + h) * DH + d);
+        o[0] = __floats2bfloat162_rn(a.x * scale, a.y * scale);
+        o[1] = __floats2bfloat162_rn(a.z * scale, a.w * scale);
+    }
+}
+
 /* The backward in one of two forms:
  *   fused (default): dk, dv and dq in one kernel, dq accumulated in fp32 with vector atomics
  *     (5 tile products, FlashAttention-2's form); the order of the atomic additions varies
@@ -1427,13 +1493,22 @@ void bwd_launch(dx_backend *be, void *dq, void *dk, void *dv, float *dq_acc, con
     const char *op = "attention_bwd";
     const size_t n = (size_t)B * T * H * DH;
     cudaStream_t st = dxc(be)->stream;
-    DXC_CHECK(op, cudaMemsetAsync(dq_acc, 0, n * sizeof(float), st));
     if constexpr (DH == 64 || DH == 128) {
-        if (wg) dkdv_wg_launch<DH>(be, dk, dv, dq_acc, dout, q, k, v, lse, Dv, B, T, H, Hkv, kst, wg == 2);
-        else dkdv_launch<DH, NW, MT, BQ, true>(be, dk, dv, dq_acc, dout, q, k, v, lse, Dv, B, T, H, Hkv, kst);
-    } else {
-        dkdv_launch<DH, NW, MT, BQ, true>(be, dk, dv, dq_acc, dout, q, k, v, lse, Dv, B, T, H, Hkv, kst);
+        if (wg) { /* the tiled accumulator (dq_tiled_off) */
+            const size_t nt = (size_t)B * H * ((T + 63) / 64) * 64 * DH;
+            DXC_CHECK(op, cudaMemsetAsync(dq_acc, 0, nt * sizeof(float), st));
+            dkdv_wg_launch<DH>(be, dk, dv, dq_acc, dout, q, k, v, lse, Dv, B, T, H, Hkv, kst, wg == 2);
+            const size_t per_b = (size_t)T * H * DH / 4;
+            size_t blocks = (per_b + 255) / 256;
+            if (blocks > (size_t)dxc(be)->num_sms * 16 / B + 1) blocks = (size_t)dxc(be)->num_sms * 16 / B + 1;
+            att_dq_from_tiles<DH><<<dim3((unsigned)blocks, (unsigned)B), 256, 0, st>>>(
+                (bf16 *)dq, dq_acc, T, H, (float)(1.0 / sqrt((double)DH)));
+            DXC_LAUNCHED(be, op);
+            return;
+        }
     }
+    DXC_CHECK(op, cudaMemsetAsync(dq_acc, 0, n * sizeof(float), st));
+    dkdv_launch<DH, NW, MT, BQ, true>(be, dk, dv, dq_acc, dout, q, k, v, lse, Dv, B, T, H, Hkv, kst);
     const size_t n4 = n / 4;
     size_t blocks = (n4 + 255) / 256;
     if (blocks > (size_t)dxc(be)->num_sms * 16) blocks = (size_t)dxc(be)->num_sms * 16;
