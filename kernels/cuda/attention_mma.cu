@@ -627,12 +627,14 @@ template <int N> __device__ __forceinline__ void setmaxnreg_dec()
  * 16-byte aligned); completes in this thread's bulk group */
 __device__ __forceinline__ void bulk_red_add_f32(float *dst, uint32_t src, int bytes)
 {
-    asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n" ::"l"(
-                     dst),
-                 "r"(src), "r"(bytes)
+    asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n"
+                 ::"l"(dst), "r"(src), "r"(bytes)
                  : "memory");
 }
-__device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
+__device__ __forceinline__ void bulk_commit()
+{
+    asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+}
 /* this thread's bulk groups have finished reading shared memory (READ) or completed */
 template <bool READ> __device__ __forceinline__ void bulk_wait()
 {
@@ -1501,10 +1503,10 @@ void bwd_launch(dx_backend *be, void *dq, void *dk, void *dv, float *dq_acc, con
         if (wg) { /* the tiled accumulator (dq_tiled_off) */
             const size_t nt = (size_t)B * H * ((T + 63) / 64) * 64 * DH;
             DXC_CHECK(op, cudaMemsetAsync(dq_acc, 0, nt * sizeof(float), st));
-            dkdv_wg_launch<DH>(be, dk, dv, dq_acc, dout, q, k, v, lse, Dv, B, T, H, Hkv, kst, wg == 2);
-            const size_t per_b = (size_t)T * H * DH / 4;
-            size_t blocks = (per_b + 255) / 256;
-            if (blocks > (size_t)dxc(be)->num_sms * 16 / B + 1) blocks = (size_t)dxc(be)->num_sms * 16 / B + 1;
+            dkdv_wg_launch<DH>(be, dk, dv, dq_acc, dout, q, k, v, lse, Dv, B, T, H, Hkv, kst,
+                               wg == 2);
+            const size_t per_b = (size_t)T * H * DH / 4, cap = (size_t)dxc(be)->num_sms * 16 / B + 1;
+            const size_t blocks = (per_b + 255) / 256 < cap ? (per_b + 255) / 256 : cap;
             att_dq_from_tiles<DH><<<dim3((unsigned)blocks, (unsigned)B), 256, 0, st>>>(
                 (bf16 *)dq, dq_acc, T, H, (float)(1.0 / sqrt((double)DH)));
             DXC_LAUNCHED(be, op);
@@ -1624,7 +1626,8 @@ void dxc_attention_bwd_mma(dx_backend *be, void *dq, void *dk, void *dv, float *
     const int wg = !dxc(be)->wgmma                                     ? 0
                    : var == 0 ? (nblk >= 8L * dxc(be)->num_sms ? 2 : 1)
                    : var == 9 ? 1 : var == 10 ? 2 : 0;
-#define BWD(...) bwd_launch<__VA_ARGS__>(be, dq, dk, dv, dq_acc, dout, q, k, v, lse, Dv, B, T, H, Hkv, kst, wg)
+#define BWD(...)                                                                                   \
+    bwd_launch<__VA_ARGS__>(be, dq, dk, dv, dq_acc, dout, q, k, v, lse, Dv, B, T, H, Hkv, kst, wg)
     switch (Dh) {
     case 32: BWD(32, 4, 2, 32, 32); break;
     case 64: BWD(64, 4, 2, 32, 32); break;
