@@ -158,6 +158,12 @@ struct dx_backend {
     void (*gemm)(dx_backend *be, int trans_a, int trans_b, int M, int N, int K, float alpha,
                  const void *A, int lda, const void *B, int ldb, float beta, void *C, int ldc,
                  int c_acc);
+    /* C[M,N] = op(A) @ op(B) + R[M,N], all X (fp32 accumulation), R with row stride ldr, R and C
+     * distinct or the same matrix: a linear layer plus the residual (h = x + a W_o^T) without
+     * copying x into h first. Otherwise as gemm. NULL where a backend has none: the caller copies
+     * R into C and calls gemm with beta = 1 (the same sum). */
+    void (*gemm_res)(dx_backend *be, int trans_a, int trans_b, int M, int N, int K, const void *A,
+                     int lda, const void *B, int ldb, const void *R, int ldr, void *C, int ldc);
 
     /* RMSNorm (Zhang & Sennrich 2019; HF LlamaRMSNorm):
      *   rstd[i] = 1 / sqrt(mean_j x[i,j]^2 + eps) ;  y[i,j] = w[j] * (x[i,j] * rstd[i])

@@ -398,6 +398,57 @@ static void test_gemm(uint64_t seed, int ta, int tb, int M, int N, int K, float 
     cfree(cc);
 }
 
+/* gemm_res: C = op(A) op(B) + R against the CPU's gemm (beta 1) onto a copy of R. pad > 0:
+ * odd row strides (lda, ldb, ldr, ldc padded by pad), which take the copy-and-gemm path;
+ * pad == 0: dense 16-byte-aligned rows (cuBLASLt). inplace: R is C. R must stay as it was and
+ * C's row padding untouched. */
+static void test_gemm_res(uint64_t seed, int ta, int tb, int M, int N, int K, int pad, int inplace)
+{
+    int lda = (ta ? M : K) + pad, ra = ta ? K : M;
+    int ldb = (tb ? K : N) + pad, rb = tb ? N : K;
+    int ldc = N + pad, ldr = inplace ? ldc : N + 2 * pad;
+    size_t na = (size_t)ra * lda, nb = (size_t)rb * ldb, nc = (size_t)M * ldc, nr = (size_t)M * ldr;
+    float *A = hrand(na, seed, 1, 0, 1), *Bm = hrand(nb, seed + 1, 1, 0, 1);
+    float *R = hrand(nr, seed + 2, 1, 0, 1), *C0 = hrand(nc, seed + 3, 1, 0, 1);
+    void *ga = g_from(A, na, BF), *gb = g_from(Bm, nb, BF), *gr = g_from(R, nr, BF);
+    void *gc = inplace ? gr : g_from(C0, nc, BF);
+    float *Rc = xmalloc(nc * sizeof(float)); /* the CPU's C: R in C's layout, padding C0's */
+    memcpy(Rc, inplace ? R : C0, nc * sizeof(float));
+    for (int i = 0; i < M && !inplace; i++) memcpy(Rc + (size_t)i * ldc, R + (size_t)i * ldr, (size_t)N * sizeof(float));
+    void *ca = c_from(A, na), *cb = c_from(Bm, nb), *cc = c_from(Rc, nc);
+    gpu->gemm_res(gpu, ta, tb, M, N, K, ga, lda, gb, ldb, gr, ldr, gc, ldc);
+    cpu->gemm(cpu, ta, tb, M, N, K, 1.0f, ca, lda, cb, ldb, 1.0f, cc, ldc, 0);
+    float *C = g_get(gc, nc, BF), *Cr = cc;
+    float *blk = xmalloc((size_t)M * N * sizeof(float)), *rblk = xmalloc((size_t)M * N * sizeof(float));
+    size_t padbad = 0;
+    for (int i = 0; i < M; i++) {
+        memcpy(blk + (size_t)i * N, C + (size_t)i * ldc, (size_t)N * sizeof(float));
+        memcpy(rblk + (size_t)i * N, Cr + (size_t)i * ldc, (size_t)N * sizeof(float));
+        for (int j = N; j < ldc; j++) padbad += memcmp(&C[(size_t)i * ldc + j], &Rc[(size_t)i * ldc + j], 4) != 0;
+    }
+    char shape[96];
+    snprintf(shape, sizeof shape, "ta=%d tb=%d M=%d N=%d K=%d pad=%d%s", ta, tb, M, N, K, pad, inplace ? " R=C" : "");
+    report("gemm_res", shape, relerr(blk, rblk, (size_t)M * N), B_X);
+    report("gemm_res ldc padding kept", shape, (double)padbad, 0);
+    if (!inplace) {
+        float *Ra = g_get(gr, nr, BF);
+        report("gemm_res R unchanged", shape, mismatches(R, Ra, nr), 0);
+        free(Ra);
+    }
+    free(C);
+    free(blk);
+    free(rblk);
+    free(A);
+    free(Bm);
+    free(R);
+    free(C0);
+    free(Rc);
+    gfree(ga);
+    gfree(gb);
+    gfree(gr);
+    if (!inplace) gfree(gc);
+}
+
 /* ============================================================================================
  * rmsnorm
  * ========================================================================================== */
@@ -1062,6 +1113,18 @@ int main(void)
                         test_gemm(seed += 10, ta, tb, gs[s][0], gs[s][1], gs[s][2], 0.0f, c_acc);
                         test_gemm(seed += 10, ta, tb, gs[s][0], gs[s][1], gs[s][2], 0.5f, c_acc);
                     }
+        /* gemm_res: the residual layer shape (ta 0, tb 1) and the others, dense and padded */
+        const int rs[][3] = {{128, 256, 512}, {40, 64, 96}, {7, 13, 96}, {64, 2048, 2048}};
+        for (size_t s = 0; s < sizeof rs / sizeof rs[0]; s++)
+            for (int ta = 0; ta < 2; ta++)
+                for (int tb = 0; tb < 2; tb++) {
+                    const int pad = rs[s][1] % 8 ? 3 : 0;
+                    test_gemm_res(seed += 10, ta, tb, rs[s][0], rs[s][1], rs[s][2], pad, 0);
+                    if (ta == 0 && tb == 1) {
+                        test_gemm_res(seed += 10, ta, tb, rs[s][0], rs[s][1], rs[s][2], pad, 1);
+                        if (!pad) test_gemm_res(seed += 10, ta, tb, rs[s][0], rs[s][1], rs[s][2], 5, 0);
+                    }
+                }
 
         const int rn[] = {7, 129}, rd[] = {13, 96, 2048};
         for (int a = 0; a < 2; a++)

@@ -176,6 +176,39 @@ static void test_accumulation(void)
     rig_free(&b);
 }
 
+/* A fresh gradient (dx_group.grad_fresh, the buffer full of garbage) is overwritten: the same
+ * gradient, bitwise, as accumulating into zeros; the flag is cleared, so a second micro-batch
+ * accumulates (x + x = 2x exactly). */
+static void test_fresh_gradient(void)
+{
+    rig a, b;
+    rig_init(&a, 2, 6, 5);
+    rig_init(&b, 2, 6, 5);
+    const int ng = dx_model_num_groups(b.m);
+    for (int g = 0; g < ng; g++) {
+        for (size_t i = 0; i < dx_model_group(b.m, g)->numel; i++) b.grad[g][i] = NAN;
+        dx_model_group(b.m, g)->grad_fresh = 1;
+    }
+    for (int k = 0; k < 2; k++) {
+        if (dx_model_forward(a.m, a.ids, a.tg, 2, 6, a.loss, 1, 0.1f) || dx_model_backward(a.m) ||
+            dx_model_forward(b.m, b.ids, b.tg, 2, 6, b.loss, 1, 0.1f) || dx_model_backward(b.m))
+            exit(2);
+        size_t differ = 0, total = 0, cleared = 0;
+        for (int g = 0; g < ng; g++) {
+            cleared += dx_model_group(b.m, g)->grad_fresh == 0;
+            for (size_t i = 0; i < dx_model_group(a.m, g)->numel; i++, total++)
+                differ += !(a.grad[g][i] == b.grad[g][i]); /* (NaN left over: differs) */
+        }
+        char what[120];
+        snprintf(what, sizeof what, "fresh gradients: backward %d == accumulated into zeros, bitwise (%zu elements)",
+                 k + 1, total);
+        check(differ == 0 && total > 0, what, (double)differ, 0);
+        check(cleared == (size_t)ng, "fresh gradients: every group's flag cleared by its backward", (double)(ng - (int)cleared), 0);
+    }
+    rig_free(&a);
+    rig_free(&b);
+}
+
 static void test_schedule(void)
 {
     dx_config c;
@@ -198,6 +231,7 @@ int main(void)
 {
     test_gradients();
     test_accumulation();
+    test_fresh_gradient();
     test_schedule();
     printf("%d passed, %d failed\n", passed, failed);
     return failed ? 1 : 0;

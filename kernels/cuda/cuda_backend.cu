@@ -545,6 +545,104 @@ static void cuda_gemm(dx_backend *be, int trans_a, int trans_b, int M, int N, in
     if (im->sync_each_op) DXC_CHECK("gemm", cudaStreamSynchronize(im->stream));
 }
 
+/* gemm_res through cuBLASLt: C = op(A) op(B) + R with R and C distinct matrices, which
+ * cublasGemmEx (C in, C out) cannot do. The mapping to column-major is cuda_gemm's, with R as
+ * cuBLASLt's C and C as its D. Descriptors and the heuristic's first algorithm are kept per
+ * shape (a transformer has a handful of GEMM shapes); reduced-precision split-K reductions are
+ * excluded as in cuda_gemm (CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION). */
+#define DXC_LT_PLANS 32
+struct dxc_lt_plan {
+    int key[9]; /* trans_a, trans_b, M, N, K, lda, ldb, ldr, ldc */
+    cublasLtMatmulDesc_t desc;
+    cublasLtMatrixLayout_t la, lb, lc, ld;
+    cublasLtMatmulAlgo_t algo;
+    int ok; /* the heuristic found an algorithm */
+};
+
+static void lt_plan_free(struct dxc_lt_plan *p)
+{
+    if (p->desc) cublasLtMatmulDescDestroy(p->desc);
+    cublasLtMatrixLayout_t *l[4] = {&p->la, &p->lb, &p->lc, &p->ld};
+    for (int i = 0; i < 4; i++)
+        if (*l[i]) cublasLtMatrixLayoutDestroy(*l[i]);
+    memset(p, 0, sizeof *p);
+}
+
+/* The plan of a shape (made on first use); NULL when cuBLASLt has no algorithm for it or the
+ * table is full. */
+static struct dxc_lt_plan *lt_plan(dx_backend *be, const int key[9])
+{
+    dxc_impl *im = dxc(be);
+    for (int i = 0; i < im->lt_nplans; i++)
+        if (!memcmp(im->lt_plans[i].key, key, sizeof im->lt_plans[i].key))
+            return im->lt_plans[i].ok ? &im->lt_plans[i] : NULL;
+    if (!im->lt_plans) im->lt_plans = (struct dxc_lt_plan *)calloc(DXC_LT_PLANS, sizeof *im->lt_plans);
+    if (!im->lt_plans || im->lt_nplans == DXC_LT_PLANS) return NULL;
+    struct dxc_lt_plan *p = &im->lt_plans[im->lt_nplans++];
+    memset(p, 0, sizeof *p);
+    memcpy(p->key, key, sizeof p->key);
+    const int ta = key[0], tb = key[1], M = key[2], N = key[3], K = key[4];
+    cublasOperation_t opa = tb ? CUBLAS_OP_T : CUBLAS_OP_N, opb = ta ? CUBLAS_OP_T : CUBLAS_OP_N;
+    cublasLtMatmulPreference_t pref = NULL;
+    cublasLtMatmulHeuristicResult_t res;
+    int found = 0;
+    const uint32_t scheme = CUBLASLT_REDUCTION_SCHEME_MASK & ~CUBLASLT_REDUCTION_SCHEME_OUTPUT_TYPE;
+    const uint64_t ws = im->blas_ws_bytes;
+    bool good = cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F) == CUBLAS_STATUS_SUCCESS &&
+                cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa) == CUBLAS_STATUS_SUCCESS &&
+                cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb) == CUBLAS_STATUS_SUCCESS &&
+                (im->gemm_sms <= 0 ||
+                 cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET, &im->gemm_sms,
+                                                sizeof im->gemm_sms) == CUBLAS_STATUS_SUCCESS) &&
+                /* stored (before op) column-major: A' = B is N x K (K x N transposed), B' = A K x M */
+                cublasLtMatrixLayoutCreate(&p->la, CUDA_R_16BF, tb ? K : N, tb ? N : K, key[6]) == CUBLAS_STATUS_SUCCESS &&
+                cublasLtMatrixLayoutCreate(&p->lb, CUDA_R_16BF, ta ? M : K, ta ? K : M, key[5]) == CUBLAS_STATUS_SUCCESS &&
+                cublasLtMatrixLayoutCreate(&p->lc, CUDA_R_16BF, N, M, key[7]) == CUBLAS_STATUS_SUCCESS &&
+                cublasLtMatrixLayoutCreate(&p->ld, CUDA_R_16BF, N, M, key[8]) == CUBLAS_STATUS_SUCCESS &&
+                cublasLtMatmulPreferenceCreate(&pref) == CUBLAS_STATUS_SUCCESS &&
+                cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws) ==
+                    CUBLAS_STATUS_SUCCESS &&
+                cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &scheme,
+                                                     sizeof scheme) == CUBLAS_STATUS_SUCCESS &&
+                cublasLtMatmulAlgoGetHeuristic(im->lt, p->desc, p->la, p->lb, p->lc, p->ld, pref, 1, &res, &found) ==
+                    CUBLAS_STATUS_SUCCESS &&
+                found > 0;
+    if (pref) cublasLtMatmulPreferenceDestroy(pref);
+    if (!good) { /* kept (ok = 0, key set) so the shape is not looked up again */
+        lt_plan_free(p);
+        memcpy(p->key, key, sizeof p->key);
+        return NULL;
+    }
+    p->algo = res.algo;
+    p->ok = 1;
+    return p;
+}
+
+static void cuda_gemm_res(dx_backend *be, int trans_a, int trans_b, int M, int N, int K,
+                          const void *A, int lda, const void *B, int ldb, const void *R, int ldr,
+                          void *C, int ldc)
+{
+    if (M <= 0 || N <= 0) return;
+    dxc_impl *im = dxc(be);
+    DXC_ENTER(be, "gemm_res");
+    const int key[9] = {trans_a, trans_b, M, N, K, lda, ldb, ldr, ldc};
+    struct dxc_lt_plan *p = K > 0 && !im->lt_off && im->lt && al16(A) && al16(B) && al16(R) && al16(C) &&
+                                    lda % 8 == 0 && ldb % 8 == 0 && ldr % 8 == 0 && ldc % 8 == 0
+                                ? lt_plan(be, key)
+                                : NULL;
+    if (!p) { /* R copied into C, then C += op(A) op(B) */
+        if (R != C)
+            DXC_CHECK("gemm_res", cudaMemcpy2DAsync(C, (size_t)ldc * 2, R, (size_t)ldr * 2, (size_t)N * 2, (size_t)M,
+                                                    cudaMemcpyDeviceToDevice, im->stream));
+        cuda_gemm(be, trans_a, trans_b, M, N, K, 1.0f, A, lda, B, ldb, 1.0f, C, ldc, 0);
+        return;
+    }
+    const float alpha = 1.0f, beta = 1.0f;
+    DXC_BLAS("gemm_res", cublasLtMatmul(im->lt, p->desc, &alpha, B, p->la, A, p->lb, &beta, R, p->lc, C, p->ld,
+                                        &p->algo, im->blas_ws, im->blas_ws_bytes, im->stream));
+    if (im->sync_each_op) DXC_CHECK("gemm_res", cudaStreamSynchronize(im->stream));
+}
+
 /* ============================================================================================
  * RMSNorm: one warp per row (DXC_RMS_ROWS rows per 256-thread block), row sums by warp
  * shuffles (each lane sums its columns in order, then a fixed xor butterfly: deterministic).
@@ -1739,14 +1837,31 @@ static void cuda_adamw(dx_backend *be, void *master, void *work, const void *gra
 
 #define DXC_SUMSQ_BLOCKS 1024
 
+/* 16-byte loads where x is 16-byte aligned (4 MB in flight over the 1024 x 256 threads, which
+ * the HBM's bandwidth-latency product needs; 4-byte loads reached ~2 TB/s), the n % 4 last
+ * elements by block 0; 4-byte loads otherwise. */
 static __global__ void __launch_bounds__(DXC_THREADS)
     k_sumsq_part(double *__restrict__ part, const float *__restrict__ x, size_t n)
 {
     double s = 0;
-    DXC_FOR(i, n)
-    {
-        const double xi = (double)x[i];
-        s += xi * xi;
+    if (((uintptr_t)x & 15u) == 0) {
+        const size_t n4 = n / 4;
+        DXC_FOR(i, n4)
+        {
+            const float4 v = reinterpret_cast<const float4 *>(x)[i];
+            const double a = v.x, b = v.y, c = v.z, d = v.w;
+            s += a * a + b * b + c * c + d * d;
+        }
+        if (blockIdx.x == 0 && threadIdx.x < n - 4 * n4) {
+            const double xi = (double)x[4 * n4 + threadIdx.x];
+            s += xi * xi;
+        }
+    } else {
+        DXC_FOR(i, n)
+        {
+            const double xi = (double)x[i];
+            s += xi * xi;
+        }
     }
     s = block_sum(s);
     if (threadIdx.x == 0) part[blockIdx.x] = s;
@@ -1758,7 +1873,7 @@ static void cuda_sumsq(dx_backend *be, void *out, const void *x, size_t n)
     dxc_impl *im = dxc(be);
     DXC_ENTER(be, "sumsq");
     /* the block count depends on n only, so the summation order is fixed */
-    size_t nb = (n + 8 * DXC_THREADS - 1) / (8 * DXC_THREADS);
+    size_t nb = (n + 16 * DXC_THREADS - 1) / (16 * DXC_THREADS);
     if (nb > DXC_SUMSQ_BLOCKS) nb = DXC_SUMSQ_BLOCKS;
     double *part = (double *)dxc_scratch(be, nb * sizeof(double), "sumsq");
     k_sumsq_part<<<(unsigned)nb, DXC_THREADS, 0, im->stream>>>(part, (const float *)x, n);
@@ -1826,6 +1941,9 @@ static void cuda_destroy(dx_backend *be)
             fprintf(stderr, "dissect cuda backend: destroy: %s (releasing anyway)\n",
                     cudaGetErrorString(e));
         if (im->blas) cublasDestroy(im->blas);
+        for (int i = 0; i < im->lt_nplans; i++) lt_plan_free(&im->lt_plans[i]);
+        free(im->lt_plans);
+        if (im->lt) cublasLtDestroy(im->lt);
         for (size_t i = 0; i < im->cap; i++) { /* the backend's own buffers and any leftovers */
             if (!im->slots[i].p) continue;
             cudaFree(im->slots[i].p);
@@ -1941,6 +2059,7 @@ extern "C" dx_backend *dx_backend_cuda_create(int device, int nthreads)
     be->fence = cuda_fence;
     be->copy_stream = cuda_copy_stream;
     be->gemm = cuda_gemm;
+    be->gemm_res = cuda_gemm_res;
     be->rmsnorm_fwd = cuda_rmsnorm_fwd;
     be->rmsnorm_bwd = cuda_rmsnorm_bwd;
     be->rope_fwd = cuda_rope_fwd;
@@ -1996,7 +2115,14 @@ extern "C" dx_backend *dx_backend_cuda_create(int device, int nthreads)
                                                         CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION));
     const char *sms_env = getenv("DX_CUDA_GEMM_SMS");
     int sms = sms_env ? atoi(sms_env) : 0;
-    if (bs == CUBLAS_STATUS_SUCCESS && sms > 0 && sms < im->num_sms) bs = cublasSetSmCountTarget(im->blas, sms);
+    if (bs == CUBLAS_STATUS_SUCCESS && sms > 0 && sms < im->num_sms) {
+        bs = cublasSetSmCountTarget(im->blas, sms);
+        im->gemm_sms = sms;
+    }
+    if (bs == CUBLAS_STATUS_SUCCESS) bs = cublasLtCreate(&im->lt);
+    if (bs != CUBLAS_STATUS_SUCCESS) im->lt = NULL;
+    const char *res_env = getenv("DX_CUDA_GEMM_RES");
+    im->lt_off = res_env && !strcmp(res_env, "0");
     if (bs != CUBLAS_STATUS_SUCCESS) {
         dx_fail("cuda backend: device %d: cuBLAS setup: %s", device, cublasGetStatusString(bs));
         cuda_destroy(be);

@@ -3,6 +3,7 @@
 #ifndef DX_CUDA_INTERNAL_CUH
 #define DX_CUDA_INTERNAL_CUH
 
+#include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -46,8 +47,12 @@ struct dxc_impl {
     int fence_next;
     int copy_next;           /* next ticket */
     cublasHandle_t blas;
-    void *blas_ws;      /* cuBLAS workspace (via the backend allocator) */
+    void *blas_ws;      /* cuBLAS workspace (via the backend allocator), also cuBLASLt's */
     size_t blas_ws_bytes;
+    int gemm_sms;       /* DX_CUDA_GEMM_SMS: SM count target of the GEMMs (0: all) */
+    cublasLtHandle_t lt; /* gemm_res: cuBLASLt (its output may be a matrix other than its C) */
+    struct dxc_lt_plan *lt_plans; /* descriptors and algorithm per GEMM shape, looked up once */
+    int lt_nplans, lt_off; /* DX_CUDA_GEMM_RES=0: gemm_res as a copy and a cuBLAS GEMM */
     dxc_slot *slots;    /* live allocations */
     size_t cap, count;
     void *scratch;      /* op workspace, grown on demand (stream-ordered reuse) */

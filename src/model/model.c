@@ -79,6 +79,8 @@ struct dx_model {
     int drop_on;        /* the running forward or backward drops (training) */
     uint64_t drop_row0; /* its micro-batch's first global token */
     void *dwscr; /* A [D]: the frozen norms' weight gradient, computed and dropped */
+    float wbeta; /* beta of the weight-gradient GEMMs of the group in backward: 0 on a fresh
+                  * gradient (grad_begin), else 1 (accumulate) */
     dx_tracer *tr;
 
     /* scratch shared by all slots (one forward or backward runs at a time); dk|dv and dg|du are
@@ -595,6 +597,7 @@ static int hook(dx_model *m, int g, dx_hook_kind k)
     return m->hook ? m->hook(m->hook_ctx, g, k) : 0;
 }
 
+
 /* Module spans (trace.level module or op). */
 #define MOD_BEGIN(m) int64_t mod_t0_ = dx_tr_on((m)->tr, 1) ? dx_tr_begin((m)->tr) : 0
 #define MOD_END(m, module, layer)                                                               \
@@ -603,6 +606,36 @@ static int hook(dx_model *m, int g, dx_hook_kind k)
             dx_tr_end((m)->tr, mod_t0_, (module), (layer), DX_OP_MODULE, DX_STREAM_COMPUTE, 0, 0); \
     } while (0)
 #define OP(module, layer, op, flops, bytes, call) DX_TRACE_OP(m->tr, module, layer, op, flops, bytes, call)
+
+/* Before group gi's gradient is first written in a backward (after its PRE_BACKWARD hook): a
+ * fresh gradient (dx_group.grad_fresh) is overwritten instead of accumulated into. A decoder
+ * layer's matrices (q, k|v, o, gate|up, down: each one weight-gradient GEMM's whole output,
+ * unless k/v are replicated over TP and only one head's rows are written) and the head's lm_head
+ * take beta 0 (m->wbeta), their norm weights (accumulated by rmsnorm_bwd) are zeroed; every other
+ * group (the embedding's scatter-add, LoRA adapters, replicated k/v) is zeroed whole and
+ * accumulated into. Sets m->wbeta for the group's GEMMs and clears the flag. */
+static void grad_begin(dx_model *m, int gi)
+{
+    dx_group *G = &m->groups[gi];
+    m->wbeta = 1.0f;
+    if (!G->grad || !G->grad_fresh) return;
+    G->grad_fresh = 0;
+    dx_backend *be = m->be;
+    const int layer = G->module == DX_MOD_LAYER && m->lora_r == 0 && !m->kv_repl;
+    if (layer || gi == m->ghead) {
+        const size_t D = (size_t)m->D;
+        const int mod = layer ? DX_MOD_LAYER : DX_MOD_LM_HEAD;
+        if (layer) {
+            OP(mod, G->layer, DX_OP_MEMSET, 0, (int64_t)(D * m->as), be->zero(be, at(G->grad, m->o_ln1, m->as), D * m->as));
+            OP(mod, G->layer, DX_OP_MEMSET, 0, (int64_t)(D * m->as), be->zero(be, at(G->grad, m->o_ln2, m->as), D * m->as));
+        } else {
+            OP(mod, G->layer, DX_OP_MEMSET, 0, (int64_t)(D * m->as), be->zero(be, at(G->grad, m->o_normf, m->as), D * m->as));
+        }
+        m->wbeta = 0.0f;
+        return;
+    }
+    OP(G->module, G->layer, DX_OP_MEMSET, 0, (int64_t)(G->numel * m->as), be->zero(be, G->grad, G->numel * m->as));
+}
 
 /* ---- TP collectives (over m->tpc, in place or into a separate buffer), traced as the op of
  * module / layer (device marks when the comm leaves some, else the host times). ---- */
@@ -664,7 +697,8 @@ static void linear_fwd(dx_model *m, int module, int layer, void *y, const void *
     linear_fwd_ld(m, module, layer, y, out, x, W, N, in, out, beta);
 }
 
-/* dx[N,in] (beta) = dy[N,out] W[out,in];  dW[out,in] += dy^T x; dy's rows are ldy apart */
+/* dx[N,in] (beta) = dy[N,out] W[out,in];  dW[out,in] (m->wbeta) = dy^T x; dy's rows are ldy
+ * apart */
 static void linear_bwd_ld(dx_model *m, int module, int layer, void *dx, void *dW, const void *dy,
                           int ldy, const void *x, const void *W, int N, int in, int out, float beta)
 {
@@ -672,8 +706,8 @@ static void linear_bwd_ld(dx_model *m, int module, int layer, void *dx, void *dW
     OP(module, layer, DX_OP_GEMM, gemm_flops(N, in, out), gemm_bytes(m, N, in, out, 0, beta != 0),
        be->gemm(be, 0, 0, N, in, out, 1.0f, dy, ldy, W, in, beta, dx, in, 0));
     if (dW) /* NULL: W is frozen (LoRA's base), no weight gradient */
-        OP(module, layer, DX_OP_GEMM, gemm_flops(out, in, N), gemm_bytes(m, out, in, N, 1, 1),
-           be->gemm(be, 1, 0, out, in, N, 1.0f, dy, ldy, x, in, 1.0f, dW, in, 1));
+        OP(module, layer, DX_OP_GEMM, gemm_flops(out, in, N), gemm_bytes(m, out, in, N, 1, m->wbeta != 0.0f),
+           be->gemm(be, 1, 0, out, in, N, 1.0f, dy, ldy, x, in, m->wbeta, dW, in, 1));
 }
 
 /* Gradient pointer of a parameter at element offset off of a group's gradient G, or NULL when
@@ -770,9 +804,14 @@ static int row_parallel_fwd(dx_model *m, int module, int layer, void *out, const
         OP(module, layer, DX_OP_ADD, ND, 3 * ND * (int64_t)xs, be->add(be, mine, mine, res, (size_t)ND));
         return tp_reduce_scatter(m, module, layer, m->full, out, (size_t)Nr * D);
     }
-    if (m->tpr == 0) /* the residual is added once, by TP rank 0 */
-        OP(module, layer, DX_OP_MEMCPY, 0, 2 * ND * (int64_t)xs, be->copy(be, out, res, (size_t)ND * xs));
-    linear_fwd(m, module, layer, out, in, W, N, K, D, m->tpr == 0 ? 1.0f : 0.0f);
+    if (m->tpr == 0 && be->gemm_res) { /* the residual is added once, by TP rank 0 */
+        OP(module, layer, DX_OP_GEMM, gemm_flops(N, D, K), gemm_bytes(m, N, D, K, 0, 1),
+           be->gemm_res(be, 0, 1, N, D, K, in, K, W, K, res, D, out, D));
+    } else {
+        if (m->tpr == 0)
+            OP(module, layer, DX_OP_MEMCPY, 0, 2 * ND * (int64_t)xs, be->copy(be, out, res, (size_t)ND * xs));
+        linear_fwd(m, module, layer, out, in, W, N, K, D, m->tpr == 0 ? 1.0f : 0.0f);
+    }
     lora_fwd_t(m, C, a, li, t, out, D, in, N, K, D);
     return m->tp > 1 ? tp_all_reduce(m, module, layer, out, (size_t)ND) : 0;
 }
@@ -1008,6 +1047,7 @@ int dx_model_backward_chunk(dx_model *m, int c, int s)
     if (C->has_head) {
         const int gh = m->ghead;
         if (hook(m, gh, DX_HOOK_PRE_BACKWARD)) return -1;
+        grad_begin(m, gh);
         const void *Wh = m->groups[gh].work;
         void *Gh = m->groups[gh].grad;
         {
@@ -1030,6 +1070,8 @@ int dx_model_backward_chunk(dx_model *m, int c, int s)
     for (int li = C->nl - 1; li >= 0; li--) {
         const int l = C->first_layer + li, gi = C->g0 + li, ga = C->ga0 >= 0 ? C->ga0 + li : -1;
         if (hook(m, gi, DX_HOOK_PRE_BACKWARD) || (ga >= 0 && hook(m, ga, DX_HOOK_PRE_BACKWARD))) return -1;
+        if (ga >= 0) grad_begin(m, ga); /* (the adapters' GEMMs accumulate: zeroed when fresh) */
+        grad_begin(m, gi);
         if (recompute_layer(m, C, S, li)) return -1;
         const void *W = m->groups[gi].work;
         void *G = m->groups[gi].grad;
@@ -1088,6 +1130,7 @@ int dx_model_backward_chunk(dx_model *m, int c, int s)
     if (C->has_emb && !m->groups[m->gemb].frozen) {
         const int ge = m->gemb;
         if (hook(m, ge, DX_HOOK_PRE_BACKWARD)) return -1;
+        grad_begin(m, ge);
         const int64_t ND = (int64_t)N * D;
         MOD_BEGIN(m);
         if (m->tp == 1) {

@@ -79,6 +79,10 @@ typedef struct {
     size_t numel; /* elements of the group */
     void *work;   /* X[numel]: working parameters used by forward/backward */
     void *grad;   /* A[numel]: gradients, accumulated (+=) by backward */
+    int grad_fresh; /* set by grad's owner instead of zeroing it: its contents are undefined and
+                     * the group's next backward overwrites the whole of grad (the weight-gradient
+                     * GEMMs with beta = 0, PyTorch's first accumulation into a None .grad; what
+                     * no GEMM writes whole is zeroed first) and clears the flag */
     int backward_reads_work; /* backward reads work (0: the embedding, whose gradient is a
                               * scatter-add of dL/dx; ZeRO-3 then gathers it for forward only) */
     int module;   /* trace coordinates: DX_MOD_EMBEDDING, DX_MOD_LAYER or DX_MOD_LM_HEAD */

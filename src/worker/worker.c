@@ -459,7 +459,8 @@ int dx_worker_forward_backward(dx_worker *w, double *loss, int32_t *inputs, int3
     be->zero(be, w->d_loss, dx_dtype_size(be->acc));
     if (dx_model_forward(w->model, w->d_in, w->d_tg, B, T, w->d_loss, 1, (float)(1.0 / (double)N)))
         return -1;
-    if (dx_model_backward(w->model)) return -1;
+    /* (dx_zero_reduce_grads: one rank, so only the zeroing of a gradient no backward wrote) */
+    if (dx_model_backward(w->model) || dx_zero_reduce_grads(w->zero)) return -1;
     be->sync(be);
     return 0;
 }

@@ -328,12 +328,20 @@ static int hook(void *ctx, int gi, dx_hook_kind kind)
             /* early update: the bucket's last group (two groups back) has its final shard */
             if (z->in_backward && z->bucket_group[b] >= 0 && early_ready(z, z->bucket_group[b])) return -1;
             const int64_t nb = (int64_t)(g->n_pad * z->as), sb = (int64_t)(g->shard * z->as);
-            DX_TRACE_OP(z->tr, group_module(z, gi), group_layer(z, gi), DX_OP_MEMSET, 0, nb,
-                        be->zero(be, z->bucket[b], (size_t)nb));
-            if (!g->grad_zero) /* an earlier micro-batch's shard (the first one's is zeros) */
+            if (g->grad_zero) { /* the step's first backward of the group: it overwrites the
+                                 * bucket (grad_fresh); the padding after it is zeroed */
+                const int64_t tail = (int64_t)((g->n_pad - g->n) * z->as);
+                if (tail > 0)
+                    DX_TRACE_OP(z->tr, group_module(z, gi), group_layer(z, gi), DX_OP_MEMSET, 0, tail,
+                                be->zero(be, at(z->bucket[b], g->n, z->as), (size_t)tail));
+                mg->grad_fresh = 1;
+            } else { /* zeros, and the shard of the earlier micro-batches in this rank's slot */
+                DX_TRACE_OP(z->tr, group_module(z, gi), group_layer(z, gi), DX_OP_MEMSET, 0, nb,
+                            be->zero(be, z->bucket[b], (size_t)nb));
                 DX_TRACE_OP(z->tr, group_module(z, gi), group_layer(z, gi), DX_OP_MEMCPY, 0, 2 * sb,
                             be->copy(be, at(z->bucket[b], (size_t)z->r * g->shard, z->as), g->grad,
                                      (size_t)sb));
+            }
             mg->grad = z->bucket[b];
         }
         return 0;
@@ -780,14 +788,32 @@ int dx_zero_zero_grad(dx_zero *z)
     for (int i = 0; i < z->ngroups; i++) {
         zgroup *g = &z->g[i];
         if (g->frozen) continue;
-        z->be->zero(z->be, g->grad, (g->stage < 2 ? g->n_pad : g->shard) * z->as);
+        if (g->stage < 2) /* the backward overwrites it (the padding after it stays zeros) */
+            dx_model_group(z->model, i)->grad_fresh = 1;
+        else
+            z->be->zero(z->be, g->grad, g->shard * z->as);
         g->grad_zero = 1;
     }
     return 0;
 }
 
+/* Stages 0-1: a gradient still marked fresh (no backward of its group since
+ * dx_zero_zero_grad) is zeroed before it is read (groups from..ngroups-1). */
+static void settle_fresh(dx_zero *z, int from)
+{
+    for (int i = from; i < z->ngroups; i++) {
+        zgroup *g = &z->g[i];
+        dx_group *mg = dx_model_group(z->model, i);
+        if (g->frozen || g->stage >= 2 || !mg->grad_fresh) continue;
+        mg->grad_fresh = 0;
+        DX_TRACE_OP(z->tr, group_module(z, i), group_layer(z, i), DX_OP_MEMSET, 0, (int64_t)(g->n_pad * z->as),
+                    z->be->zero(z->be, g->grad, g->n_pad * z->as));
+    }
+}
+
 int dx_zero_reduce_grads(dx_zero *z)
 {
+    settle_fresh(z, 0);
     if (z->P == 1 || z->stage >= 2) return 0;
     for (int i = 0; i < z->ngroups; i++)
         if (!z->g[i].frozen) /* (stages 0-1: every trained group has the run's stage) */
@@ -921,6 +947,7 @@ static int offload_pump(dx_zero *z, int until, double clip, int gather)
  * the host works) — the host AdamW runs during the rest of the backward. */
 static int early_ready(dx_zero *z, int gi)
 {
+    settle_fresh(z, gi);
     int f = z->be->fence(z->be);
     if (f < 0) return -1;
     for (int i = gi; i < z->ngroups && z->gfence[i] < 0; i++) z->gfence[i] = f;
@@ -975,6 +1002,7 @@ int dx_zero_step(dx_zero *z, const dx_adamw_hparams *hp_in, double max_norm, dou
 {
     dx_backend *be = z->be;
     z->in_backward = 0;
+    settle_fresh(z, 0);
     /* global norm: sum of squares over the owned ranges, summed over ranks when sharded.
      * Stages 2-3: the backward's last reduce-scatter (the newest, of group rs_group: the
      * embedding) may still run; the others are complete once the older bucket's is (the comm

@@ -95,11 +95,16 @@ size_t dx_zero_offload_chunk(size_t max_shard);
 size_t dx_zero_host_bytes(const dx_zero *z);
 void dx_zero_destroy(dx_zero *z);
 
-/* Clears the gradients (the full buffers or the local shards) before a step's first micro-batch. */
+/* Clears the gradients before a step's first micro-batch: stages 2-3 zero the local shards;
+ * stages 0-1 mark the full buffers fresh (dx_group.grad_fresh: the first backward of each group
+ * overwrites its gradient, with no memset; a gradient still fresh when it is read is zeroed
+ * then, by dx_zero_reduce_grads, dx_zero_step or the early update). Stages 2-3 likewise let the
+ * first micro-batch's backward overwrite each group's gradient bucket. */
 int dx_zero_zero_grad(dx_zero *z);
 
 /* After the last micro-batch's backward: stages 0 and 1 all-reduce the gradients (stages 2 and 3
- * already reduce-scattered them in the backward hooks). */
+ * already reduce-scattered them in the backward hooks); gradients still fresh (a group without
+ * a backward since dx_zero_zero_grad) are zeroed first. */
 int dx_zero_reduce_grads(dx_zero *z);
 
 /* Global gradient L2 norm (over all parameters, all ranks), clipping factor
