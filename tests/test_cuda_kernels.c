@@ -1131,6 +1131,9 @@ int main(void)
             for (int b = 0; b < 3; b++) test_rmsnorm(seed += 10, rn[a], rd[b]);
         test_rmsnorm(seed += 10, 20000, 13); /* > 256 chunks of 64 rows for dw */
         test_rmsnorm(seed += 10, 129, 8192); /* D > 4096: not held in registers */
+        test_rmsnorm(seed += 10, 129, 4096); /* 2048 < D <= 4096: two warps per row */
+        test_rmsnorm(seed += 10, 7, 4096);
+        test_rmsnorm(seed += 10, 20000, 3000); /* two warps per row, a partial last vector round */
         test_rmsnorm(seed += 10, 7, 2560);   /* registers, D / 256 not a power of 2 */
         test_rmsnorm(seed += 10, 2800, 4096); /* Llama-2-7B, 8 x 350 tokens: 256 chunks of 11 rows */
 

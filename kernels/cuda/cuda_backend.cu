@@ -672,9 +672,12 @@ static void cuda_gemm_res(dx_backend *be, int trans_a, int trans_b, int M, int N
  * RMSNorm: one warp per row (DXC_RMS_ROWS rows per 256-thread block), row sums by warp
  * shuffles (each lane sums its columns in order, then a fixed xor butterfly: deterministic).
  *
- * Fast path (D % 8 == 0, D <= DXC_RMS_MAXD, every bf16 pointer 16-byte aligned): lane l holds
- * the 16-byte vectors v = 32 k + l (k < MAXV) of its row in registers, so x (and dy) are read
- * from memory once; the backward also accumulates dw in the same pass (see k_rmsnorm_bwd_reg).
+ * Fast path (D % 8 == 0, D <= DXC_RMS_MAXD, every bf16 pointer 16-byte aligned): WPR warps per
+ * row (1 up to D = 2048, 2 above: at most 8 vectors per lane, so that 2 or more blocks fit an
+ * SM; with 16, D = 4096 ran at 2.1 TB/s), thread i of a row's 32 WPR holds the 16-byte vectors
+ * v = 32 WPR k + i (k < MAXV) of its row in registers, so x (and dy) are read from memory once;
+ * the backward also accumulates dw in the same pass (see k_rmsnorm_bwd_reg). A row's sum over
+ * its warps is added in warp order through shared memory.
  * Otherwise (any D, unaligned pointers): the same warp-per-row kernels reading the row twice,
  * with 16-byte loads when D % 8 == 0 and the pointers are aligned, 2-byte loads otherwise, and
  * dw by a separate column-partial kernel. Either way dw is summed per chunk of rows (a chunking
@@ -684,32 +687,60 @@ static void cuda_gemm_res(dx_backend *be, int trans_a, int trans_b, int M, int N
 #define DXC_RMS_ROWS (DXC_THREADS / 32) /* rows per block: one warp per row */
 #define DXC_RMS_MAXD 4096               /* rows up to this long are held in registers */
 
-/* MAXV (vectors per lane) for the register fast path, 0 if D does not qualify. */
-static int rms_maxv(int D)
+/* MAXV (vectors per lane) for the register fast path, 0 if D does not qualify; *wpr: warps
+ * per row. */
+static int rms_maxv(int D, int *wpr)
 {
+    *wpr = 1;
     if (D % 8 != 0 || D > DXC_RMS_MAXD) return 0;
     const int nv = (D / 8 + 31) / 32;
-    return nv <= 1 ? 1 : nv <= 2 ? 2 : nv <= 4 ? 4 : nv <= 8 ? 8 : 16;
+    if (nv > 8) *wpr = 2;
+    return nv <= 1 ? 1 : nv <= 2 ? 2 : nv <= 4 ? 4 : 8;
 }
 
-/* y, rstd for one row per warp, x and w read with 16-byte loads (fast path); the row stays in
- * registers (xv) between the sum of squares and the output. Lanes past the row's last vector
- * (D / 8 not a multiple of 32) hold zeros, which add nothing. */
-template <int MAXV>
+/* The sum of s over the WPR warps of a row (slot `slot` of the block), added in warp order;
+ * red: shared [2][DXC_RMS_ROWS], used alternately (parity par) by successive calls; the row's
+ * warps meet at named barrier 1 + slot. */
+template <int WPR>
+static __device__ __forceinline__ float row_sum(float s, float (*red)[DXC_RMS_ROWS], int par, int slot)
+{
+    static_assert(WPR == 1 || DXC_RMS_ROWS / WPR <= 4, "row_sum: named barriers 1-4, one per row slot");
+    s = warp_sum(s);
+    if (WPR == 1) return s;
+    const int wid = threadIdx.x >> 5;
+    if ((threadIdx.x & 31) == 0) red[par][wid] = s;
+    switch (slot) { /* (constant barrier ids: a register id reserves all 16) */
+    case 0: asm volatile("bar.sync 1, %0;" ::"n"(32 * WPR) : "memory"); break;
+    case 1: asm volatile("bar.sync 2, %0;" ::"n"(32 * WPR) : "memory"); break;
+    case 2: asm volatile("bar.sync 3, %0;" ::"n"(32 * WPR) : "memory"); break;
+    default: asm volatile("bar.sync 4, %0;" ::"n"(32 * WPR) : "memory"); break;
+    }
+    float t = red[par][slot * WPR];
+#pragma unroll
+    for (int i = 1; i < WPR; i++) t += red[par][slot * WPR + i];
+    return t;
+}
+
+/* y, rstd for one row per WPR warps, x and w read with 16-byte loads (fast path); the row stays
+ * in registers (xv) between the sum of squares and the output. Threads past the row's last
+ * vector (D / 8 not a multiple of 32 WPR) hold zeros, which add nothing. */
+template <int MAXV, int WPR>
 static __global__ void __launch_bounds__(DXC_THREADS)
     k_rmsnorm_fwd_reg(bf16 *__restrict__ y, float *__restrict__ rstd, const bf16 *__restrict__ x,
                       const bf16 *__restrict__ w, int N, int D, float eps)
 {
-    const int lane = threadIdx.x & 31;
-    const size_t row = (size_t)blockIdx.x * DXC_RMS_ROWS + (threadIdx.x >> 5);
-    if (row >= (size_t)N) return; /* whole warps */
+    constexpr int RPB = DXC_RMS_ROWS / WPR, TPR = 32 * WPR; /* rows per block, threads per row */
+    __shared__ float red[2][DXC_RMS_ROWS];
+    const int slot = (threadIdx.x >> 5) / WPR, tr = threadIdx.x % TPR;
+    const size_t row = (size_t)blockIdx.x * RPB + slot;
+    if (row >= (size_t)N) return; /* whole rows (a row's warps meet only each other) */
     const int nvec = D >> 3;
     const bf16 *xr = x + row * D;
     bf16 *yr = y + row * D;
     uint4 xv[MAXV];
 #pragma unroll
     for (int k = 0; k < MAXV; k++) {
-        const int v = k * 32 + lane;
+        const int v = k * TPR + tr;
         xv[k] = v < nvec ? ldg8(xr, v) : make_uint4(0, 0, 0, 0);
     }
     float ss = 0;
@@ -720,12 +751,12 @@ static __global__ void __launch_bounds__(DXC_THREADS)
 #pragma unroll
         for (int e = 0; e < 8; e++) ss = fmaf(f[e], f[e], ss);
     }
-    ss = warp_sum(ss);
+    ss = row_sum<WPR>(ss, red, 0, slot);
     const float r = 1.0f / sqrtf(ss / (float)D + eps);
-    if (lane == 0) rstd[row] = r;
+    if (tr == 0) rstd[row] = r;
 #pragma unroll
     for (int k = 0; k < MAXV; k++) {
-        const int v = k * 32 + lane;
+        const int v = k * TPR + tr;
         if (v >= nvec) break;
         float f[8], wf[8], o[8];
         unpack8(xv[k], f);
@@ -782,14 +813,14 @@ static __global__ void __launch_bounds__(DXC_THREADS)
 
 typedef void (*rms_fwd_reg_fn)(bf16 *, float *, const bf16 *, const bf16 *, int, int, float);
 
-static rms_fwd_reg_fn rms_fwd_reg_kernel(int maxv)
+static rms_fwd_reg_fn rms_fwd_reg_kernel(int maxv, int wpr)
 {
+    if (wpr == 2) return k_rmsnorm_fwd_reg<8, 2>;
     switch (maxv) {
-    case 1: return k_rmsnorm_fwd_reg<1>;
-    case 2: return k_rmsnorm_fwd_reg<2>;
-    case 4: return k_rmsnorm_fwd_reg<4>;
-    case 8: return k_rmsnorm_fwd_reg<8>;
-    default: return k_rmsnorm_fwd_reg<16>;
+    case 1: return k_rmsnorm_fwd_reg<1, 1>;
+    case 2: return k_rmsnorm_fwd_reg<2, 1>;
+    case 4: return k_rmsnorm_fwd_reg<4, 1>;
+    default: return k_rmsnorm_fwd_reg<8, 1>;
     }
 }
 
@@ -798,11 +829,13 @@ static void cuda_rmsnorm_fwd(dx_backend *be, void *y, void *rstd, const void *x,
 {
     if (N <= 0 || D <= 0) return;
     DXC_ENTER(be, "rmsnorm_fwd");
-    const unsigned nb = (unsigned)(((size_t)N + DXC_RMS_ROWS - 1) / DXC_RMS_ROWS);
     const bool aligned = al16(y) && al16(x) && al16(w);
-    const int maxv = aligned ? rms_maxv(D) : 0;
+    int wpr;
+    const int maxv = aligned ? rms_maxv(D, &wpr) : 0;
+    const int rpb = DXC_RMS_ROWS / (maxv ? wpr : 1);
+    const unsigned nb = (unsigned)(((size_t)N + rpb - 1) / rpb);
     if (maxv) {
-        rms_fwd_reg_kernel(maxv)<<<nb, DXC_THREADS, 0, dxc(be)->stream>>>(
+        rms_fwd_reg_kernel(maxv, wpr)<<<nb, DXC_THREADS, 0, dxc(be)->stream>>>(
             (bf16 *)y, (float *)rstd, (const bf16 *)x, (const bf16 *)w, N, D, eps);
     } else {
         const bool vec = aligned && D % 8 == 0;
@@ -816,40 +849,44 @@ static void cuda_rmsnorm_fwd(dx_backend *be, void *y, void *rstd, const void *x,
 #define DXC_DW_CHUNKS 256 /* at most this many row chunks (dw partial rows) */
 
 /* Fused backward, fast path. Block c handles the rows [c rows_per, (c + 1) rows_per) of chunk c:
- * warp w takes rows r0 + w, r0 + w + 8, ...; per row it holds dy and x in registers (16-byte
- * loads), reduces sum_j g xh by shuffles, updates dx (+=, 16-byte read-modify-write) and adds
- * dy * xh for its columns into its own fp32 dw accumulator in shared memory (no races: a lane
- * owns its columns). At the end part[c, j] = sum over the warps in order 0..7.
- * Dynamic shared memory: DXC_RMS_ROWS * D floats, as float4: warp w's accumulator for columns
- * 8 v + 4 h .. 8 v + 4 h + 3 at acc[(2 w + h) nvec + v] (conflict-free 16-byte accesses). */
-template <int MAXV>
+ * row slot s (WPR warps) takes rows r0 + s, r0 + s + RPB, ...; per row it holds dy and x in
+ * registers (16-byte loads), reduces sum_j g xh (shuffles, then over its warps in order),
+ * updates dx (+=, 16-byte read-modify-write) and adds dy * xh for its columns into the slot's
+ * fp32 dw accumulator in shared memory (no races: a thread owns its columns). At the end
+ * part[c, j] = sum over the slots in order 0..RPB-1.
+ * Dynamic shared memory: RPB * D floats, as float4: slot s's accumulator for columns
+ * 8 v + 4 h .. 8 v + 4 h + 3 at acc[(2 s + h) nvec + v] (conflict-free 16-byte accesses). */
+template <int MAXV, int WPR>
 static __global__ void __launch_bounds__(DXC_THREADS)
     k_rmsnorm_bwd_reg(bf16 *dx, float *__restrict__ part, const bf16 *__restrict__ dy,
                       const bf16 *__restrict__ x, const bf16 *__restrict__ w,
                       const float *__restrict__ rstd, int N, int D, int rows_per)
 {
+    constexpr int RPB = DXC_RMS_ROWS / WPR, TPR = 32 * WPR; /* rows per block, threads per row */
     DXC_DYNAMIC_SMEM(float4, dxc_rms_acc);
-    const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
+    __shared__ float red[2][DXC_RMS_ROWS];
+    const int slot = (threadIdx.x >> 5) / WPR, tr = threadIdx.x % TPR;
     const int nvec = D >> 3;
-    float4 *acc = dxc_rms_acc + (size_t)wid * 2 * nvec;
+    float4 *acc = dxc_rms_acc + (size_t)slot * 2 * nvec;
     const float4 zero4 = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 #pragma unroll
     for (int k = 0; k < MAXV; k++) {
-        const int v = k * 32 + lane;
+        const int v = k * TPR + tr;
         if (v < nvec) {
             acc[v] = zero4;
             acc[nvec + v] = zero4;
         }
     }
     const int r0 = blockIdx.x * rows_per, r1 = r0 + rows_per < N ? r0 + rows_per : N;
-    for (int r = r0 + wid; r < r1; r += DXC_RMS_ROWS) {
+    int par = 0;
+    for (int r = r0 + slot; r < r1; r += RPB, par ^= 1) { /* (a slot's warps: the same rows) */
         const size_t base = (size_t)r * D;
         const bf16 *dyr = dy + base, *xr = x + base;
         bf16 *dxr = dx + base;
         uint4 dyv[MAXV], xv[MAXV];
 #pragma unroll
         for (int k = 0; k < MAXV; k++) {
-            const int v = k * 32 + lane;
+            const int v = k * TPR + tr;
             dyv[k] = v < nvec ? ldg8(dyr, v) : make_uint4(0, 0, 0, 0);
             xv[k] = v < nvec ? ldg8(xr, v) : make_uint4(0, 0, 0, 0);
         }
@@ -857,7 +894,7 @@ static __global__ void __launch_bounds__(DXC_THREADS)
         float c = 0;
 #pragma unroll
         for (int k = 0; k < MAXV; k++) {
-            const int v = k * 32 + lane;
+            const int v = k * TPR + tr;
             if (v >= nvec) break;
             float df[8], xf[8], wf[8];
             unpack8(dyv[k], df);
@@ -866,11 +903,11 @@ static __global__ void __launch_bounds__(DXC_THREADS)
 #pragma unroll
             for (int e = 0; e < 8; e++) c = fmaf(df[e] * wf[e], xf[e] * rs, c);
         }
-        c = warp_sum(c);
+        c = row_sum<WPR>(c, red, par, slot);
         const float cm = c / (float)D;
 #pragma unroll
         for (int k = 0; k < MAXV; k++) {
-            const int v = k * 32 + lane;
+            const int v = k * TPR + tr;
             if (v >= nvec) break;
             float df[8], xf[8], wf[8], of[8];
             unpack8(dyv[k], df);
@@ -904,7 +941,7 @@ static __global__ void __launch_bounds__(DXC_THREADS)
         const int v = o >> 1, h = o & 1;
         float4 s = dxc_rms_acc[(size_t)h * nvec + v];
 #pragma unroll
-        for (int k = 1; k < DXC_RMS_ROWS; k++) {
+        for (int k = 1; k < RPB; k++) {
             const float4 t = dxc_rms_acc[(size_t)(2 * k + h) * nvec + v];
             s.x += t.x;
             s.y += t.y;
@@ -1036,14 +1073,14 @@ static __global__ void __launch_bounds__(DXC_THREADS)
 typedef void (*rms_bwd_reg_fn)(bf16 *, float *, const bf16 *, const bf16 *, const bf16 *,
                                const float *, int, int, int);
 
-static rms_bwd_reg_fn rms_bwd_reg_kernel(int maxv)
+static rms_bwd_reg_fn rms_bwd_reg_kernel(int maxv, int wpr)
 {
+    if (wpr == 2) return k_rmsnorm_bwd_reg<8, 2>;
     switch (maxv) {
-    case 1: return k_rmsnorm_bwd_reg<1>;
-    case 2: return k_rmsnorm_bwd_reg<2>;
-    case 4: return k_rmsnorm_bwd_reg<4>;
-    case 8: return k_rmsnorm_bwd_reg<8>;
-    default: return k_rmsnorm_bwd_reg<16>;
+    case 1: return k_rmsnorm_bwd_reg<1, 1>;
+    case 2: return k_rmsnorm_bwd_reg<2, 1>;
+    case 4: return k_rmsnorm_bwd_reg<4, 1>;
+    default: return k_rmsnorm_bwd_reg<8, 1>;
     }
 }
 
@@ -1061,10 +1098,11 @@ static void cuda_rmsnorm_bwd(dx_backend *be, void *dx, void *dw, const void *dy,
     nchunks = (N + rows_per - 1) / rows_per;
     float *part = (float *)dxc_scratch(be, (size_t)nchunks * D * sizeof(float), "rmsnorm_bwd");
     const bool aligned = al16(dx) && al16(dy) && al16(x) && al16(w);
-    const int maxv = aligned ? rms_maxv(D) : 0;
+    int wpr;
+    const int maxv = aligned ? rms_maxv(D, &wpr) : 0;
     if (maxv) { /* dx and the dw partials in one pass */
-        const rms_bwd_reg_fn kern = rms_bwd_reg_kernel(maxv);
-        const size_t smem = (size_t)DXC_RMS_ROWS * D * sizeof(float);
+        const rms_bwd_reg_fn kern = rms_bwd_reg_kernel(maxv, wpr);
+        const size_t smem = (size_t)(DXC_RMS_ROWS / wpr) * D * sizeof(float);
         dxc_set_smem(be, (const void *)kern, smem, "rmsnorm_bwd");
         kern<<<nchunks, DXC_THREADS, smem, im->stream>>>((bf16 *)dx, part, (const bf16 *)dy,
                                                           (const bf16 *)x, (const bf16 *)w,
