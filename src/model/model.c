@@ -226,6 +226,7 @@ dx_model *dx_model_create_part(const dx_model_config *cfg, dx_backend *be, int m
     if (!m) { dx_fail("model: out of memory"); return NULL; }
     m->cfg = *cfg;
     m->be = be;
+    m->wbeta = 1.0f; /* (grad_begin sets it per group) */
     m->L = cfg->num_hidden_layers;
     m->D = cfg->hidden_size;
     m->H = cfg->num_attention_heads;
@@ -596,7 +597,6 @@ static int hook(dx_model *m, int g, dx_hook_kind k)
 {
     return m->hook ? m->hook(m->hook_ctx, g, k) : 0;
 }
-
 
 /* Module spans (trace.level module or op). */
 #define MOD_BEGIN(m) int64_t mod_t0_ = dx_tr_on((m)->tr, 1) ? dx_tr_begin((m)->tr) : 0
