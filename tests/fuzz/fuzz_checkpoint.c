@@ -261,7 +261,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         loadable = -1; /* may or may not still load */
     }
 
-    dx_ckpt_state st = {-1, -1, 0};
+    dx_ckpt_state st = {.step = -1, .consumed_samples = -1, .seed = 0, .grad_norm = 0};
     dx_fail("%s", "");
     fz_quiet(1);
     int rc = dx_checkpoint_load(path, rig.m, rig.z, rig.world, rig.world, rig.total_params, &st);
