@@ -206,6 +206,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         written[0] = write_st(shard[0], ents, n, 0, salt, hdr_bias, metadata);
         first_read = written[0] > 0;
         unsigned ik = fz_below(&b, 32);
+        /* the first tensor moved to the other shard or left out of the index while that shard
+         * holds a copy of it: the shard it left may then not be read at all, and the directory
+         * is valid; these two changes are made on tensors without a copy only */
+        if ((ik == 29 || ik == 31) && n > 1 && !strcmp(ents[0].name, ents[1].name)) ik = 0;
         if (ik != 27) written[1] = write_st(shard[1], ents, n, 1, salt, 0, 0);
         else { /* the second shard missing: refused when the index maps a tensor to it */
             written[1] = 0;
