@@ -202,6 +202,15 @@ struct dx_backend {
     void (*attention_bwd)(dx_backend *be, void *dq, void *dk, void *dv, const void *dout,
                           const void *q, const void *k, const void *v, const void *o,
                           const void *lse, int ldkv, int B, int T, int H, int Hkv, int Dh);
+    /* attention_bwd, then rope_bwd(dq, H*Dh, B, T, H, Dh, theta) and rope_bwd(dk, ldkv, B, T,
+     * Hkv, Dh, theta) in one op: dq and dk are the gradients of q and k before RoPE (the
+     * rotation folded into the kernels' last writes, so dq and dk are rounded to bf16 once).
+     * Same arguments and layouts as attention_bwd, plus RoPE's theta (> 0). NULL where the
+     * backend has no such fold; the caller then runs the three ops. */
+    void (*attention_bwd_rope)(dx_backend *be, void *dq, void *dk, void *dv, const void *dout,
+                               const void *q, const void *k, const void *v, const void *o,
+                               const void *lse, int ldkv, int B, int T, int H, int Hkv, int Dh,
+                               float theta);
 
     /* SwiGLU (Shazeer 2020): h = silu(g) * u, silu(g) = g / (1 + exp(-g)); h X[N,F] dense;
      * g, u X[N,F] with rows of `ld` elements (ld >= F: F for dense tensors, 2F when g and u are

@@ -17,7 +17,9 @@
  *   copies and conversions that must be exact  == 0  (mismatching elements counted).
  * Attention is checked three times: with the tensor-core kernels (default, "[tc]": fused
  * backward with fp32 atomics for dq), the same with DX_CUDA_DETERMINISTIC=1 ("[tc-det]": the
- * two-kernel backward) and with the CUDA-core ones (DX_CUDA_ATTENTION=simple, "[simple]").
+ * two-kernel backward) and with the CUDA-core ones (DX_CUDA_ATTENTION=simple, "[simple]"), its
+ * backward both as attention_bwd and as attention_bwd_rope (RoPE's backward folded in; the test
+ * sets DX_CUDA_ROPE_FOLD=1, which provides it).
  * Prints one line per output: op, shape, error, bound, ok; then "N passed, M failed" and exits
  * 1 on any failure. Attention is also timed with CUDA events (informative only; the two
  * training-size timings, medians of 7 runs, are skipped when DX_CUDA_TEST_NO_PERF is set).
@@ -582,34 +584,54 @@ static void test_attention(uint64_t seed, int B, int T, int H, int Hkv, int Dh, 
     for (size_t i = 0; i < nq; i++) ob[i] = bf16_round(ob[i]);
     void *gob = g_from(ob, nq, BF), *glb = g_from((const float *)cl, nl, F32);
     void *cob = c_from(ob, nq), *gdo = g_from(dout, nq, BF), *cdo = c_from(dout, nq);
-    void *gdq = g_nan(nq, BF), *gdkv = NULL, *gdk, *gdv;
-    if (fused) {
-        gdkv = g_nan(2 * nk, BF);
-        gdk = gdkv;
-        gdv = (char *)gdkv + kd * sizeof(uint16_t);
-    } else {
-        gdk = g_nan(nk, BF);
-        gdv = g_nan(nk, BF);
-    }
     void *cdq = c_nan(nq), *cdk = c_nan(nk), *cdv = c_nan(nk);
-    gpu->attention_bwd(gpu, gdq, gdk, gdv, gdo, gq, gk, gv, gob, glb, ldkv, B, T, H, Hkv, Dh);
     cpu->attention_bwd(cpu, cdq, cdk, cdv, cdo, cq, ck, cv, cob, cl, (int)kd, B, T, H, Hkv, Dh);
-    snprintf(op, sizeof op, "attention_bwd dq %s", att_tag);
-    cmp(op, shape, gdq, BF, cdq, nq, B_X);
-    if (fused) { /* dk | dv fill the rows between them: compare the whole [dk | dv] buffer */
-        float *cdkv = xmalloc(2 * nk * sizeof(float));
-        for (size_t r = 0; r < rows; r++) {
-            memcpy(cdkv + r * 2 * kd, (float *)cdk + r * kd, kd * sizeof(float));
-            memcpy(cdkv + r * 2 * kd + kd, (float *)cdv + r * kd, kd * sizeof(float));
+    /* form 0: attention_bwd; form 1: attention_bwd_rope (where the backend has it), against the
+     * CPU's attention_bwd then rope_bwd on dq and dk */
+    const float theta = 10000.0f;
+    void *gdq = NULL, *gdkv = NULL, *gdk = NULL, *gdv = NULL;
+    for (int form = 0; form < 2; form++) {
+        if (form == 1 && !gpu->attention_bwd_rope) break;
+        if (form == 1) {
+            gfree(gdq);
+            gfree(fused ? gdkv : gdk);
+            if (!fused) gfree(gdv);
         }
-        snprintf(op, sizeof op, "attention_bwd dk|dv %s", att_tag);
-        cmp(op, shape, gdkv, BF, cdkv, 2 * nk, B_X);
-        free(cdkv);
-    } else {
-        snprintf(op, sizeof op, "attention_bwd dk %s", att_tag);
-        cmp(op, shape, gdk, BF, cdk, nk, B_X);
-        snprintf(op, sizeof op, "attention_bwd dv %s", att_tag);
-        cmp(op, shape, gdv, BF, cdv, nk, B_X);
+        gdq = g_nan(nq, BF);
+        if (fused) {
+            gdkv = g_nan(2 * nk, BF);
+            gdk = gdkv;
+            gdv = (char *)gdkv + kd * sizeof(uint16_t);
+        } else {
+            gdk = g_nan(nk, BF);
+            gdv = g_nan(nk, BF);
+        }
+        if (form == 0) {
+            gpu->attention_bwd(gpu, gdq, gdk, gdv, gdo, gq, gk, gv, gob, glb, ldkv, B, T, H, Hkv, Dh);
+        } else {
+            gpu->attention_bwd_rope(gpu, gdq, gdk, gdv, gdo, gq, gk, gv, gob, glb, ldkv, B, T, H,
+                                    Hkv, Dh, theta);
+            cpu->rope_bwd(cpu, cdq, H * Dh, B, T, H, Dh, theta);
+            cpu->rope_bwd(cpu, cdk, (int)kd, B, T, Hkv, Dh, theta);
+        }
+        const char *name = form == 0 ? "attention_bwd" : "attention_bwd_rope";
+        snprintf(op, sizeof op, "%s dq %s", name, att_tag);
+        cmp(op, shape, gdq, BF, cdq, nq, B_X);
+        if (fused) { /* dk | dv fill the rows between them: compare the whole [dk | dv] buffer */
+            float *cdkv = xmalloc(2 * nk * sizeof(float));
+            for (size_t r = 0; r < rows; r++) {
+                memcpy(cdkv + r * 2 * kd, (float *)cdk + r * kd, kd * sizeof(float));
+                memcpy(cdkv + r * 2 * kd + kd, (float *)cdv + r * kd, kd * sizeof(float));
+            }
+            snprintf(op, sizeof op, "%s dk|dv %s", name, att_tag);
+            cmp(op, shape, gdkv, BF, cdkv, 2 * nk, B_X);
+            free(cdkv);
+        } else {
+            snprintf(op, sizeof op, "%s dk %s", name, att_tag);
+            cmp(op, shape, gdk, BF, cdk, nk, B_X);
+            snprintf(op, sizeof op, "%s dv %s", name, att_tag);
+            cmp(op, shape, gdv, BF, cdv, nk, B_X);
+        }
     }
 
     /* timing (informative): mean of 3 runs after the runs above */
@@ -1095,6 +1117,7 @@ int main(void)
     }
     unsetenv("DX_CUDA_ATTENTION"); /* the default (tensor-core) attention first */
     unsetenv("DX_CUDA_DETERMINISTIC");
+    setenv("DX_CUDA_ROPE_FOLD", "1", 1); /* attention_bwd_rope checked whatever the default */
     gpu = dx_backend_cuda_create(0, 4);
     if (!gpu) die("dx_backend_cuda_create");
     cpu = dx_backend_cpu_create(4);

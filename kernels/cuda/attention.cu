@@ -560,7 +560,8 @@ void dxc_attention_fwd(dx_backend *be, void *o, void *lse, const void *q, const 
 
 void dxc_attention_bwd(dx_backend *be, void *dq, void *dk, void *dv, const void *dout,
                        const void *q, const void *k, const void *v, const void *o,
-                       const void *lse, int ldkv, int B, int T, int H, int Hkv, int Dh)
+                       const void *lse, int ldkv, int B, int T, int H, int Hkv, int Dh,
+                       float rope_theta)
 {
     const char *op = "attention_bwd";
     const size_t kst = (size_t)ldkv;
@@ -569,6 +570,12 @@ void dxc_attention_bwd(dx_backend *be, void *dq, void *dk, void *dv, const void 
     DXC_ENTER(be, op);
     const size_t rows = (size_t)B * T * H;
     const float *L = (const float *)lse;
+    /* RoPE's backward, where the kernels do not fold it: the rotation of dq and dk after */
+    auto rope_after = [&]() {
+        if (rope_theta == 0.0f) return;
+        dxc_rope_apply(be, dq, H * Dh, B, T, H, Dh, rope_theta, -1.0f, op);
+        dxc_rope_apply(be, dk, ldkv, B, T, Hkv, Dh, rope_theta, -1.0f, op);
+    };
     if (!dxc(be)->attn_simple && ldkv % 8 == 0 && aligned16(dq) && aligned16(dk) && aligned16(dv) &&
         aligned16(dout) && aligned16(q) && aligned16(k) && aligned16(v) && aligned16(o)) {
         /* scratch: D (rows floats, padded to 16 bytes), then dq's fp32 accumulator (queries
@@ -585,7 +592,12 @@ void dxc_attention_bwd(dx_backend *be, void *dq, void *dk, void *dv, const void 
         default: att_bwd_dot_vec<128><<<blocks, 256, 0, st>>>(Dv, d_, o_, rows, T, H); break;
         }
         DXC_LAUNCHED(be, op);
-        dxc_attention_bwd_mma(be, dq, dk, dv, Dv + rows4, dout, q, k, v, L, Dv, ldkv, B, T, H, Hkv, Dh);
+        size_t sin_off = 0;
+        const float *tab = rope_theta != 0.0f ? dxc_rope_table(be, T, Dh, rope_theta, &sin_off, op)
+                                              : NULL;
+        if (!dxc_attention_bwd_mma(be, dq, dk, dv, Dv + rows4, dout, q, k, v, L, Dv, ldkv, B, T, H,
+                                   Hkv, Dh, tab, sin_off))
+            rope_after();
         return;
     }
     float *Dv = (float *)dxc_scratch(be, rows * sizeof(float), op);
@@ -597,4 +609,5 @@ void dxc_attention_bwd(dx_backend *be, void *dq, void *dk, void *dv, const void 
     case 64: bwd_launch<64>(be, dq, dk, dv, dout, q, k, v, L, Dv, B, T, H, Hkv, kst); break;
     default: bwd_launch<128>(be, dq, dk, dv, dout, q, k, v, L, Dv, B, T, H, Hkv, kst); break;
     }
+    rope_after();
 }

@@ -890,8 +890,11 @@ template <int MT, int NDT>
 __device__ __forceinline__ void store_dk_dv(bf16 *__restrict__ dk, bf16 *__restrict__ dv,
                                             const float (&dka)[MT][NDT][4],
                                             const float (&dva)[MT][NDT][4], int wk0, int b, int kh,
-                                            int T, size_t kst, float scale, int t, int g)
+                                            int T, size_t kst, float scale, int t, int g,
+                                            const float *__restrict__ rtab = nullptr,
+                                            size_t sin_off = 0)
 {
+    constexpr int HALF = 4 * NDT; /* Dh / 2: column 8 nd + c pairs with 8 (nd + NDT/2) + c */
 #pragma unroll
     for (int m = 0; m < MT; m++)
 #pragma unroll
@@ -900,9 +903,28 @@ __device__ __forceinline__ void store_dk_dv(bf16 *__restrict__ dk, bf16 *__restr
             if (key >= T) continue;
             const size_t off = ((size_t)b * T + key) * kst + (size_t)kh * 8 * NDT + 2 * t;
 #pragma unroll
-            for (int nd = 0; nd < NDT; nd++) {
-                st2(dk + off + 8 * nd, dka[m][nd][2 * hh] * scale, dka[m][nd][2 * hh + 1] * scale);
+            for (int nd = 0; nd < NDT; nd++)
                 st2(dv + off + 8 * nd, dva[m][nd][2 * hh], dva[m][nd][2 * hh + 1]);
+            if (!rtab) {
+#pragma unroll
+                for (int nd = 0; nd < NDT; nd++)
+                    st2(dk + off + 8 * nd, dka[m][nd][2 * hh] * scale,
+                        dka[m][nd][2 * hh + 1] * scale);
+                continue;
+            }
+            /* RoPE's backward (kernels.h rope_bwd, the inverse rotation of position key):
+             * x[i] = a cos + b sin, x[i + Dh/2] = b cos - a sin for a = dk[i], b = dk[i + Dh/2] */
+            const float *cr = rtab + (size_t)key * HALF, *sr = cr + sin_off;
+#pragma unroll
+            for (int nd = 0; nd < NDT / 2; nd++) {
+                const int i = 8 * nd + 2 * t;
+                const float2 c = __ldg(reinterpret_cast<const float2 *>(cr + i));
+                const float2 sn = __ldg(reinterpret_cast<const float2 *>(sr + i));
+                const float a0 = dka[m][nd][2 * hh] * scale, a1 = dka[m][nd][2 * hh + 1] * scale;
+                const float b0 = dka[m][nd + NDT / 2][2 * hh] * scale,
+                            b1 = dka[m][nd + NDT / 2][2 * hh + 1] * scale;
+                st2(dk + off + 8 * nd, a0 * c.x + b0 * sn.x, a1 * c.y + b1 * sn.y);
+                st2(dk + off + 8 * (nd + NDT / 2), b0 * c.x - a0 * sn.x, b1 * c.y - a1 * sn.y);
             }
         }
 }
@@ -1081,7 +1103,8 @@ __global__ void __launch_bounds__(384, 1)
                const bf16 *__restrict__ dout, const bf16 *__restrict__ q,
                const bf16 *__restrict__ k, const bf16 *__restrict__ v,
                const float *__restrict__ lse, const float *__restrict__ Dv, int T, int H, int Hkv,
-               size_t kst, float sl2, float scale, int key_x)
+               size_t kst, float sl2, float scale, int key_x, const float *__restrict__ rtab,
+               size_t sin_off)
 {
 #ifdef DXC_HAVE_WGMMA
     constexpr int BK = 128, BQ = 64, NN = BQ / 8, NDT = DH / 8;
@@ -1251,7 +1274,7 @@ __global__ void __launch_bounds__(384, 1)
             if (lane == 0) mbar_arrive(empty + 8 * st);
         }
     }
-    store_dk_dv<1, NDT>(dk, dv, dka, dva, wk0, b, kh, T, kst, scale, t, g);
+    store_dk_dv<1, NDT>(dk, dv, dka, dva, wk0, b, kh, T, kst, scale, t, g, rtab, sin_off);
     if (tid == 0) bulk_wait<false>(); /* the last dq reduction, before the block exits */
 #else
     __trap(); /* dispatched only on sm_90 (dxc_impl.wgmma) */
@@ -1413,7 +1436,8 @@ void dkdv_launch(dx_backend *be, void *dk, void *dv, float *dq_acc, const void *
 template <int DH>
 void dkdv_wg_launch(dx_backend *be, void *dk, void *dv, float *dq_acc, const void *dout,
                     const void *q, const void *k, const void *v, const float *lse,
-                    const float *Dv, int B, int T, int H, int Hkv, size_t kst, bool key_x)
+                    const float *Dv, int B, int T, int H, int Hkv, size_t kst, bool key_x,
+                    const float *rtab, size_t sin_off)
 {
     const char *op = "attention_bwd";
     const float scale = (float)(1.0 / sqrt((double)DH));
@@ -1425,7 +1449,8 @@ void dkdv_wg_launch(dx_backend *be, void *dk, void *dv, float *dq_acc, const voi
     const dim3 grid = key_x ? dim3(nkt, nbh) : dim3(nbh, nkt);
     kern<<<grid, 384, smem, dxc(be)->stream>>>((bf16 *)dk, (bf16 *)dv, dq_acc, (const bf16 *)dout,
                                               (const bf16 *)q, (const bf16 *)k, (const bf16 *)v,
-                                              lse, Dv, T, H, Hkv, kst, sl2, scale, key_x);
+                                              lse, Dv, T, H, Hkv, kst, sl2, scale, key_x,
+                                              rtab, sin_off);
     DXC_LAUNCHED(be, op);
 }
 
@@ -1480,6 +1505,38 @@ __global__ void att_dq_from_tiles(bf16 *__restrict__ dq, const float *__restrict
     }
 }
 
+/* att_dq_from_tiles with RoPE's backward (kernels.h rope_bwd) folded in: a thread takes columns
+ * d .. d+3 (d < DH/2) and d+DH/2 .. +3 of one (t, h) and writes
+ *   dq[i] = a cos + b sin ; dq[i + DH/2] = b cos - a sin  (a, b: acc * scale at i, i + DH/2)
+ * with cos / sin of position t from dxc_rope_table's table (rows of DH/2 floats, sin at sin_off) */
+template <int DH>
+__global__ void att_dq_from_tiles_rope(bf16 *__restrict__ dq, const float *__restrict__ acc,
+                                       int T, int H, float scale, const float *__restrict__ rtab,
+                                       size_t sin_off)
+{
+    constexpr int HALF = DH / 2, Q = HALF / 4; /* items per (t, h) */
+    const size_t n = (size_t)T * H * Q;      /* of batch b = blockIdx.y */
+    const int nt64 = (T + 63) / 64, b = blockIdx.y;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        const int d = (int)(i % Q) * 4, h = (int)(i / Q % H), t = (int)(i / Q / H);
+        const float *tile = acc + (((size_t)b * H + h) * nt64 + t / 64) * 64 * DH;
+        const int e = d + HALF;
+        const float4 a = *(const float4 *)(tile + (size_t)(d / 64) * 4096 + dq_tiled_off(t % 64, d % 64));
+        const float4 bb = *(const float4 *)(tile + (size_t)(e / 64) * 4096 + dq_tiled_off(t % 64, e % 64));
+        const float4 c = __ldg((const float4 *)(rtab + (size_t)t * HALF + d));
+        const float4 sn = __ldg((const float4 *)(rtab + sin_off + (size_t)t * HALF + d));
+        const float a0 = a.x * scale, a1 = a.y * scale, a2 = a.z * scale, a3 = a.w * scale;
+        const float b0 = bb.x * scale, b1 = bb.y * scale, b2 = bb.z * scale, b3 = bb.w * scale;
+        bf16 *row = dq + (((size_t)b * T + t) * H + h) * DH;
+        __nv_bfloat162 *o = (__nv_bfloat162 *)(row + d), *p = (__nv_bfloat162 *)(row + e);
+        o[0] = __floats2bfloat162_rn(a0 * c.x + b0 * sn.x, a1 * c.y + b1 * sn.y);
+        o[1] = __floats2bfloat162_rn(a2 * c.z + b2 * sn.z, a3 * c.w + b3 * sn.w);
+        p[0] = __floats2bfloat162_rn(b0 * c.x - a0 * sn.x, b1 * c.y - a1 * sn.y);
+        p[1] = __floats2bfloat162_rn(b2 * c.z - a2 * sn.z, b3 * c.w - a3 * sn.w);
+    }
+}
+
 /* The backward in one of two forms:
  *   fused (default): dk, dv and dq in one kernel, dq accumulated in fp32 with vector atomics
  *     (5 tile products, FlashAttention-2's form); the order of the atomic additions varies
@@ -1487,14 +1544,14 @@ __global__ void att_dq_from_tiles(bf16 *__restrict__ dq, const float *__restrict
  *   deterministic (DX_CUDA_DETERMINISTIC=1): the dk/dv kernel, then a dq kernel that
  *     recomputes S and dP (7 tile products, fixed summation order). */
 template <int DH, int NW, int MT, int BQ, int BN>
-void bwd_launch(dx_backend *be, void *dq, void *dk, void *dv, float *dq_acc, const void *dout,
+bool bwd_launch(dx_backend *be, void *dq, void *dk, void *dv, float *dq_acc, const void *dout,
                 const void *q, const void *k, const void *v, const float *lse, const float *Dv,
-                int B, int T, int H, int Hkv, size_t kst, int wg = 0)
+                int B, int T, int H, int Hkv, size_t kst, int wg, const float *rtab, size_t sin_off)
 {
     if (dxc(be)->attn_det) {
         dkdv_launch<DH, NW, MT, BQ, false>(be, dk, dv, NULL, dout, q, k, v, lse, Dv, B, T, H, Hkv, kst);
         dq_launch<DH, NW, MT, BN>(be, dq, dout, q, k, v, lse, Dv, B, T, H, Hkv, kst);
-        return;
+        return false;
     }
     const char *op = "attention_bwd";
     const size_t n = (size_t)B * T * H * DH;
@@ -1504,13 +1561,19 @@ void bwd_launch(dx_backend *be, void *dq, void *dk, void *dv, float *dq_acc, con
             const size_t nt = (size_t)B * H * ((T + 63) / 64) * 64 * DH;
             DXC_CHECK(op, cudaMemsetAsync(dq_acc, 0, nt * sizeof(float), st));
             dkdv_wg_launch<DH>(be, dk, dv, dq_acc, dout, q, k, v, lse, Dv, B, T, H, Hkv, kst,
-                               wg == 2);
-            const size_t per_b = (size_t)T * H * DH / 4, cap = (size_t)dxc(be)->num_sms * 16 / B + 1;
+                               wg == 2, rtab, sin_off);
+            const size_t per_b = (size_t)T * H * DH / (rtab ? 8 : 4),
+                         cap = (size_t)dxc(be)->num_sms * 16 / B + 1;
             const size_t blocks = (per_b + 255) / 256 < cap ? (per_b + 255) / 256 : cap;
-            att_dq_from_tiles<DH><<<dim3((unsigned)blocks, (unsigned)B), 256, 0, st>>>(
-                (bf16 *)dq, dq_acc, T, H, (float)(1.0 / sqrt((double)DH)));
+            const float scale = (float)(1.0 / sqrt((double)DH));
+            if (rtab)
+                att_dq_from_tiles_rope<DH><<<dim3((unsigned)blocks, (unsigned)B), 256, 0, st>>>(
+                    (bf16 *)dq, dq_acc, T, H, scale, rtab, sin_off);
+            else
+                att_dq_from_tiles<DH><<<dim3((unsigned)blocks, (unsigned)B), 256, 0, st>>>(
+                    (bf16 *)dq, dq_acc, T, H, scale);
             DXC_LAUNCHED(be, op);
-            return;
+            return rtab != nullptr;
         }
     }
     DXC_CHECK(op, cudaMemsetAsync(dq_acc, 0, n * sizeof(float), st));
@@ -1521,6 +1584,7 @@ void bwd_launch(dx_backend *be, void *dq, void *dk, void *dv, float *dq_acc, con
     att_dq_from_acc<<<(unsigned)blocks, 256, 0, st>>>((bf16 *)dq, dq_acc, n4,
                                                        (float)(1.0 / sqrt((double)DH)));
     DXC_LAUNCHED(be, op);
+    return false;
 }
 
 } // namespace
@@ -1614,10 +1678,10 @@ void dxc_attention_fwd_mma(dx_backend *be, void *o, void *lse, const void *q, co
 #undef FWD
 }
 
-void dxc_attention_bwd_mma(dx_backend *be, void *dq, void *dk, void *dv, float *dq_acc,
-                           const void *dout, const void *q, const void *k, const void *v,
-                           const float *lse, const float *Dv, int ldkv, int B, int T, int H,
-                           int Hkv, int Dh)
+int dxc_attention_bwd_mma(dx_backend *be, void *dq, void *dk, void *dv, float *dq_acc,
+                          const void *dout, const void *q, const void *k, const void *v,
+                          const float *lse, const float *Dv, int ldkv, int B, int T, int H,
+                          int Hkv, int Dh, const float *rope_tab, size_t sin_off)
 {
     const size_t kst = (size_t)ldkv;
     const int var = dxc(be)->attn_bwd_var;
@@ -1627,18 +1691,21 @@ void dxc_attention_bwd_mma(dx_backend *be, void *dq, void *dk, void *dv, float *
                    : var == 0 ? (nblk >= 8L * dxc(be)->num_sms ? 2 : 1)
                    : var == 9 ? 1 : var == 10 ? 2 : 0;
 #define BWD(...)                                                                                   \
-    bwd_launch<__VA_ARGS__>(be, dq, dk, dv, dq_acc, dout, q, k, v, lse, Dv, B, T, H, Hkv, kst, wg)
+    bwd_launch<__VA_ARGS__>(be, dq, dk, dv, dq_acc, dout, q, k, v, lse, Dv, B, T, H, Hkv, kst, wg, \
+                            rope_tab, sin_off)
+    bool rotated = false;
     switch (Dh) {
-    case 32: BWD(32, 4, 2, 32, 32); break;
-    case 64: BWD(64, 4, 2, 32, 32); break;
+    case 32: rotated = BWD(32, 4, 2, 32, 32); break;
+    case 64: rotated = BWD(64, 4, 2, 32, 32); break;
     default:
         switch (var) {
-        case 1: BWD(128, 4, 1, 32, 32); break;
-        case 2: BWD(128, 8, 1, 32, 32); break;
-        case 3: BWD(128, 4, 1, 64, 64); break;
-        default: BWD(128, 8, 1, 64, 64); break;
+        case 1: rotated = BWD(128, 4, 1, 32, 32); break;
+        case 2: rotated = BWD(128, 8, 1, 32, 32); break;
+        case 3: rotated = BWD(128, 4, 1, 64, 64); break;
+        default: rotated = BWD(128, 8, 1, 64, 64); break;
         }
         break;
     }
 #undef BWD
+    return rotated ? 1 : 0;
 }

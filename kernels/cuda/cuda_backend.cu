@@ -1200,12 +1200,9 @@ static __global__ void k_rope_vec(bf16 *x, const float *__restrict__ tab, size_t
     }
 }
 
-static void rope_apply(dx_backend *be, void *x, int ld, int B, int T, int H, int Dh, float theta,
-                       float dir, const char *op)
+const float *dxc_rope_table(dx_backend *be, int T, int Dh, float theta, size_t *sin_off, const char *op)
 {
-    if (B <= 0 || T <= 0 || H <= 0 || Dh < 2) return;
     dxc_impl *im = dxc(be);
-    DXC_ENTER(be, op);
     const int half = Dh / 2;
     if (!im->rope_tab || im->rope_Dh != Dh || im->rope_theta != theta || im->rope_T < T) {
         const int Tn = T; /* positions 0..T-1; reused while later calls have T <= Tn */
@@ -1224,25 +1221,38 @@ static void rope_apply(dx_backend *be, void *x, int ld, int B, int T, int H, int
         im->rope_Dh = Dh;
         im->rope_theta = theta;
     }
+    *sin_off = (size_t)im->rope_T * half;
+    return im->rope_tab;
+}
+
+void dxc_rope_apply(dx_backend *be, void *x, int ld, int B, int T, int H, int Dh, float theta,
+                    float dir, const char *op)
+{
+    if (B <= 0 || T <= 0 || H <= 0 || Dh < 2) return;
+    dxc_impl *im = dxc(be);
+    DXC_ENTER(be, op);
+    const int half = Dh / 2;
+    size_t sin_off;
+    const float *tab = dxc_rope_table(be, T, Dh, theta, &sin_off, op);
     const size_t nrows = (size_t)B * T * H;
     if (half % 8 == 0 && ld % 8 == 0 && al16(x))
         (nrows * (half / 8) <= ((size_t)1 << 31) ? k_rope_vec<unsigned> : k_rope_vec<size_t>)
             <<<grid_for(be, nrows * (half / 8)), DXC_THREADS, 0, im->stream>>>(
-                (bf16 *)x, im->rope_tab, (size_t)im->rope_T * half, nrows, T, H, half, (size_t)ld, dir);
+                (bf16 *)x, tab, sin_off, nrows, T, H, half, (size_t)ld, dir);
     else
         k_rope<<<grid_for(be, nrows * half), DXC_THREADS, 0, im->stream>>>(
-            (bf16 *)x, im->rope_tab, (size_t)im->rope_T * half, nrows, T, H, half, (size_t)ld, dir);
+            (bf16 *)x, tab, sin_off, nrows, T, H, half, (size_t)ld, dir);
     DXC_LAUNCHED(be, op);
 }
 
 static void cuda_rope_fwd(dx_backend *be, void *x, int ld, int B, int T, int H, int Dh, float theta)
 {
-    rope_apply(be, x, ld, B, T, H, Dh, theta, 1.0f, "rope_fwd");
+    dxc_rope_apply(be, x, ld, B, T, H, Dh, theta, 1.0f, "rope_fwd");
 }
 
 static void cuda_rope_bwd(dx_backend *be, void *dx, int ld, int B, int T, int H, int Dh, float theta)
 {
-    rope_apply(be, dx, ld, B, T, H, Dh, theta, -1.0f, "rope_bwd");
+    dxc_rope_apply(be, dx, ld, B, T, H, Dh, theta, -1.0f, "rope_bwd");
 }
 
 /* ============================================================================================
@@ -1986,7 +1996,15 @@ static void cuda_attention_bwd(dx_backend *be, void *dq, void *dk, void *dv, con
                                const void *q, const void *k, const void *v, const void *o,
                                const void *lse, int ldkv, int B, int T, int H, int Hkv, int Dh)
 {
-    dxc_attention_bwd(be, dq, dk, dv, dout, q, k, v, o, lse, ldkv, B, T, H, Hkv, Dh);
+    dxc_attention_bwd(be, dq, dk, dv, dout, q, k, v, o, lse, ldkv, B, T, H, Hkv, Dh, 0.0f);
+}
+
+static void cuda_attention_bwd_rope(dx_backend *be, void *dq, void *dk, void *dv, const void *dout,
+                                    const void *q, const void *k, const void *v, const void *o,
+                                    const void *lse, int ldkv, int B, int T, int H, int Hkv, int Dh,
+                                    float theta)
+{
+    dxc_attention_bwd(be, dq, dk, dv, dout, q, k, v, o, lse, ldkv, B, T, H, Hkv, Dh, theta);
 }
 
 /* ============================================================================================
@@ -2102,6 +2120,8 @@ extern "C" dx_backend *dx_backend_cuda_create(int device, int nthreads)
     const char *fv = getenv("DX_CUDA_ATT_FWD"), *bv = getenv("DX_CUDA_ATT_BWD");
     im->attn_fwd_var = fv ? atoi(fv) : 0;
     im->attn_bwd_var = bv ? atoi(bv) : 0;
+    const char *rf = getenv("DX_CUDA_ROPE_FOLD");
+    im->rope_fold = rf && rf[0] && strcmp(rf, "0") != 0;
 
     be->alloc = cuda_alloc;
     be->free = cuda_free;
@@ -2129,6 +2149,7 @@ extern "C" dx_backend *dx_backend_cuda_create(int device, int nthreads)
     be->rope_bwd = cuda_rope_bwd;
     be->attention_fwd = cuda_attention_fwd;
     be->attention_bwd = cuda_attention_bwd;
+    be->attention_bwd_rope = im->rope_fold ? cuda_attention_bwd_rope : NULL;
     be->swiglu_fwd = cuda_swiglu_fwd;
     be->swiglu_bwd = cuda_swiglu_bwd;
     be->embedding_fwd = cuda_embedding_fwd;

@@ -37,6 +37,8 @@ struct dxc_impl {
     int attn_fwd_var;   /* DX_CUDA_ATT_FWD / _BWD = i: tile-shape variant i of the tensor-core */
     int attn_bwd_var;   /* attention kernels (attention_mma.cu; 0 = the default, for tuning) */
     int wgmma;          /* compute capability 9.x: the sm_90a kernels (wgmma) can run */
+    int rope_fold;      /* DX_CUDA_ROPE_FOLD=1: be->attention_bwd_rope set (RoPE's backward in
+                           att_bwd_wg's dk epilogue and its dq conversion; off until measured) */
     cudaStream_t stream;
     /* CPU offload copies: device-to-host [0] and host-to-device [1] streams, and a ring of
      * DX_COPY_TICKETS events, one per copy in flight (ticket t uses event t % DX_COPY_TICKETS) */
@@ -110,18 +112,33 @@ void dxc_set_smem(dx_backend *be, const void *func, size_t bytes, const char *op
 /* (the backend's attention_fwd / attention_bwd, kernels.h: k, v, dk, dv rows ldkv apart) */
 void dxc_attention_fwd(dx_backend *be, void *o, void *lse, const void *q, const void *k,
                        const void *v, int ldkv, int B, int T, int H, int Hkv, int Dh);
+/* rope_theta != 0: dq and dk come out multiplied by RoPE's inverse rotation (the backend's
+ * attention_bwd_rope); 0: attention_bwd */
 void dxc_attention_bwd(dx_backend *be, void *dq, void *dk, void *dv, const void *dout,
                        const void *q, const void *k, const void *v, const void *o,
-                       const void *lse, int ldkv, int B, int T, int H, int Hkv, int Dh);
+                       const void *lse, int ldkv, int B, int T, int H, int Hkv, int Dh,
+                       float rope_theta);
+
+/* RoPE (cuda_backend.cu). dxc_rope_table: the cached cos / sin table of positions 0..T-1 or more
+ * for Dh and theta (rebuilt when either changes or T grows): cos of position t, pair i < Dh/2 at
+ * [t * Dh/2 + i], sin at [*sin_off + t * Dh/2 + i]; valid until the next call with another Dh,
+ * theta or a larger T. dxc_rope_apply: the backend's rope_fwd (dir 1) or rope_bwd (dir -1). */
+const float *dxc_rope_table(dx_backend *be, int T, int Dh, float theta, size_t *sin_off,
+                            const char *op);
+void dxc_rope_apply(dx_backend *be, void *x, int ld, int B, int T, int H, int Dh, float theta,
+                    float dir, const char *op);
 
 /* attention_mma.cu (tensor cores; Dh in {32, 64, 128}, all bf16 pointers 16-byte aligned;
  * Dv = the D vector of the backward, laid out like lse; dq_acc = fp32 workspace of
  * B*T*H*Dh floats, 16-byte aligned, for the fused backward's dq accumulation; ldkv % 8 == 0) */
 void dxc_attention_fwd_mma(dx_backend *be, void *o, void *lse, const void *q, const void *k,
                            const void *v, int ldkv, int B, int T, int H, int Hkv, int Dh);
-void dxc_attention_bwd_mma(dx_backend *be, void *dq, void *dk, void *dv, float *dq_acc,
-                           const void *dout, const void *q, const void *k, const void *v,
-                           const float *lse, const float *Dv, int ldkv, int B, int T, int H,
-                           int Hkv, int Dh);
+/* rope_tab (NULL: none; else dxc_rope_table's, sin_off its sine offset): dq and dk rotated back
+ * inside the kernels where the path allows; returns 1 when it did, 0 when dq and dk still need
+ * rope_bwd */
+int dxc_attention_bwd_mma(dx_backend *be, void *dq, void *dk, void *dv, float *dq_acc,
+                          const void *dout, const void *q, const void *k, const void *v,
+                          const float *lse, const float *Dv, int ldkv, int B, int T, int H,
+                          int Hkv, int Dh, const float *rope_tab, size_t sin_off);
 
 #endif

@@ -1101,11 +1101,17 @@ int dx_model_backward_chunk(dx_model *m, int c, int s)
             linear_bwd(m, DX_MOD_ATTENTION, l, m->datt, gat(G, m->o_o, as), dy, a->att,
                        at(W, m->o_o, xs), N, HDl, D, 0.0f);
             lora_bwd_t(m, C, a, li, DX_LORA_O, m->datt, dy, D, a->att, N, HDl, D);
-            OP(DX_MOD_ATTENTION, l, DX_OP_ATTENTION, att_flops, att_bytes,
-               be->attention_bwd(be, m->dq, m->dk, m->dv, m->datt, a->q, a->k, a->v, a->att, a->lse,
-                                 2 * KDl, B, T, Hl, KVl, Dh));
-            OP(DX_MOD_ATTENTION, l, DX_OP_ROPE, 6 * (int64_t)N * (HDl + KDl), 2 * (int64_t)N * (HDl + KDl) * xsz,
-               be->rope_bwd(be, m->dq, HDl, B, T, Hl, Dh, theta); be->rope_bwd(be, m->dk, 2 * KDl, B, T, KVl, Dh, theta));
+            if (be->attention_bwd_rope) { /* RoPE's backward folded into the attention kernels */
+                OP(DX_MOD_ATTENTION, l, DX_OP_ATTENTION, att_flops + 6 * (int64_t)N * (HDl + KDl), att_bytes,
+                   be->attention_bwd_rope(be, m->dq, m->dk, m->dv, m->datt, a->q, a->k, a->v, a->att,
+                                          a->lse, 2 * KDl, B, T, Hl, KVl, Dh, theta));
+            } else {
+                OP(DX_MOD_ATTENTION, l, DX_OP_ATTENTION, att_flops, att_bytes,
+                   be->attention_bwd(be, m->dq, m->dk, m->dv, m->datt, a->q, a->k, a->v, a->att, a->lse,
+                                     2 * KDl, B, T, Hl, KVl, Dh));
+                OP(DX_MOD_ATTENTION, l, DX_OP_ROPE, 6 * (int64_t)N * (HDl + KDl), 2 * (int64_t)N * (HDl + KDl) * xsz,
+                   be->rope_bwd(be, m->dq, HDl, B, T, Hl, Dh, theta); be->rope_bwd(be, m->dk, 2 * KDl, B, T, KVl, Dh, theta));
+            }
             linear_bwd(m, DX_MOD_ATTENTION, l, m->dxn, gat(G, m->o_q, as), m->dq, a->xn1,
                        at(W, m->o_q, xs), N, D, HDl, 0.0f);
             if (!m->kv_repl) { /* k | v adjacent */
