@@ -885,7 +885,9 @@ __device__ __forceinline__ void bwd_p_ds(float (&st)[MT][NN][4], float (&dp)[MT]
 }
 
 /* dk <- dka * scale, dv <- dva (bf16) for keys wk0 + 16m + g (+8) of kv head kh, batch b (rows
- * kst elements apart); dka, dva in the C fragment layout over DH = 8 NDT columns */
+ * kst elements apart); dka, dva in the C fragment layout over DH = 8 NDT columns. rtab (not
+ * NULL: dxc_rope_table's cos / sin, sin at sin_off): dk also rotated back by RoPE of its key's
+ * position (rope_bwd); the thread holds both columns of each rotated pair. */
 template <int MT, int NDT>
 __device__ __forceinline__ void store_dk_dv(bf16 *__restrict__ dk, bf16 *__restrict__ dv,
                                             const float (&dka)[MT][NDT][4],
@@ -1096,7 +1098,9 @@ template <int DH> constexpr size_t bwd_wg_smem()
  *     from there into its piece of dq_acc (tiled: dq_tiled_off) in one bulk asynchronous
  *     reduction (cp.reduce.async.bulk .add.f32; 2.18 against 2.42 ms with per-thread
  *     red.global at B 8 T 2048 H 32 Dh 128, NOTES item 14).
- * dk and dv are deterministic (ascending order); the order of dq's additions is not. */
+ * dk and dv are deterministic (ascending order); the order of dq's additions is not. rtab (not
+ * NULL): dk comes out with RoPE's backward applied (store_dk_dv); dq's is in
+ * att_dq_from_tiles_rope. */
 template <int DH>
 __global__ void __launch_bounds__(384, 1)
     att_bwd_wg(bf16 *__restrict__ dk, bf16 *__restrict__ dv, float *__restrict__ dq_acc,
