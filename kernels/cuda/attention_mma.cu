@@ -1489,6 +1489,15 @@ __global__ void att_dq_from_acc(bf16 *__restrict__ dq, const float *__restrict__
     }
 }
 
+/* Elements col .. col + 3 (col % 4 == 0) of query t in att_bwd_wg's tiled dq accumulator
+ * (dq_tiled_off), acc_bh = the first piece of its (b, h) */
+template <int DH>
+__device__ __forceinline__ float4 dq_acc_ld4(const float *acc_bh, int t, int col)
+{
+    return *(const float4 *)(acc_bh + (size_t)(t / 64) * 64 * DH + (size_t)(col / 64) * 4096 +
+                             dq_tiled_off(t % 64, col % 64));
+}
+
 /* dq[b, t, h, :] = bf16(acc * scale) from att_bwd_wg's tiled accumulator (dq_tiled_off), 4
  * elements per thread */
 template <int DH>
@@ -1501,8 +1510,7 @@ __global__ void att_dq_from_tiles(bf16 *__restrict__ dq, const float *__restrict
          i += (size_t)gridDim.x * blockDim.x) {
         const int d = (int)(i % (DH / 4)) * 4, h = (int)(i / (DH / 4) % H),
                   t = (int)(i / (DH / 4) / H);
-        const float4 a = *(const float4 *)(acc + (((size_t)b * H + h) * nt64 + t / 64) * 64 * DH +
-                                           (size_t)(d / 64) * 4096 + dq_tiled_off(t % 64, d % 64));
+        const float4 a = dq_acc_ld4<DH>(acc + ((size_t)b * H + h) * nt64 * 64 * DH, t, d);
         __nv_bfloat162 *o = (__nv_bfloat162 *)(dq + (((size_t)b * T + t) * H + h) * DH + d);
         o[0] = __floats2bfloat162_rn(a.x * scale, a.y * scale);
         o[1] = __floats2bfloat162_rn(a.z * scale, a.w * scale);
@@ -1524,10 +1532,9 @@ __global__ void att_dq_from_tiles_rope(bf16 *__restrict__ dq, const float *__res
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x) {
         const int d = (int)(i % Q) * 4, h = (int)(i / Q % H), t = (int)(i / Q / H);
-        const float *tile = acc + (((size_t)b * H + h) * nt64 + t / 64) * 64 * DH;
+        const float *acc_bh = acc + ((size_t)b * H + h) * nt64 * 64 * DH;
         const int e = d + HALF;
-        const float4 a = *(const float4 *)(tile + (size_t)(d / 64) * 4096 + dq_tiled_off(t % 64, d % 64));
-        const float4 bb = *(const float4 *)(tile + (size_t)(e / 64) * 4096 + dq_tiled_off(t % 64, e % 64));
+        const float4 a = dq_acc_ld4<DH>(acc_bh, t, d), bb = dq_acc_ld4<DH>(acc_bh, t, e);
         const float4 c = __ldg((const float4 *)(rtab + (size_t)t * HALF + d));
         const float4 sn = __ldg((const float4 *)(rtab + sin_off + (size_t)t * HALF + d));
         const float a0 = a.x * scale, a1 = a.y * scale, a2 = a.z * scale, a3 = a.w * scale;
