@@ -18,8 +18,9 @@
  * Attention is checked three times: with the tensor-core kernels (default, "[tc]": fused
  * backward with fp32 atomics for dq), the same with DX_CUDA_DETERMINISTIC=1 ("[tc-det]": the
  * two-kernel backward) and with the CUDA-core ones (DX_CUDA_ATTENTION=simple, "[simple]"), its
- * backward both as attention_bwd and as attention_bwd_rope (RoPE's backward folded in; the test
- * sets DX_CUDA_ROPE_FOLD=1, which provides it).
+ * backward both as attention_bwd and as attention_bwd_rope (RoPE's backward folded in; the
+ * backend's default, which the test forces with DX_CUDA_ROPE_FOLD=1 in case the caller's
+ * environment turned it off).
  * Prints one line per output: op, shape, error, bound, ok; then "N passed, M failed" and exits
  * 1 on any failure. Attention is also timed with CUDA events (informative only; the two
  * training-size timings, medians of 7 runs, are skipped when DX_CUDA_TEST_NO_PERF is set).

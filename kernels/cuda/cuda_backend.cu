@@ -2121,7 +2121,7 @@ extern "C" dx_backend *dx_backend_cuda_create(int device, int nthreads)
     im->attn_fwd_var = fv ? atoi(fv) : 0;
     im->attn_bwd_var = bv ? atoi(bv) : 0;
     const char *rf = getenv("DX_CUDA_ROPE_FOLD");
-    im->rope_fold = rf && rf[0] && strcmp(rf, "0") != 0;
+    im->rope_fold = !(rf && strcmp(rf, "0") == 0);
 
     be->alloc = cuda_alloc;
     be->free = cuda_free;

@@ -37,8 +37,8 @@ struct dxc_impl {
     int attn_fwd_var;   /* DX_CUDA_ATT_FWD / _BWD = i: tile-shape variant i of the tensor-core */
     int attn_bwd_var;   /* attention kernels (attention_mma.cu; 0 = the default, for tuning) */
     int wgmma;          /* compute capability 9.x: the sm_90a kernels (wgmma) can run */
-    int rope_fold;      /* DX_CUDA_ROPE_FOLD=1: be->attention_bwd_rope set (RoPE's backward in
-                           att_bwd_wg's dk epilogue and its dq conversion; off until measured) */
+    int rope_fold;      /* be->attention_bwd_rope set (RoPE's backward in att_bwd_wg's dk
+                           epilogue and its dq conversion); on unless DX_CUDA_ROPE_FOLD=0 */
     cudaStream_t stream;
     /* CPU offload copies: device-to-host [0] and host-to-device [1] streams, and a ring of
      * DX_COPY_TICKETS events, one per copy in flight (ticket t uses event t % DX_COPY_TICKETS) */
