@@ -1198,6 +1198,7 @@ int main(void)
         test_cross_entropy(seed += 10, 33, 32000, 1);
         test_cross_entropy(seed += 10, 1, 13, 1);
         test_cross_entropy(seed += 10, 33, 32000, 0);
+        test_cross_entropy(seed += 10, 1200, 96, 1); /* more rows than k_xent8's grid */
 
         /* tensor parallelism: vocab-parallel embedding and cross-entropy */
         test_embedding_vp(seed += 10, 7, 13, 1001, 1);
