@@ -1551,9 +1551,10 @@ static void cuda_embedding_bwd(dx_backend *be, void *dtable, const void *dout, c
 }
 
 /* ============================================================================================
- * Cross-entropy: one block per row, online max / sum-of-exp per thread (Milakov & Gimelshein
+ * Cross-entropy: a block per row, online max / sum-of-exp per thread (Milakov & Gimelshein
  * 2018), merged over the block; row losses in fp64 to a workspace, summed in order by a
- * second kernel.
+ * second kernel. k_xent (any V; one block per row) and k_xent8 (V % 8 == 0, aligned rows:
+ * vectorized, blocks walking the rows on an L2-sized grid).
  * ========================================================================================== */
 
 /* (m, s) <- merge of two partial (max, sum of exp(z - max)); m = -inf means empty. */
