@@ -1569,6 +1569,28 @@ static __device__ __forceinline__ void ms_merge(float &m, float &s, float m2, fl
     m = mn;
 }
 
+/* Every thread's (m, s) merged over the block (warp shuffles, then the warps' partials in
+ * shm, shs, 32 floats each of shared memory, in the same order in every thread): afterwards all
+ * threads hold the block's (m, s). Has a __syncthreads: every thread of the block calls it. */
+static __device__ __forceinline__ void ms_block_merge(float &m, float &s, float *shm, float *shs)
+{
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) {
+        const float m2 = __shfl_xor_sync(0xffffffffu, m, off);
+        const float s2 = __shfl_xor_sync(0xffffffffu, s, off);
+        ms_merge(m, s, m2, s2);
+    }
+    const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    if (lane == 0) {
+        shm[wid] = m;
+        shs[wid] = s;
+    }
+    __syncthreads();
+    m = shm[0];
+    s = shs[0];
+    for (int k = 1; k < nw; k++) ms_merge(m, s, shm[k], shs[k]);
+}
+
 static __global__ void __launch_bounds__(DXC_THREADS)
     k_xent(double *__restrict__ rowloss, bf16 *__restrict__ dl, const float *__restrict__ logits,
            const int32_t *__restrict__ targets, int V, float dscale)
@@ -1596,21 +1618,7 @@ static __global__ void __launch_bounds__(DXC_THREADS)
             s = NAN; /* NaN logits give a NaN loss, as on the CPU */
         }
     }
-#pragma unroll
-    for (int off = 16; off > 0; off >>= 1) {
-        const float m2 = __shfl_xor_sync(0xffffffffu, m, off);
-        const float s2 = __shfl_xor_sync(0xffffffffu, s, off);
-        ms_merge(m, s, m2, s2);
-    }
-    const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5;
-    if (lane == 0) {
-        shm[wid] = m;
-        shs[wid] = s;
-    }
-    __syncthreads();
-    m = shm[0];
-    s = shs[0];
-    for (int k = 1; k < nw; k++) ms_merge(m, s, shm[k], shs[k]); /* same order in every thread */
+    ms_block_merge(m, s, shm, shs);
     if (threadIdx.x == 0) rowloss[row] = (double)m + log((double)s) - (double)z[t];
     if (d) {
         const float f = (float)((double)dscale / (double)s);
@@ -1682,21 +1690,7 @@ static __device__ __forceinline__ void xent8_row(double *__restrict__ rowloss,
         }
     }
     if (nan) s = NAN; /* NaN logits give a NaN loss, as on the CPU */
-#pragma unroll
-    for (int off = 16; off > 0; off >>= 1) {
-        const float m2 = __shfl_xor_sync(0xffffffffu, m, off);
-        const float s2 = __shfl_xor_sync(0xffffffffu, s, off);
-        ms_merge(m, s, m2, s2);
-    }
-    const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5;
-    if (lane == 0) {
-        shm[wid] = m;
-        shs[wid] = s;
-    }
-    __syncthreads();
-    m = shm[0];
-    s = shs[0];
-    for (int k = 1; k < nw; k++) ms_merge(m, s, shm[k], shs[k]); /* same order in every thread */
+    ms_block_merge(m, s, shm, shs);
     if (threadIdx.x == 0) rowloss[row] = (double)m + log((double)s) - (double)z[t];
     if (d8) {
         const float fs = (float)((double)dscale / (double)s), ml = m * L2E;
@@ -1825,22 +1819,8 @@ static __global__ void __launch_bounds__(DXC_THREADS)
             s = NAN;
         }
     }
-#pragma unroll
-    for (int off = 16; off > 0; off >>= 1) {
-        const float m2 = __shfl_xor_sync(0xffffffffu, m, off);
-        const float s2 = __shfl_xor_sync(0xffffffffu, s, off);
-        ms_merge(m, s, m2, s2);
-    }
-    const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5;
-    if (lane == 0) {
-        shm[wid] = m;
-        shs[wid] = s;
-    }
-    __syncthreads();
+    ms_block_merge(m, s, shm, shs);
     if (threadIdx.x == 0) {
-        m = shm[0];
-        s = shs[0];
-        for (int k = 1; k < nw; k++) ms_merge(m, s, shm[k], shs[k]);
         const int t = targets[row] - v0;
         stats[2 * row] = (float)((double)m + log((double)s));
         stats[2 * row + 1] = targets[row] >= 0 && t >= 0 && t < Vl ? z[t] : 0.0f;
