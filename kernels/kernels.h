@@ -228,11 +228,12 @@ struct dx_backend {
     void (*embedding_bwd)(dx_backend *be, void *dtable, const void *dout, const int32_t *ids,
                           int N, int D);
 
-    /* Softmax cross-entropy over logits A[N,V] against targets int32[N] (target < 0: ignored,
-     * adds no loss and no gradient):
+    /* Softmax cross-entropy over logits X[N,V] against targets int32[N] (target < 0: ignored,
+     * adds no loss and no gradient), computed in fp32 (the row's loss in fp64):
      *   loss_i = logsumexp(logits_i) - logits_i[t_i] ;  loss_sum A[1] (+=) sum_i loss_i
      *   dlogits X[N,V] = dscale * (softmax(logits_i) - onehot(t_i))   (if dlogits != NULL)
-     * dlogits may alias logits only when act == acc. */
+     * dlogits may alias logits (the model overwrites the logits with their gradient, as
+     * Megatron-LM's fused cross-entropy does; logits in bf16 as under PyTorch's autocast). */
     void (*cross_entropy)(dx_backend *be, void *loss_sum, void *dlogits, const void *logits,
                           const int32_t *targets, int N, int V, float dscale);
 
@@ -248,7 +249,7 @@ struct dx_backend {
     void (*embedding_vp_bwd)(dx_backend *be, void *dtable, const void *dout, const int32_t *ids,
                              int N, int D, int v0, int Vl);
     /* Vocab-parallel cross-entropy, part 1 (Megatron-LM's VocabParallelCrossEntropy; here with
-     * per-slice log-sum-exps instead of an all-reduced max). This rank holds logits A[N,Vl] of
+     * per-slice log-sum-exps instead of an all-reduced max). This rank holds logits X[N,Vl] of
      * vocab ids [v0, v0 + Vl); targets int32[N] hold global vocab ids (< 0: ignored). stats
      * A[N,2] (overwritten): stats[i,0] = logsumexp_j logits[i,j] over the slice; stats[i,1] =
      * logits[i, targets[i] - v0] if the target is in the slice, else 0. The caller all-gathers
@@ -261,7 +262,7 @@ struct dx_backend {
      *   dlogits X[N,Vl] = dscale (exp(logits[i,j] - lse_i) - [j == targets[i] - v0]) (if not
      *   NULL; rows with targets[i] < 0 get zeros).
      * Every TP rank adds the whole loss; the slices' dlogits, side by side, are cross_entropy's
-     * on the full logits. dlogits may alias logits only when act == acc. */
+     * on the full logits. dlogits may alias logits. */
     void (*ce_vp_finish)(dx_backend *be, void *loss_sum, void *dlogits, const void *logits,
                          const void *gathered, int tp, const int32_t *targets, int N, int Vl,
                          int v0, float dscale);

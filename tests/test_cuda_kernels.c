@@ -895,18 +895,30 @@ static void test_cross_entropy(uint64_t seed, int N, int V, int with_dl)
     char shape[64];
     snprintf(shape, sizeof shape, "N=%d V=%d%s", N, V, with_dl ? "" : " dlogits=NULL");
     size_t n = (size_t)N * V;
-    float *z = hrand(n, seed, 2.5, 0, 0);
+    float *z = hrand(n, seed, 2.5, 0, 1); /* logits X: bf16 values */
     int32_t *t = xmalloc((size_t)N * sizeof(int32_t));
     for (int i = 0; i < N; i++)
         t[i] = i % 4 == 1 ? -1 : (int32_t)(dx_hash64(seed + 7 * (uint64_t)i) % (uint64_t)V);
     const float dscale = 1.0f / (float)N, pre = 0.25f;
-    void *gz = g_from(z, n, F32), *gt = g_ints(t, N), *gl = g_from(&pre, 1, F32);
+    void *gz = g_from(z, n, BF), *gt = g_ints(t, N), *gl = g_from(&pre, 1, F32);
     void *gd = with_dl ? g_nan(n, BF) : NULL;
     void *cz = c_from(z, n), *cl = c_from(&pre, 1), *cd = with_dl ? c_nan(n) : NULL;
     gpu->cross_entropy(gpu, gl, gd, gz, gt, N, V, dscale);
     cpu->cross_entropy(cpu, cl, cd, cz, t, N, V, dscale);
     cmp("cross_entropy loss (+=)", shape, gl, F32, cl, 1, B_A);
-    if (with_dl) cmp("cross_entropy dlogits", shape, gd, BF, cd, n, B_X);
+    if (with_dl) {
+        cmp("cross_entropy dlogits", shape, gd, BF, cd, n, B_X);
+        /* in place (the model's use: dlogits overwrite the logits): the same bits */
+        void *gl2 = g_from(&pre, 1, F32);
+        gpu->cross_entropy(gpu, gl2, gz, gz, gt, N, V, dscale);
+        float *l1 = g_get(gl, 1, F32), *l2 = g_get(gl2, 1, F32), *d1 = g_get(gd, n, BF), *d2 = g_get(gz, n, BF);
+        report("cross_entropy in place (exact)", shape, mismatches(l1, l2, 1) + mismatches(d1, d2, n), 0);
+        free(l1);
+        free(l2);
+        free(d1);
+        free(d2);
+        gfree(gl2);
+    }
     free(z);
     free(t);
     gfree(gz);
@@ -968,8 +980,8 @@ static void test_ce_vp(uint64_t seed, int N, int V, int tp)
     /* part 1 on every slice; the gathers are made on the host in rank order */
     for (int r = 0; r < tp; r++) {
         snprintf(shape, sizeof shape, "N=%d V=%d slice %d/%d", N, V, r, tp);
-        z[r] = hrand(nl, seed + (uint64_t)r, 2.5, 0, 0);
-        void *gz = g_from(z[r], nl, F32), *gs = g_nan((size_t)N * 2, F32), *cz = c_from(z[r], nl), *cs = c_nan((size_t)N * 2);
+        z[r] = hrand(nl, seed + (uint64_t)r, 2.5, 0, 1); /* logits X: bf16 values */
+        void *gz = g_from(z[r], nl, BF), *gs = g_nan((size_t)N * 2, F32), *cz = c_from(z[r], nl), *cs = c_nan((size_t)N * 2);
         gpu->ce_vp_stats(gpu, gs, gz, gt, N, Vl, r * Vl);
         cpu->ce_vp_stats(cpu, cs, cz, t, N, Vl, r * Vl);
         cmp("ce_vp_stats", shape, gs, F32, cs, (size_t)N * 2, B_A);
@@ -986,7 +998,7 @@ static void test_ce_vp(uint64_t seed, int N, int V, int tp)
     const float dscale = 1.0f / (float)N, pre = 0.25f;
     for (int r = 0; r < tp; r++) {
         snprintf(shape, sizeof shape, "N=%d V=%d slice %d/%d", N, V, r, tp);
-        void *gz = g_from(z[r], nl, F32), *gl = g_from(&pre, 1, F32), *gd = g_nan(nl, BF);
+        void *gz = g_from(z[r], nl, BF), *gl = g_from(&pre, 1, F32), *gd = g_nan(nl, BF);
         void *cz = c_from(z[r], nl), *cl = c_from(&pre, 1), *cd = c_nan(nl);
         gpu->ce_vp_finish(gpu, gl, gd, gz, gg, tp, gt, N, Vl, r * Vl, dscale);
         cpu->ce_vp_finish(cpu, cl, cd, cz, cg, tp, t, N, Vl, r * Vl, dscale);
@@ -1001,6 +1013,11 @@ static void test_ce_vp(uint64_t seed, int N, int V, int tp)
         report("ce_vp_finish NULL out (exact)", shape, mismatches(l1, l2, 1) + mismatches(d1, d2, nl), 0);
         free(l1);
         free(l2);
+        free(d2);
+        /* in place (dlogits overwrite the logits, as in the model): the same bits */
+        gpu->ce_vp_finish(gpu, NULL, gz, gz, gg, tp, gt, N, Vl, r * Vl, dscale);
+        d2 = g_get(gz, nl, BF);
+        report("ce_vp_finish in place (exact)", shape, mismatches(d1, d2, nl), 0);
         free(d1);
         free(d2);
         gfree(gl2);

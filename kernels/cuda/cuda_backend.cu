@@ -1592,12 +1592,12 @@ static __device__ __forceinline__ void ms_block_merge(float &m, float &s, float 
 }
 
 static __global__ void __launch_bounds__(DXC_THREADS)
-    k_xent(double *__restrict__ rowloss, bf16 *__restrict__ dl, const float *__restrict__ logits,
+    k_xent(double *__restrict__ rowloss, bf16 *dl, const bf16 *logits,
            const int32_t *__restrict__ targets, int V, float dscale)
 {
     __shared__ float shm[32], shs[32];
     const size_t row = blockIdx.x;
-    const float *z = logits + row * V;
+    const bf16 *z = logits + row * V;
     bf16 *d = dl ? dl + row * V : NULL;
     const int t = targets[row];
     if (t < 0) { /* ignored: no loss, zero gradient (uniform over the block) */
@@ -1608,7 +1608,7 @@ static __global__ void __launch_bounds__(DXC_THREADS)
     }
     float m = -INFINITY, s = 0;
     for (int j = threadIdx.x; j < V; j += blockDim.x) {
-        const float zj = z[j];
+        const float zj = ld(z, j);
         if (zj > m) {
             s = s * expf(m - zj) + 1.0f;
             m = zj;
@@ -1618,12 +1618,13 @@ static __global__ void __launch_bounds__(DXC_THREADS)
             s = NAN; /* NaN logits give a NaN loss, as on the CPU */
         }
     }
+    const float zt = threadIdx.x == 0 ? ld(z, t) : 0.0f; /* before the barrier: d may alias z */
     ms_block_merge(m, s, shm, shs);
-    if (threadIdx.x == 0) rowloss[row] = (double)m + log((double)s) - (double)z[t];
+    if (threadIdx.x == 0) rowloss[row] = (double)m + log((double)s) - (double)zt;
     if (d) {
         const float f = (float)((double)dscale / (double)s);
         for (int j = threadIdx.x; j < V; j += blockDim.x) {
-            float p = expf(z[j] - m) * f;
+            float p = expf(ld(z, j) - m) * f;
             if (j == t) p -= dscale;
             d[j] = tobf(p);
         }
@@ -1631,12 +1632,13 @@ static __global__ void __launch_bounds__(DXC_THREADS)
 }
 
 /* k_xent for V % 8 == 0 with 16-byte aligned rows (logits and dlogits): 8 logits per thread
- * and step (two 16-byte loads, one 16-byte store of dlogits), one rescale of the running sum
+ * and step (one 16-byte load, one 16-byte store of dlogits), one rescale of the running sum
  * per 8, exponentials as ex2.approx of z log2(e) - m log2(e) (relative error ~2^-22). The
  * blocks walk the rows (row blockIdx.x, then + gridDim.x, ...) on a grid of XENT8_BLOCKS_PER_SM
  * per SM, so that the rows in flight (2 x 132 x 128 KB at vocab 32000 on an H100) fit the L2
  * and the second pass re-reads its row from there: one block per row kept ~1000 rows in
- * flight, and both passes read DRAM (1.75 ms at 2048 x 8 x 32000, 3 TB/s for 5.2 GB). */
+ * flight, and both passes read DRAM (1.75 ms at 2048 x 8 x 32000, 3 TB/s for 5.2 GB, when the
+ * logits were fp32). */
 #define XENT8_THREADS 512
 #define XENT8_BLOCKS_PER_SM 2
 static __device__ __forceinline__ float xent_ex2(float x)
@@ -1646,15 +1648,14 @@ static __device__ __forceinline__ float xent_ex2(float x)
     return y;
 }
 /* one row of k_xent8 (the whole block); shm, shs: 32 floats each of shared memory */
-static __device__ __forceinline__ void xent8_row(double *__restrict__ rowloss,
-                                                 bf16 *__restrict__ dl,
-                                                 const float *__restrict__ logits,
+static __device__ __forceinline__ void xent8_row(double *__restrict__ rowloss, bf16 *dl,
+                                                 const bf16 *logits,
                                                  const int32_t *__restrict__ targets, size_t row,
                                                  int V, float dscale, float *shm, float *shs)
 {
     constexpr float L2E = 1.4426950408889634f;
-    const float *z = logits + row * V;
-    const float4 *z4 = (const float4 *)z;
+    const bf16 *z = logits + row * V;
+    const uint4 *z8 = (const uint4 *)z;
     const int V8 = V / 8;
     uint4 *d8 = dl ? (uint4 *)(dl + row * V) : NULL;
     const int t = targets[row];
@@ -1668,8 +1669,8 @@ static __device__ __forceinline__ void xent8_row(double *__restrict__ rowloss,
     bool nan = false;
 #pragma unroll 2
     for (int j = threadIdx.x; j < V8; j += blockDim.x) {
-        const float4 a = z4[2 * j], b = z4[2 * j + 1];
-        const float f[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+        float f[8];
+        unpack8(z8[j], f);
         float cm = f[0];
 #pragma unroll
         for (int k = 1; k < 8; k++) cm = fmaxf(cm, f[k]); /* fmaxf skips NaN: flagged below */
@@ -1690,14 +1691,14 @@ static __device__ __forceinline__ void xent8_row(double *__restrict__ rowloss,
         }
     }
     if (nan) s = NAN; /* NaN logits give a NaN loss, as on the CPU */
+    const float zt = threadIdx.x == 0 ? ld(z, t) : 0.0f; /* before the barrier: d8 may alias z */
     ms_block_merge(m, s, shm, shs);
-    if (threadIdx.x == 0) rowloss[row] = (double)m + log((double)s) - (double)z[t];
+    if (threadIdx.x == 0) rowloss[row] = (double)m + log((double)s) - (double)zt;
     if (d8) {
         const float fs = (float)((double)dscale / (double)s), ml = m * L2E;
         for (int j = threadIdx.x; j < V8; j += blockDim.x) {
-            const float4 a = __ldcs(z4 + 2 * j), b = __ldcs(z4 + 2 * j + 1); /* last use */
-            const float f[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
-            float p[8];
+            float f[8], p[8];
+            unpack8(z8[j], f); /* last use (a plain load: d8 may alias z8) */
 #pragma unroll
             for (int k = 0; k < 8; k++) {
                 p[k] = xent_ex2(fmaf(f[k], L2E, -ml)) * fs;
@@ -1709,7 +1710,7 @@ static __device__ __forceinline__ void xent8_row(double *__restrict__ rowloss,
 }
 
 static __global__ void __launch_bounds__(XENT8_THREADS)
-    k_xent8(double *__restrict__ rowloss, bf16 *__restrict__ dl, const float *__restrict__ logits,
+    k_xent8(double *__restrict__ rowloss, bf16 *dl, const bf16 *logits,
             const int32_t *__restrict__ targets, int N, int V, float dscale)
 {
     __shared__ float shm[32], shs[32];
@@ -1738,10 +1739,10 @@ static void cuda_cross_entropy(dx_backend *be, void *loss_sum, void *dlogits, co
     double *rl = (double *)dxc_scratch(be, (size_t)N * sizeof(double), "cross_entropy");
     if (V % 8 == 0 && al16(logits) && (!dlogits || al16(dlogits)))
         k_xent8<<<N < XENT8_BLOCKS_PER_SM * im->num_sms ? N : XENT8_BLOCKS_PER_SM * im->num_sms,
-                  XENT8_THREADS, 0, im->stream>>>(rl, (bf16 *)dlogits, (const float *)logits,
+                  XENT8_THREADS, 0, im->stream>>>(rl, (bf16 *)dlogits, (const bf16 *)logits,
                                                   targets, N, V, dscale);
     else
-        k_xent<<<N, DXC_THREADS, 0, im->stream>>>(rl, (bf16 *)dlogits, (const float *)logits,
+        k_xent<<<N, DXC_THREADS, 0, im->stream>>>(rl, (bf16 *)dlogits, (const bf16 *)logits,
                                                   targets, V, dscale);
     DXC_LAUNCHED(be, "cross_entropy");
     k_sum_add_f64<<<1, DXC_THREADS, 0, im->stream>>>((float *)loss_sum, rl, (size_t)N);
@@ -1801,15 +1802,15 @@ static void cuda_embedding_vp_bwd(dx_backend *be, void *dtable, const void *dout
 /* One block per row: the slice's log-sum-exp (online max / sum, merged as k_xent does) and the
  * target's logit when the slice holds it. */
 static __global__ void __launch_bounds__(DXC_THREADS)
-    k_ce_vp_stats(float *__restrict__ stats, const float *__restrict__ logits,
+    k_ce_vp_stats(float *__restrict__ stats, const bf16 *__restrict__ logits,
                   const int32_t *__restrict__ targets, int Vl, int v0)
 {
     __shared__ float shm[32], shs[32];
     const size_t row = blockIdx.x;
-    const float *z = logits + row * Vl;
+    const bf16 *z = logits + row * Vl;
     float m = -INFINITY, s = 0;
     for (int j = threadIdx.x; j < Vl; j += blockDim.x) {
-        const float zj = z[j];
+        const float zj = ld(z, j);
         if (zj > m) {
             s = s * expf(m - zj) + 1.0f;
             m = zj;
@@ -1823,14 +1824,14 @@ static __global__ void __launch_bounds__(DXC_THREADS)
     if (threadIdx.x == 0) {
         const int t = targets[row] - v0;
         stats[2 * row] = (float)((double)m + log((double)s));
-        stats[2 * row + 1] = targets[row] >= 0 && t >= 0 && t < Vl ? z[t] : 0.0f;
+        stats[2 * row + 1] = targets[row] >= 0 && t >= 0 && t < Vl ? ld(z, t) : 0.0f;
     }
 }
 
 /* One block per row: the row's log-sum-exp over every slice's stats, its loss (fp64, to a
  * workspace) and this slice's dlogits. */
 static __global__ void __launch_bounds__(DXC_THREADS)
-    k_ce_vp_finish(double *__restrict__ rowloss, bf16 *__restrict__ dl, const float *__restrict__ logits,
+    k_ce_vp_finish(double *__restrict__ rowloss, bf16 *dl, const bf16 *logits,
                    const float *__restrict__ gathered, int tp, const int32_t *__restrict__ targets,
                    int N, int Vl, int v0, float dscale)
 {
@@ -1852,10 +1853,10 @@ static __global__ void __launch_bounds__(DXC_THREADS)
     const double lse = mx + log(se);
     if (threadIdx.x == 0) rowloss[row] = lse - tl;
     if (d) {
-        const float *z = logits + row * Vl;
+        const bf16 *z = logits + row * Vl; /* d may alias z: each element read, then written */
         const float l = (float)lse;
         for (int j = threadIdx.x; j < Vl; j += blockDim.x) {
-            float p = expf(z[j] - l) * dscale;
+            float p = expf(ld(z, j) - l) * dscale;
             if (j == t - v0) p -= dscale;
             d[j] = tobf(p);
         }
@@ -1867,7 +1868,7 @@ static void cuda_ce_vp_stats(dx_backend *be, void *stats, const void *logits, co
 {
     if (N <= 0 || Vl <= 0) return;
     DXC_ENTER(be, "ce_vp_stats");
-    k_ce_vp_stats<<<N, DXC_THREADS, 0, dxc(be)->stream>>>((float *)stats, (const float *)logits,
+    k_ce_vp_stats<<<N, DXC_THREADS, 0, dxc(be)->stream>>>((float *)stats, (const bf16 *)logits,
                                                           targets, Vl, v0);
     DXC_LAUNCHED(be, "ce_vp_stats");
 }
@@ -1880,7 +1881,7 @@ static void cuda_ce_vp_finish(dx_backend *be, void *loss_sum, void *dlogits, con
     dxc_impl *im = dxc(be);
     DXC_ENTER(be, "ce_vp_finish");
     double *rl = (double *)dxc_scratch(be, (size_t)N * sizeof(double), "ce_vp_finish");
-    k_ce_vp_finish<<<N, DXC_THREADS, 0, im->stream>>>(rl, (bf16 *)dlogits, (const float *)logits,
+    k_ce_vp_finish<<<N, DXC_THREADS, 0, im->stream>>>(rl, (bf16 *)dlogits, (const bf16 *)logits,
                                                       (const float *)gathered, tp, targets, N, Vl,
                                                       v0, dscale);
     DXC_LAUNCHED(be, "ce_vp_finish");

@@ -18,7 +18,7 @@
  *                (the backend's compute dtype: "f32", "bf16"), config_json (resolved config)
  *   /inputs      int32 [B, T]      token ids fed to the model
  *   /targets     int32 [B, T]      next-token targets (the loss is over all of them)
- *   /logits      float32 [B, T, V] logits of the forward pass (the backend's acc dtype, as float)
+ *   /logits      float32 [B, T, V] logits of the forward pass (the backend's compute dtype, as float)
  *   /grads/NAME  float32 [rows, cols] or [rows]: d loss / d parameter, for every parameter of the
  *                model, by Hugging Face name (e.g. "model.layers.0.self_attn.q_proj.weight")
  */

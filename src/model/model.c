@@ -23,7 +23,7 @@ typedef struct {
     void **x;          /* nl + 1 residual buffers X[Nr, D]: x[l] is local layer l's input */
     layer_acts *acts;  /* [nl] */
     int32_t *ids;      /* embedding chunk: the micro-batch's ids, for the embedding's backward */
-    void *xnf, *rstdf, *logits, *dlogits; /* head chunk */
+    void *xnf, *rstdf, *logits; /* head chunk; dL/dlogits overwrite the logits */
     int B, T, grad_ready;
     uint64_t drop_seq0; /* LoRA dropout: the global sequence index of the micro-batch's first */
 } slot_acts;
@@ -423,8 +423,7 @@ dx_model *dx_model_create_part(const dx_model_config *cfg, dx_backend *be, int m
             if (C->has_head) {
                 S->xnf = act_alloc(m, N * D, xs, &f);
                 S->rstdf = act_alloc(m, Nr, as, &f);
-                S->logits = act_alloc(m, N * Vl, as, &f);
-                S->dlogits = be->act == be->acc ? S->logits : act_alloc(m, N * Vl, xs, &f);
+                S->logits = act_alloc(m, N * Vl, xs, &f); /* X: bf16 on the GPU, as autocast's */
             }
         }
     }
@@ -483,7 +482,6 @@ void dx_model_destroy(dx_model *m)
                         if (ps[i] != sh[i]) be->free(be, ps[i]); /* the shared scratch: below */
                     for (int t = 0; t < DX_LORA_NTARGETS; t++) be->free(be, a->lt[t]);
                 }
-            if (S->dlogits != S->logits) be->free(be, S->dlogits);
             void *ps[] = {S->ids, S->xnf, S->rstdf, S->logits};
             for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++) be->free(be, ps[i]);
             free(S->x);
@@ -958,7 +956,7 @@ int dx_model_forward_chunk(dx_model *m, int c, int s, const int32_t *ids, const 
     m->drop_on = want_grad; /* dropout in training only (evaluation and sampling: none) */
     m->drop_row0 = S->drop_seq0 * (uint64_t)T;
 
-    const int64_t xsz = (int64_t)xs, asz = (int64_t)m->as;
+    const int64_t xsz = (int64_t)xs;
     if (C->has_emb) {
         if (hook(m, m->gemb, DX_HOOK_PRE_FORWARD)) return -1;
         const void *E = m->groups[m->gemb].work;
@@ -1000,19 +998,19 @@ int dx_model_forward_chunk(dx_model *m, int c, int s, const int32_t *ids, const 
     }
     {
         MOD_BEGIN(m);
-        OP(DX_MOD_LM_HEAD, -1, DX_OP_GEMM, gemm_flops(N, Vl, D), gemm_bytes(m, N, Vl, D, 1, 0),
-           be->gemm(be, 0, 1, N, Vl, D, 1.0f, S->xnf, D, at(Wh, m->o_head, xs), D, 0.0f, S->logits, Vl, 1));
+        OP(DX_MOD_LM_HEAD, -1, DX_OP_GEMM, gemm_flops(N, Vl, D), gemm_bytes(m, N, Vl, D, 0, 0),
+           be->gemm(be, 0, 1, N, Vl, D, 1.0f, S->xnf, D, at(Wh, m->o_head, xs), D, 0.0f, S->logits, Vl, 0));
         MOD_END(m, DX_MOD_LM_HEAD, -1);
     }
     if (targets) {
         MOD_BEGIN(m);
-        void *dl = want_grad ? S->dlogits : NULL;
-        const int64_t ce_bytes = (int64_t)N * Vl * (asz + (want_grad ? xsz : 0));
+        void *dl = want_grad ? S->logits : NULL; /* in place */
+        const int64_t ce_bytes = (int64_t)N * Vl * (xsz + (want_grad ? xsz : 0));
         if (m->tp == 1) {
             OP(DX_MOD_LOSS, -1, DX_OP_CROSS_ENTROPY, 5 * (int64_t)N * Vl, ce_bytes,
                be->cross_entropy(be, loss_sum, dl, S->logits, targets, N, Vl, dscale));
         } else { /* vocab-parallel: each rank's row statistics, all-gathered, then the rest */
-            OP(DX_MOD_LOSS, -1, DX_OP_CROSS_ENTROPY, 3 * (int64_t)N * Vl, (int64_t)N * Vl * asz,
+            OP(DX_MOD_LOSS, -1, DX_OP_CROSS_ENTROPY, 3 * (int64_t)N * Vl, (int64_t)N * Vl * xsz,
                be->ce_vp_stats(be, m->stats, S->logits, targets, N, Vl, m->v0));
             if (tp_all_gather(m, DX_MOD_LOSS, -1, m->stats, m->gstats, (size_t)N * 2, be->acc)) return -1;
             OP(DX_MOD_LOSS, -1, DX_OP_CROSS_ENTROPY, 2 * (int64_t)N * Vl, ce_bytes,
@@ -1052,7 +1050,7 @@ int dx_model_backward_chunk(dx_model *m, int c, int s)
         void *Gh = m->groups[gh].grad;
         {
             MOD_BEGIN(m);
-            linear_bwd(m, DX_MOD_LM_HEAD, -1, m->dxn, gat(Gh, m->o_head, as), S->dlogits, S->xnf,
+            linear_bwd(m, DX_MOD_LM_HEAD, -1, m->dxn, gat(Gh, m->o_head, as), S->logits, S->xnf,
                        at(Wh, m->o_head, xs), N, D, Vl, 0.0f);
             MOD_END(m, DX_MOD_LM_HEAD, -1);
         }

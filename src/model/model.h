@@ -215,8 +215,9 @@ int dx_model_backward(dx_model *m);
 void dx_model_set_dropout_seed(dx_model *m, uint64_t seed);
 int dx_model_set_micro_sequence(dx_model *m, int c, int s, uint64_t seq0);
 
-/* Logits A[B*T, Vl] of the last forward on slot 0 of the head chunk: this rank's vocabulary
- * slice (dx_model_vocab_slice); the whole vocabulary when tp = 1. */
+/* Logits X[B*T, Vl] of the last forward on slot 0 of the head chunk: this rank's vocabulary
+ * slice (dx_model_vocab_slice); the whole vocabulary when tp = 1. A forward with want_grad
+ * leaves dL/dlogits there instead (the same buffer). */
 const void *dx_model_logits(const dx_model *m);
 
 /* Bytes of activation memory allocated. */

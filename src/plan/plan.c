@@ -141,7 +141,7 @@ int dx_plan_rank_bytes(const dx_config *c, int rank, const char *device, dx_plan
             per_slot += (r != DX_RECOMPUTE_FULL ? gemm_out : 0) + (r == DX_RECOMPUTE_NONE ? dropped : 0);
         }
         if (k == 0 && has_emb) per_slot += N * 4; /* the ids */
-        if (k == v - 1 && has_head) per_slot += N * D * xs + Nr * as + N * Vl * as + (xs != as ? N * Vl * xs : 0);
+        if (k == v - 1 && has_head) per_slot += N * D * xs + Nr * as + N * Vl * xs; /* xnf, rstd, logits */
         acts += per_slot * slots;
     }
     if (any_rc) acts += gemm_out + dropped + Nr * D * xs;                        /* scratch + rx */

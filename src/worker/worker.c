@@ -453,7 +453,7 @@ int dx_worker_forward_backward(dx_worker *w, double *loss, int32_t *inputs, int3
     if (dx_model_forward(w->model, w->d_in, w->d_tg, B, T, w->d_loss, 0, 0.0f)) return -1;
     if (dx_read_acc_scalar(be, w->d_loss, &sum)) return -1;
     *loss = sum / (double)N;
-    if (logits && be->download_f32(be, logits, dx_model_logits(w->model), be->acc,
+    if (logits && be->download_f32(be, logits, dx_model_logits(w->model), be->act,
                                    N * (size_t)c->model.vocab_size))
         return -1;
     be->zero(be, w->d_loss, dx_dtype_size(be->acc));
@@ -509,7 +509,7 @@ int dx_worker_sample(dx_worker *w, int n, double temperature, uint64_t seed, int
     dx_backend *be = w->be;
     const dx_grid *g = &w->grid;
     const int T = w->cfg.seq_length, V = w->cfg.model.vocab_size;
-    size_t as = dx_dtype_size(be->acc);
+    size_t xs = dx_dtype_size(be->act); /* the logits' dtype */
     w->tr.level = 0; /* sampling is not traced */
     ids[0] = 1; /* BOS */
     int v0, Vl = w->model ? dx_model_vocab_slice(w->model, &v0) : V;
@@ -530,8 +530,8 @@ int dx_worker_sample(dx_worker *w, int n, double temperature, uint64_t seed, int
         int32_t pick = V - 1;
         if (!rc && w->last_stage) {
             /* this rank's vocabulary slice of the row, gathered over TP to TP rank 0 */
-            const char *row = (const char *)dx_model_logits(w->model) + (size_t)(len - 1) * Vl * as;
-            rc = be->download_f32(be, w->h_logits + (g->tp_rank == 0 ? 0 : v0), row, be->acc, (size_t)Vl);
+            const char *row = (const char *)dx_model_logits(w->model) + (size_t)(len - 1) * Vl * xs;
+            rc = be->download_f32(be, w->h_logits + (g->tp_rank == 0 ? 0 : v0), row, be->act, (size_t)Vl);
             if (!rc && g->tp > 1)
                 rc = g->tp_host->gather(g->tp_host, w->h_logits + (g->tp_rank == 0 ? 0 : v0),
                                         w->h_logits, (size_t)Vl * sizeof(float), 0);

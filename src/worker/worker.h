@@ -66,7 +66,7 @@ int dx_worker_sample(dx_worker *w, int n, double temperature, uint64_t seed, int
  *     logits to logits (float [micro * seq_length * vocab_size], may be NULL);
  *   - forward + backward with dL/dlogits scaled by 1 / (micro x seq_length): the model groups'
  *     gradients then hold the gradient of that mean loss on this rank (not reduced over DP).
- * Two forwards, because dL/dlogits may overwrite the logits (they share memory when act == acc).
+ * Two forwards, because dL/dlogits overwrite the logits (they share memory).
  * Not collective for ZeRO stages 0-1 (stages 2-3 run their hooks' collectives). */
 int dx_worker_forward_backward(dx_worker *w, double *loss, int32_t *inputs, int32_t *targets,
                                float *logits);
