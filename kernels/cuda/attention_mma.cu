@@ -88,14 +88,6 @@ __device__ __forceinline__ void mma16816(float (&d)[4], const uint32_t (&a)[4], 
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-/* 2^x (MUFU.EX2; -inf -> +0) */
-__device__ __forceinline__ float ex2(float x)
-{
-    float y;
-    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-    return y;
-}
-
 /* 16 bytes global -> shared, asynchronously; full = false writes 16 zero bytes instead */
 __device__ __forceinline__ void cp_async16(uint32_t dst, const void *src, bool full)
 {

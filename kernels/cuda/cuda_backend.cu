@@ -1635,18 +1635,12 @@ static __global__ void __launch_bounds__(DXC_THREADS)
  * and step (one 16-byte load, one 16-byte store of dlogits), one rescale of the running sum
  * per 8, exponentials as ex2.approx of z log2(e) - m log2(e) (relative error ~2^-22). The
  * blocks walk the rows (row blockIdx.x, then + gridDim.x, ...) on a grid of XENT8_BLOCKS_PER_SM
- * per SM, so that the rows in flight (2 x 132 x 128 KB at vocab 32000 on an H100) fit the L2
+ * per SM, so that the rows in flight (2 x 132 x 64 KB at vocab 32000 on an H100) fit the L2
  * and the second pass re-reads its row from there: one block per row kept ~1000 rows in
  * flight, and both passes read DRAM (1.75 ms at 2048 x 8 x 32000, 3 TB/s for 5.2 GB, when the
  * logits were fp32). */
 #define XENT8_THREADS 512
 #define XENT8_BLOCKS_PER_SM 2
-static __device__ __forceinline__ float xent_ex2(float x)
-{
-    float y;
-    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-    return y;
-}
 /* one row of k_xent8 (the whole block); shm, shs: 32 floats each of shared memory */
 static __device__ __forceinline__ void xent8_row(double *__restrict__ rowloss, bf16 *dl,
                                                  const bf16 *logits,
@@ -1675,7 +1669,7 @@ static __device__ __forceinline__ void xent8_row(double *__restrict__ rowloss, b
 #pragma unroll
         for (int k = 1; k < 8; k++) cm = fmaxf(cm, f[k]); /* fmaxf skips NaN: flagged below */
         if (cm > m) {
-            s *= xent_ex2((m - cm) * L2E); /* m = -inf: s is 0, ex2(-inf) = 0 */
+            s *= ex2((m - cm) * L2E); /* m = -inf: s is 0, ex2(-inf) = 0 */
             m = cm;
         }
         if (m != -INFINITY) {
@@ -1683,7 +1677,7 @@ static __device__ __forceinline__ void xent8_row(double *__restrict__ rowloss, b
 #pragma unroll
             for (int k = 0; k < 8; k++) {
                 nan |= f[k] != f[k];
-                s += xent_ex2(fmaf(f[k], L2E, -ml));
+                s += ex2(fmaf(f[k], L2E, -ml));
             }
         } else {
 #pragma unroll
@@ -1701,7 +1695,7 @@ static __device__ __forceinline__ void xent8_row(double *__restrict__ rowloss, b
             unpack8(z8[j], f); /* last use (a plain load: d8 may alias z8) */
 #pragma unroll
             for (int k = 0; k < 8; k++) {
-                p[k] = xent_ex2(fmaf(f[k], L2E, -ml)) * fs;
+                p[k] = ex2(fmaf(f[k], L2E, -ml)) * fs;
                 if (8 * j + k == t) p[k] -= dscale;
             }
             d8[j] = pack8(p);

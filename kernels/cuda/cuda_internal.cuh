@@ -66,6 +66,15 @@ struct dxc_impl {
 
 static inline dxc_impl *dxc(dx_backend *be) { return (dxc_impl *)be->impl; }
 
+/* 2^x (MUFU.EX2, relative error ~2^-22; -inf -> +0): the attention kernels' softmax and
+ * k_xent8's exponentials */
+static __device__ __forceinline__ float ex2(float x)
+{
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+    return y;
+}
+
 /* Prints "dissect cuda backend: <op>: <file>:<line>: <what>: <msg>" to stderr and aborts. */
 [[noreturn]] void dxc_die(const char *op, const char *file, int line, const char *what,
                           const char *msg);
