@@ -116,7 +116,8 @@ struct dx_backend {
     /* Converts n host floats into dtype dt (act or acc) in backend memory, and back. */
     int (*upload_f32)(dx_backend *be, void *dst, dx_dtype dt, const float *host_src, size_t n);
     int (*download_f32)(dx_backend *be, float *host_dst, const void *src, dx_dtype dt, size_t n);
-    /* Waits until all work queued on the backend has finished (no-op on CPU). */
+    /* Waits until all work queued on the compute stream has finished (no-op on CPU); not for
+     * the copy streams' or the side stream's work (copy_wait, side_wait). */
     void (*sync)(dx_backend *be);
 
     /* ---- host staging and asynchronous copies (CPU offload, ZeRO-Offload) ----
@@ -149,6 +150,25 @@ struct dx_backend {
     /* The copy streams (cudaStream_t) for timing marks (mark()): dir 0 device-to-host, 1
      * host-to-device; NULL where copies are synchronous. */
     void *(*copy_stream)(dx_backend *be, int dir);
+
+    /* ---- the side stream (NULL where every op runs in call order on one stream) ----
+     * Lets memory-bound work (zero.c: the AdamW updates) run beside the compute stream's next
+     * work (the next forward's GEMMs) instead of before it.
+     * side_begin: the ops called from now until side_end run on a second stream, after all
+     * work queued on the compute stream so far. Only elementwise ops may be called in between
+     * (adamw, zero, copy, acc_to_act, mark): not gemm, nor an op with a workspace (scratch is
+     * shared with the compute stream). Calling side_begin twice without side_end aborts.
+     * side_record(slot): records the side stream's position so far as `slot` (>= 0; slots are
+     * created as needed); 0, or -1 + dx_fail (outside side_begin / side_end, or no event).
+     * side_end: later ops run on the compute stream again.
+     * side_wait(slot): the compute stream's later work waits for the position slot last
+     * recorded (no wait if it never was). Nothing else orders the streams: sync waits for the
+     * compute stream only, and the caller waits (side_wait) before the compute stream reads or
+     * writes memory the side stream's ops use. */
+    void (*side_begin)(dx_backend *be);
+    int (*side_record)(dx_backend *be, int slot);
+    void (*side_end)(dx_backend *be);
+    void (*side_wait)(dx_backend *be, int slot);
 
     /* ---- math ---- */
     /* C[M,N] = alpha * op(A) @ op(B) + beta * C, row-major; op(A) is [M,K] (A is [K,M] when

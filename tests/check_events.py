@@ -5,7 +5,8 @@ usage: check_events.py TRACE.h5 [--require-op gemm [--require-op all_reduce ...]
 
 For every (rank, step) with step > 0 in /events (one line per check and rank, over all steps):
   - the step span (op "step") exists, exactly once;
-  - every other event of that rank and step lies within the span;
+  - every other event of that rank and step lies within the span, except that an op on stream
+    "optimizer" (AdamW beside the next forward) only starts within it;
   - the ops on the compute and host streams do not overlap each other: their summed durations,
     plus the time covered only by other streams' ops (exposed communication), plus idle
     (= the span minus the union of all ops), equal the span within 2%. (Module and step spans
@@ -73,6 +74,7 @@ def main(path, required):
     stream_val = {n: v for v, n in names["stream"].items()}
     step_op, module_op = op_val.get("step", -1), op_val.get("module", -1)
     compute_streams = [stream_val.get("compute", -1), stream_val.get("host", -1)]
+    side_stream = stream_val.get("optimizer", -1)
     print("%s: %d events, world size %d, %d steps in /steps" % (path, len(ev), world, len(steps)))
 
     # times are ns since the run's start on rank 0's clock: nothing precedes the start, and no
@@ -103,8 +105,9 @@ def main(path, required):
             continue
         s0, s1 = int(g["start_ns"][is_span][0]), int(g["end_ns"][is_span][0])
         rest = g[~is_span]
-        if np.any(rest["start_ns"] < s0) or np.any(rest["end_ns"] > s1) or np.any(
-                rest["end_ns"] < rest["start_ns"]):
+        side = rest["stream"] == side_stream
+        if np.any(rest["start_ns"] < s0) or np.any(rest["start_ns"][side] > s1) or np.any(
+                rest["end_ns"][~side] > s1) or np.any(rest["end_ns"] < rest["start_ns"]):
             bad["within"].append(step)
         ops = rest[rest["op"] != module_op]
         s = np.clip(ops["start_ns"], s0, s1)

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The GPU checks of dissect, for a GPU host (see ../shared/gpu/README.md: `. .gpu/env.sh` first):
-#   tests/gpu_suite.sh [sections...]       sections: build kernels sanitizer hf zero grid offload trace brown
+#   tests/gpu_suite.sh [sections...]       sections: build kernels sanitizer hf overlap zero grid offload trace brown
 #                                          lora resume watchdog (run only when named)
 # Builds build-gpu (-Dcuda=enabled), then: CUDA kernels vs their CPU twins (table);
 # compute-sanitizer memcheck over that test; logits/loss/gradients against Hugging Face's
@@ -10,13 +10,16 @@
 # model on 1 GPU and on all GPUs (needs data/brown from examples/prepare_brown.sh). lora: PEFT loads
 # dissect's trained adapters and reproduces its logits (tests/peft_roundtrip.sh, bf16 and fp32);
 # QLoRA trains bitwise as LoRA on the NF4-rounded model; LoRA and QLoRA at DP 2 ZeRO-3 give one GPU's losses.
+# overlap: AdamW beside the next forward (the default) gives bitwise the serial update's weights and
+# losses (DX_OPT_OVERLAP=0), at ZeRO 0 and 1, with evaluations and a checkpoint in between, and its
+# op-level trace passes tests/check_events.py.
 # Logs go to $OUT (default /tmp/dissect-gpu); a summary table is printed last.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/dissect-gpu}; mkdir -p "$OUT"
 export PYTHON3=${PYTHON3:-python3} SRCDIR=$PWD DISSECT=$PWD/build-gpu/dissect PYTHONUNBUFFERED=1
 ngpu=$(nvidia-smi -L 2>/dev/null | wc -l)
-sections=("$@"); [ ${#sections[@]} -gt 0 ] || sections=(build kernels sanitizer hf zero grid offload trace brown)
+sections=("$@"); [ ${#sections[@]} -gt 0 ] || sections=(build kernels sanitizer hf overlap zero grid offload trace brown)
 declare -A result
 mpi=(mpirun -x LD_LIBRARY_PATH -x NCCL_NVLS_ENABLE -x PATH)
 run() { # name command...: runs, logs to $OUT/name.log, records ok/FAIL
@@ -36,6 +39,22 @@ want sanitizer && DX_CUDA_TEST_NO_PERF=1 run sanitizer compute-sanitizer --tool 
 if want hf; then
   run hf_bf16 "$PYTHON3" examples/compare_hf.py --dissect "$DISSECT" --dtype bf16 --dissect-device cuda --mpirun "${mpi[*]} -np 1"
   run hf_fp32 "$PYTHON3" examples/compare_hf.py --dissect "$DISSECT" --dtype fp32 --dissect-device cpu --mpirun "${mpi[*]} -np 1"
+fi
+if want overlap; then
+  o=$OUT/overlap; rm -rf "$o"; mkdir -p "$o"
+  "$PYTHON3" tests/make_synthetic.py "$o/ids.txt" --vocab 4096 --tokens 200000 && "$PYTHON3" examples/make_shards.py "$o/ids.txt" "$o/train.bin" --vocab-size 4096 > /dev/null
+  oc=(train --device cuda --model brown-small --train-data "$o/train.bin" --seq-length 256 --micro-batch 8 --eval-interval 4
+      --sample-tokens 0 --log-interval 4 --train-iters 12 --save-interval 6)
+  for z in 0 1; do
+    for ov in 0 1; do
+      run overlap_z${z}_$ov env DX_OPT_OVERLAP=$ov "${mpi[@]}" -x DX_OPT_OVERLAP -np 1 "$DISSECT" "${oc[@]}" --zero-stage $z \
+        --save-dir "$o/run_z${z}_$ov" --save "$o/ck_z${z}_$ov.h5" --trace "$o/tr_z${z}_$ov.h5" --trace-level op
+    done
+    run overlap_z${z}_weights "$PYTHON3" tests/compare_checkpoints.py --rtol 0 "$o/ck_z${z}_0.h5" "$o/ck_z${z}_1.h5"
+    run overlap_z${z}_losses "$PYTHON3" tests/compare_traces.py --rtol 0 "$o/tr_z${z}_0.h5" "$o/tr_z${z}_1.h5"
+  done
+  run overlap_events "$PYTHON3" tests/check_events.py "$o/tr_z0_1.h5" --require-op adamw
+  TAIL=40 run overlap_report "$DISSECT" report "$o/tr_z0_1.h5"
 fi
 if want zero && [ "$ngpu" -ge 2 ]; then
   ZE_DEVICE=cuda ZE_DPS=2 ZE_RTOL=${ZE_RTOL:-2e-2} ZE_STEPS=20 ZE_MODEL=brown-small run zero bash tests/test_zero_equivalence.sh

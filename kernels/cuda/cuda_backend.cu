@@ -381,6 +381,72 @@ static void cuda_sync(dx_backend *be)
     DXC_CHECK("sync", cudaStreamSynchronize(dxc(be)->stream));
 }
 
+/* The side stream (kernels.h). It is created with the lowest priority the device has (the
+ * compute stream's too, unless DX_CUDA_COMPUTE_PRIORITY=high gave the compute stream the
+ * highest), so the two streams' blocks are scheduled alike, or the compute stream's first. */
+static void cuda_side_begin(dx_backend *be)
+{
+    dxc_impl *im = dxc(be);
+    DXC_ENTER(be, "side_begin");
+    if (im->compute_stream) dxc_die("side_begin", __FILE__, __LINE__, "side_begin", "already on the side stream");
+    if (!im->side_stream) {
+        int least = 0, greatest = 0;
+        DXC_CHECK("side_begin", cudaDeviceGetStreamPriorityRange(&least, &greatest));
+        DXC_CHECK("side_begin", cudaStreamCreateWithPriority(&im->side_stream, cudaStreamNonBlocking, least));
+        DXC_CHECK("side_begin", cudaEventCreateWithFlags(&im->side_start, cudaEventDisableTiming));
+    }
+    DXC_CHECK("side_begin", cudaEventRecord(im->side_start, im->stream));
+    DXC_CHECK("side_begin", cudaStreamWaitEvent(im->side_stream, im->side_start, 0));
+    im->compute_stream = im->stream;
+    im->stream = im->side_stream;
+}
+
+static int cuda_side_record(dx_backend *be, int slot)
+{
+    dxc_impl *im = dxc(be);
+    DXC_ENTER(be, "side_record");
+    if (!im->compute_stream || slot < 0)
+        return dx_fail("cuda backend: side_record(%d) outside side_begin / side_end", slot);
+    if (slot >= im->side_nev) {
+        int n = slot + 1 > 2 * im->side_nev ? slot + 1 : 2 * im->side_nev;
+        cudaEvent_t *ev = (cudaEvent_t *)realloc(im->side_ev, (size_t)n * sizeof *ev);
+        if (!ev) return dx_fail("cuda backend: side_record: out of host memory");
+        im->side_ev = ev;
+        unsigned char *set = (unsigned char *)realloc(im->side_set, (size_t)n);
+        if (!set) return dx_fail("cuda backend: side_record: out of host memory");
+        im->side_set = set;
+        for (int i = im->side_nev; i < n; i++) {
+            set[i] = 0;
+            cudaError_t e = cudaEventCreateWithFlags(&ev[i], cudaEventDisableTiming);
+            if (e != cudaSuccess) {
+                im->side_nev = i;
+                return dx_fail("cuda backend: side_record: cudaEventCreate: %s", cudaGetErrorString(e));
+            }
+        }
+        im->side_nev = n;
+    }
+    cudaError_t e = cudaEventRecord(im->side_ev[slot], im->stream);
+    if (e != cudaSuccess) return dx_fail("cuda backend: side_record: %s", cudaGetErrorString(e));
+    im->side_set[slot] = 1;
+    return 0;
+}
+
+static void cuda_side_end(dx_backend *be)
+{
+    dxc_impl *im = dxc(be);
+    if (!im->compute_stream) return;
+    im->stream = im->compute_stream;
+    im->compute_stream = NULL;
+}
+
+static void cuda_side_wait(dx_backend *be, int slot)
+{
+    dxc_impl *im = dxc(be);
+    if (slot < 0 || slot >= im->side_nev || !im->side_set[slot]) return;
+    DXC_ENTER(be, "side_wait");
+    DXC_CHECK("side_wait", cudaStreamWaitEvent(im->stream, im->side_ev[slot], 0));
+}
+
 void *dxc_scratch(dx_backend *be, size_t bytes, const char *op)
 {
     dxc_impl *im = dxc(be);
@@ -1971,18 +2037,22 @@ static void cuda_adamw(dx_backend *be, void *master, void *work, const void *gra
     c.step1 = hp->lr / bc1;
     c.ibc2 = 1.0 / bc2;
     cudaStream_t st = dxc(be)->stream;
+    /* on the side stream, at most side_grid blocks (DX_CUDA_SIDE_BLOCKS) */
+    const unsigned cap = dxc(be)->compute_stream && dxc(be)->side_grid > 0 ? (unsigned)dxc(be)->side_grid : ~0u;
     size_t done = 0;
     if (al16(master) && al16(grad) && al16(m) && al16(v) && ((uintptr_t)work & 7u) == 0) {
         const size_t n4 = n / 4;
         if (n4) {
-            k_adamw4<<<grid_for(be, n4), DXC_THREADS, 0, st>>>(
+            const unsigned nb = grid_for(be, n4);
+            k_adamw4<<<nb < cap ? nb : cap, DXC_THREADS, 0, st>>>(
                 (float *)master, (bf16 *)work, (const float *)grad, (float *)m, (float *)v, n4, c);
             DXC_LAUNCHED(be, "adamw");
         }
         done = 4 * n4;
     }
     if (done < n) {
-        k_adamw<<<grid_for(be, n - done), DXC_THREADS, 0, st>>>(
+        const unsigned nb = grid_for(be, n - done);
+        k_adamw<<<nb < cap ? nb : cap, DXC_THREADS, 0, st>>>(
             (float *)master, (bf16 *)work, (const float *)grad, (float *)m, (float *)v, done, n, c);
         DXC_LAUNCHED(be, "adamw");
     }
@@ -2101,7 +2171,9 @@ static void cuda_destroy(dx_backend *be)
     dxc_impl *im = dxc(be);
     if (im) {
         cudaError_t e = cudaSetDevice(im->device);
+        if (im->compute_stream) im->stream = im->compute_stream; /* (side_end never came) */
         if (e == cudaSuccess && im->stream) e = cudaStreamSynchronize(im->stream);
+        if (e == cudaSuccess && im->side_stream) e = cudaStreamSynchronize(im->side_stream);
         if (e != cudaSuccess)
             fprintf(stderr, "dissect cuda backend: destroy: %s (releasing anyway)\n",
                     cudaGetErrorString(e));
@@ -2125,6 +2197,11 @@ static void cuda_destroy(dx_backend *be)
             if (im->fence_ev[i]) cudaEventDestroy(im->fence_ev[i]);
         }
         if (im->copy_before) cudaEventDestroy(im->copy_before);
+        for (int i = 0; i < im->side_nev; i++) cudaEventDestroy(im->side_ev[i]);
+        free(im->side_ev);
+        free(im->side_set);
+        if (im->side_start) cudaEventDestroy(im->side_start);
+        if (im->side_stream) cudaStreamDestroy(im->side_stream);
         if (im->stream) cudaStreamDestroy(im->stream);
         free(im->slots);
         free(im);
@@ -2251,8 +2328,20 @@ extern "C" dx_backend *dx_backend_cuda_create(int device, int nthreads)
     be->scale = cuda_scale;
     be->acc_to_act = cuda_acc_to_act;
     be->destroy = cuda_destroy;
+    be->side_begin = cuda_side_begin;
+    be->side_record = cuda_side_record;
+    be->side_end = cuda_side_end;
+    be->side_wait = cuda_side_wait;
+    const char *sb_env = getenv("DX_CUDA_SIDE_BLOCKS");
+    im->side_grid = sb_env ? atoi(sb_env) : 0;
 
-    e = cudaStreamCreateWithFlags(&im->stream, cudaStreamNonBlocking);
+    const char *prio_env = getenv("DX_CUDA_COMPUTE_PRIORITY");
+    if (prio_env && !strcmp(prio_env, "high")) {
+        int least = 0, greatest = 0;
+        e = cudaDeviceGetStreamPriorityRange(&least, &greatest);
+        if (e == cudaSuccess) e = cudaStreamCreateWithPriority(&im->stream, cudaStreamNonBlocking, greatest);
+    } else
+        e = cudaStreamCreateWithFlags(&im->stream, cudaStreamNonBlocking);
     if (e != cudaSuccess) {
         dx_fail("cuda backend: device %d: cannot create a stream: %s", device,
                 cudaGetErrorString(e));

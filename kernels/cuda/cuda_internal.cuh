@@ -39,7 +39,17 @@ struct dxc_impl {
     int wgmma;          /* compute capability 9.x: the sm_90a kernels (wgmma) can run */
     int rope_fold;      /* be->attention_bwd_rope set (RoPE's backward in att_bwd_wg's dk
                            epilogue and its dq conversion); on unless DX_CUDA_ROPE_FOLD=0 */
-    cudaStream_t stream;
+    cudaStream_t stream; /* where ops run: the compute stream, or side_stream between
+                            be->side_begin and be->side_end */
+    /* the side stream (kernels.h: side_begin ...): AdamW overlapping the next forward */
+    cudaStream_t compute_stream; /* the compute stream while `stream` is the side stream */
+    cudaStream_t side_stream;    /* created at the first side_begin */
+    cudaEvent_t side_start;      /* compute-stream position the side stream starts after */
+    cudaEvent_t *side_ev;        /* [side_nev]: positions recorded by side_record, per slot */
+    unsigned char *side_set;     /* [side_nev]: the slot has been recorded */
+    int side_nev;
+    int side_grid;               /* DX_CUDA_SIDE_BLOCKS: most blocks of an AdamW launch on the side
+                                    stream (0: as on the compute stream) */
     /* CPU offload copies: device-to-host [0] and host-to-device [1] streams, and a ring of
      * DX_COPY_TICKETS events, one per copy in flight (ticket t uses event t % DX_COPY_TICKETS) */
     cudaStream_t copy_stream[2];

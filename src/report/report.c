@@ -80,6 +80,7 @@ typedef struct {
     double hadam_bwd; /* host AdamW inside the backward (early update) */
     double hredo;     /* host AdamW redone (a speculative early update whose norm clipped) */
     int redo_step;    /* the step had a redo */
+    double side;      /* GPU AdamW on stream "optimizer" (beside the next forward), unclipped */
 } group_stats;
 
 /* ------------------------------------------------------------------------------------------ */
@@ -842,6 +843,7 @@ static int analyse(report *r, analysis *a)
                 a->layer_ns[(size_t)layer * DX_MOD_COUNT + ev->module] += dur;
                 a->module_used[ev->module] = 1;
             }
+            if (ev->stream == DX_STREAM_OPTIMIZER) g->side += dur; /* (runs past the span) */
             if (t <= s) continue;
             if (ev->stream == DX_STREAM_HOST && (ev->op == DX_OP_ADAMW || ev->op == DX_OP_ADAMW_REDO)) {
                 g->hadam += (double)(t - s);
@@ -1335,6 +1337,14 @@ static void print_breakdown(const report *r, const analysis *a)
             printf("  recomputation (phase 'recompute', inside backward): %.3f ms per step on rank 0 "
                    "(%.1f%% of its step), %.3f ms max over ranks\n",
                    rec0 / (double)n * 1e-6, span0 > 0 ? 100.0 * rec0 / span0 : 0.0, recm / (double)n * 1e-6);
+        /* AdamW beside the next forward (rank 0, mean per step) */
+        double side0 = 0;
+        for (size_t i = 0; i < n; i++) side0 += a->g[i * W].side;
+        if (side0 > 0)
+            printf("  AdamW beside the next forward (stream 'optimizer', rank 0): %.3f ms of kernels per step, in no\n"
+                   "    column: they run during the next step's forward, whose column includes the time they slow it\n"
+                   "    and its waits for them (DX_OPT_OVERLAP=0 runs them in the optimizer column instead)\n",
+                   side0 / (double)n * 1e-6);
         /* optimizer offload (rank 0, mean per step) */
         double o[6] = {0, 0, 0, 0, 0, 0};
         int nredo = 0;

@@ -69,8 +69,17 @@ typedef enum {
 
 /* Streams: on CPU everything runs on the host thread (compute); on GPU, compute and
  * communication kernels run on separate streams; "copy" is the device <-> host copies of CPU
- * offload (their own copy streams), "host" the host thread's own work (data, host AdamW). */
-typedef enum { DX_STREAM_COMPUTE = 0, DX_STREAM_COMM, DX_STREAM_HOST, DX_STREAM_COPY, DX_STREAM_COUNT } dx_stream;
+ * offload (their own copy streams), "host" the host thread's own work (data, host AdamW),
+ * "optimizer" the GPU AdamW updates that run beside the next forward (the backend's side
+ * stream; zero.h, dx_zero_step). */
+typedef enum {
+    DX_STREAM_COMPUTE = 0,
+    DX_STREAM_COMM,
+    DX_STREAM_HOST,
+    DX_STREAM_COPY,
+    DX_STREAM_OPTIMIZER,
+    DX_STREAM_COUNT
+} dx_stream;
 
 extern const char *const dx_phase_names[DX_PH_COUNT];
 extern const char *const dx_module_names[DX_MOD_COUNT];

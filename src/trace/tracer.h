@@ -63,17 +63,22 @@ void dx_tr_record(dx_tracer *t, uint64_t start_ns, uint64_t end_ns, int module, 
 /* True if the tracer records at `level` or finer. NULL tracer: false. */
 static inline int dx_tr_on(const dx_tracer *t, int level) { return t && t->level >= level; }
 
-/* Runs `call`, recording it as an op-level span when the tracer records ops. */
-#define DX_TRACE_OP(tr, module, layer, op, flops, bytes, call)                                  \
+/* Runs `call`, recording it as an op-level span on `stream` (the stream name the event gets;
+ * the marks are recorded where the backend runs ops at the time: its compute stream, or its side
+ * stream between side_begin and side_end) when the tracer records ops. */
+#define DX_TRACE_OP_ON(tr, stream, module, layer, op, flops, bytes, call)                       \
     do {                                                                                        \
         if (dx_tr_on((tr), 2)) {                                                                \
             int64_t t0_ = dx_tr_begin(tr);                                                      \
             call;                                                                               \
-            dx_tr_end((tr), t0_, (module), (layer), (op), DX_STREAM_COMPUTE, (int64_t)(bytes),   \
+            dx_tr_end((tr), t0_, (module), (layer), (op), (stream), (int64_t)(bytes),            \
                       (int64_t)(flops));                                                        \
         } else {                                                                                \
             call;                                                                               \
         }                                                                                       \
     } while (0)
+/* DX_TRACE_OP_ON on the compute stream. */
+#define DX_TRACE_OP(tr, module, layer, op, flops, bytes, call)                                  \
+    DX_TRACE_OP_ON(tr, DX_STREAM_COMPUTE, module, layer, op, flops, bytes, call)
 
 #endif

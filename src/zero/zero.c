@@ -109,7 +109,31 @@ struct dx_zero {
     int bucket_group[2];          /* group of each bucket's last reduce-scatter (last backward) */
     uint64_t comm_ns;
     dx_tracer *tr;
+    /* AdamW beside the next forward (dx_zero_side_mode): the step's updates run on the
+     * backend's side stream, each group's position recorded as slot gi; the compute stream
+     * waits for group gi's (side_join) before its next use. side_pending[gi]: recorded, not
+     * yet waited for */
+    int side;
+    unsigned char *side_pending;
 };
+
+int dx_zero_side_mode(void)
+{
+    const char *e = getenv("DX_OPT_OVERLAP");
+    return !(e && e[0] == '0');
+}
+
+/* The compute stream's later work waits for group gi's AdamW on the side stream. */
+static void side_join(dx_zero *z, int gi)
+{
+    if (!z->side || !z->side_pending[gi]) return;
+    z->be->side_wait(z->be, gi);
+    z->side_pending[gi] = 0;
+}
+static void side_join_all(dx_zero *z)
+{
+    for (int i = 0; z->side && i < z->ngroups; i++) side_join(z, i);
+}
 
 void dx_zero_set_tracer(dx_zero *z, dx_tracer *tr) { z->tr = tr; }
 
@@ -315,6 +339,8 @@ static int hook(void *ctx, int gi, dx_hook_kind kind)
     switch (kind) {
     case DX_HOOK_PRE_FORWARD:
     case DX_HOOK_PRE_BACKWARD:
+        side_join(z, gi); /* the last step's update of the group (work, and the gradient the
+                           * backward overwrites) */
         if ((g->stage == 1 || g->stage == 2) && z->dp->wait(z->dp, &g->work_req)) return -1;
         if (g->stage == 3 && (kind == DX_HOOK_PRE_FORWARD || mg->backward_reads_work) &&
             gather_use(z, gi, kind == DX_HOOK_PRE_BACKWARD))
@@ -506,6 +532,17 @@ dx_zero *dx_zero_create(dx_model *m, dx_backend *be, dx_comm *dp, dx_comm *dp_ho
 
     z->has_tp_replicated = calloc((size_t)z->ngroups, sizeof *z->has_tp_replicated);
     if (!z->has_tp_replicated) {
+        free(z->g);
+        free(z);
+        dx_fail("rank %d: zero: out of memory", dp->rank);
+        *rc = dx_comm_agree(dp_host, -1);
+        return NULL;
+    }
+    /* AdamW beside the next forward: the GPU update of stage 0 (or 1 on one rank: no
+     * all-gather starts from it); stages 2-3 start collectives from the updated groups */
+    z->side = !offload && be->side_begin && (stage == 0 || (stage == 1 && z->P == 1)) && dx_zero_side_mode();
+    if (z->side && !(z->side_pending = calloc((size_t)z->ngroups, 1))) {
+        free(z->has_tp_replicated);
         free(z->g);
         free(z);
         dx_fail("rank %d: zero: out of memory", dp->rank);
@@ -733,6 +770,10 @@ void dx_zero_destroy(dx_zero *z)
 {
     if (!z) return;
     dx_backend *be = z->be;
+    if (z->side) { /* no AdamW may still run on what is freed */
+        side_join_all(z);
+        be->sync(be);
+    }
     for (int i = 0; i < z->ngroups; i++) /* no collective may still write what is freed */
         z->dp->wait(z->dp, &z->g[i].work_req);
     for (int s = 0; s < 2; s++) {
@@ -776,6 +817,7 @@ void dx_zero_destroy(dx_zero *z)
     free(z->pending);
     if (z->model) dx_model_set_hook(z->model, NULL, NULL);
     free(z->has_tp_replicated);
+    free(z->side_pending);
     free(z->g);
     free(z);
 }
@@ -813,6 +855,7 @@ static void settle_fresh(dx_zero *z, int from)
 
 int dx_zero_reduce_grads(dx_zero *z)
 {
+    side_join_all(z); /* (a group no forward used since the last step: settle_fresh writes it) */
     settle_fresh(z, 0);
     if (z->P == 1 || z->stage >= 2) return 0;
     for (int i = 0; i < z->ngroups; i++)
@@ -1002,6 +1045,7 @@ int dx_zero_step(dx_zero *z, const dx_adamw_hparams *hp_in, double max_norm, dou
 {
     dx_backend *be = z->be;
     z->in_backward = 0;
+    side_join_all(z);
     settle_fresh(z, 0);
     /* global norm: sum of squares over the owned ranges, summed over ranks when sharded.
      * Stages 2-3: the backward's last reduce-scatter (the newest, of group rs_group: the
@@ -1100,7 +1144,15 @@ int dx_zero_step(dx_zero *z, const dx_adamw_hparams *hp_in, double max_norm, dou
         for (int i = 0; i < z->ngroups; i++) z->gfence[i] = -1;
         return rc;
     }
-    for (int pi = 0; pi < np; pi++) {
+    /* AdamW beside the next forward (z->side): the updates run on the backend's side stream in
+     * the parameter table's order (the forward's: embedding, layers, head), each group's end
+     * recorded; the next forward's hook for the group waits for it (side_join), so the forward
+     * of layer l runs while the later layers are updated. The same kernels on the same values:
+     * the result is bitwise that of the update on the compute stream. */
+    if (z->side) be->side_begin(be);
+    const int on = z->side ? DX_STREAM_OPTIMIZER : DX_STREAM_COMPUTE;
+    int rc = 0;
+    for (int pi = 0; pi < np && !rc; pi++) {
         const dx_param *p = dx_model_param(z->model, pi);
         zgroup *g = &z->g[p->group];
         size_t lo = p->offset > g->lo ? p->offset : g->lo;
@@ -1110,18 +1162,25 @@ int dx_zero_step(dx_zero *z, const dx_adamw_hparams *hp_in, double max_norm, dou
             size_t so = lo - g->lo; /* offset in the owned state */
             void *work = g->stage == 3 ? at(g->work_shard, so, z->xs) : at(g->work, lo, z->xs);
             int64_t n = (int64_t)(hi - lo);
-            DX_TRACE_OP(z->tr, DX_MOD_OPTIMIZER, group_layer(z, p->group), DX_OP_ADAMW, 12 * n,
-                        n * (7 * (int64_t)z->as + (int64_t)z->xs),
-                        be->adamw(be, at(g->master, so, z->as), work, grad_at(z, g, lo),
-                                  at(g->m, so, z->as), at(g->v, so, z->as), hi - lo, &hp));
+            DX_TRACE_OP_ON(z->tr, on, DX_MOD_OPTIMIZER, group_layer(z, p->group), DX_OP_ADAMW, 12 * n,
+                           n * (7 * (int64_t)z->as + (int64_t)z->xs),
+                           be->adamw(be, at(g->master, so, z->as), work, grad_at(z, g, lo),
+                                     at(g->m, so, z->as), at(g->v, so, z->as), hi - lo, &hp));
         }
-        if (pi == g->last_param && group_updated(z, p->group, gather)) return -1;
+        if (pi != g->last_param) continue;
+        if (z->side) {
+            rc = be->side_record(be, p->group);
+            if (!rc) z->side_pending[p->group] = 1;
+        }
+        if (!rc) rc = group_updated(z, p->group, gather);
     }
-    return 0;
+    if (z->side) be->side_end(be);
+    return rc;
 }
 
 int dx_zero_get_master(dx_zero *z, int gi, size_t start, size_t count, float *out)
 {
+    side_join_all(z);
     zgroup *g = &z->g[gi];
     dx_backend *be = z->be;
     if (start + count > g->n) return dx_fail("zero: master range [%zu, %zu) outside group %d of %zu elements", start, start + count, gi, g->n);
@@ -1160,6 +1219,7 @@ int dx_zero_get_master(dx_zero *z, int gi, size_t start, size_t count, float *ou
 
 int dx_zero_set_master(dx_zero *z, int gi, size_t start, size_t count, const float *src)
 {
+    side_join_all(z);
     zgroup *g = &z->g[gi];
     dx_backend *be = z->be;
     if (start + count > g->n)
@@ -1228,6 +1288,7 @@ int dx_zero_read_state(dx_zero *z, int gi, int which, size_t lo, size_t hi, floa
     void *p = state_at(z, gi, which, lo, hi, "read_state");
     if (!p) return -1;
     if (hi == lo) return 0;
+    side_join_all(z);
     if (z->offload) { memcpy(out, p, (hi - lo) * sizeof(float)); return 0; }
     return z->be->download_f32(z->be, out, p, z->be->acc, hi - lo);
 }
@@ -1238,6 +1299,7 @@ int dx_zero_write_state(dx_zero *z, int gi, int which, size_t lo, size_t hi, con
     void *p = state_at(z, gi, which, lo, hi, "write_state");
     if (!p) return -1;
     if (hi == lo) return 0;
+    side_join_all(z);
     if (z->offload) { memcpy(p, src, (hi - lo) * sizeof(float)); return 0; }
     return z->be->upload_f32(z->be, p, z->be->acc, src, hi - lo);
 }
