@@ -6,7 +6,8 @@ usage: check_events.py TRACE.h5 [--require-op gemm [--require-op all_reduce ...]
 For every (rank, step) with step > 0 in /events (one line per check and rank, over all steps):
   - the step span (op "step") exists, exactly once;
   - every other event of that rank and step lies within the span, except that an op on stream
-    "optimizer" (AdamW beside the next forward) only starts within it;
+    "optimizer" (AdamW beside the next forward, which runs on into the next step) only starts
+    after the span's start;
   - the ops on the compute and host streams do not overlap each other: their summed durations,
     plus the time covered only by other streams' ops (exposed communication), plus idle
     (= the span minus the union of all ops), equal the span within 2%. (Module and step spans
@@ -106,8 +107,8 @@ def main(path, required):
         s0, s1 = int(g["start_ns"][is_span][0]), int(g["end_ns"][is_span][0])
         rest = g[~is_span]
         side = rest["stream"] == side_stream
-        if np.any(rest["start_ns"] < s0) or np.any(rest["start_ns"][side] > s1) or np.any(
-                rest["end_ns"][~side] > s1) or np.any(rest["end_ns"] < rest["start_ns"]):
+        if np.any(rest["start_ns"] < s0) or np.any(rest["end_ns"][~side] > s1) or np.any(
+                rest["end_ns"] < rest["start_ns"]):
             bad["within"].append(step)
         ops = rest[rest["op"] != module_op]
         s = np.clip(ops["start_ns"], s0, s1)
