@@ -8,7 +8,9 @@
 # few steps for the attention kernel's forward/backward time. PyTorch: benchmarks/torch_ref.py
 # (HF LlamaForCausalLM, bf16 autocast, fused AdamW, SDPA), plus SDPA flash attention alone.
 # Prints a table: tokens/s, step ms, MFU (6 x non-embedding params + 12 x layers x hidden x seq
-# FLOPs per token, 989 TFLOP/s), peak memory. SKIP_TORCH=1 runs dissect only (quick iterations);
+# FLOPs per token, 989 TFLOP/s), peak memory; and the GPU's SM clock and power draw while each side
+# trained (nvidia-smi every 100 ms, the samples at half the power limit or more: at the limit the
+# clock drops, and every kernel with it). SKIP_TORCH=1 runs dissect only (quick iterations);
 # TORCH_MODES=compile runs torch.compile only.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -26,15 +28,29 @@ export CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-0}
 "$py" examples/make_shards.py "$OUT/ids.txt" "$OUT/tok.bin" --vocab-size 32000 > /dev/null
 common=(train --device cuda --model "$model" --num-layers "${shape[1]}" --train-data "$OUT/tok.bin" --seq-length "$seq"
         --micro-batch "$mb" --eval-interval 0 --sample-tokens 0 --log-interval 1)
+gpu=${CUDA_VISIBLE_DEVICES%%,*}
+sample_start() { # FILE: SM clock (MHz) and power (W) of the benchmark's GPU every 100 ms, in the background
+  sampler=""
+  command -v nvidia-smi > /dev/null || return 0
+  nvidia-smi -i "$gpu" --query-gpu=clocks.sm,power.draw --format=csv,noheader,nounits -lms 100 > "$1" 2> /dev/null &
+  sampler=$!
+}
+sample_stop() { [ -z "$sampler" ] || { kill "$sampler" 2> /dev/null; wait "$sampler" 2> /dev/null || true; }; }
+nvidia-smi -i "$gpu" --query-gpu=power.limit,clocks.max.sm --format=csv,noheader,nounits > "$OUT/gpu_limits.csv" 2> /dev/null || : > "$OUT/gpu_limits.csv"
+: > "$OUT/clock_dissect.csv"; : > "$OUT/clock_torch.csv"
+sample_start "$OUT/clock_dissect.csv"
 mpirun -np 1 --bind-to none -x CUDA_VISIBLE_DEVICES build-gpu/dissect "${common[@]}" --train-iters "$steps" \
-  --trace "$OUT/step.h5" --trace-level step > "$OUT/dissect.log" 2>&1 || { tail -20 "$OUT/dissect.log"; exit 1; }
+  --trace "$OUT/step.h5" --trace-level step > "$OUT/dissect.log" 2>&1 || { sample_stop; tail -20 "$OUT/dissect.log"; exit 1; }
+sample_stop
 mpirun -np 1 --bind-to none -x CUDA_VISIBLE_DEVICES build-gpu/dissect "${common[@]}" --train-iters 3 \
   --trace "$OUT/op.h5" --trace-level op > "$OUT/dissect_op.log" 2>&1 || { tail -20 "$OUT/dissect_op.log"; exit 1; }
 build-gpu/dissect report "$OUT/op.h5" > "$OUT/report.txt" 2>&1 || true
 if [ "${SKIP_TORCH:-0}" = 1 ]; then : > "$OUT/torch.jsonl"  # dissect only (quick iterations)
-else "$py" benchmarks/torch_ref.py --seq "$seq" --micro-batch "$mb" --attention --modes "${TORCH_MODES:-eager,compile}" \
+else sample_start "$OUT/clock_torch.csv"
+  "$py" benchmarks/torch_ref.py --seq "$seq" --micro-batch "$mb" --attention --modes "${TORCH_MODES:-eager,compile}" \
   --hidden "${shape[0]}" --layers "${shape[1]}" --heads "${shape[2]}" --kv-heads "${shape[3]}" --intermediate "${shape[4]}" > "$OUT/torch.jsonl" 2> "$OUT/torch.err" \
   || { tail -20 "$OUT/torch.err"; }
+  sample_stop
 fi
 "$py" - "$OUT" "$seq" "$mb" "$model" "${shape[@]}" <<'PY'
 import json, sys, h5py, numpy as np
@@ -72,4 +88,30 @@ print(f"{'dissect (op trace)':<44} {att['forward']:7.3f} {fl/att['forward']/1e9:
 for r in ref:
     if r["impl"] == "sdpa-flash":
         print(f"{'PyTorch SDPA flash':<44} {r['fwd_ms']:7.3f} {r['fwd_tflops']:8.1f} {r['bwd_ms']:8.3f} {r['bwd_tflops']:8.1f}")
+
+
+def samples(path):
+    vals = []
+    for line in open(path):
+        try:
+            mhz, w = (float(x) for x in line.split(","))
+            vals.append((mhz, w))
+        except ValueError:
+            pass
+    return vals
+
+
+try:
+    limit_w, max_mhz = (float(x) for x in open(f"{out}/gpu_limits.csv").read().split(","))
+except ValueError:
+    limit_w = max_mhz = None
+if limit_w:
+    print(f"\nGPU while training (nvidia-smi every 100 ms; samples at >= half the {limit_w:.0f} W power limit; "
+          f"max SM clock {max_mhz:.0f} MHz)")
+    print(f"{'run':<32} {'samples':>8} {'SM MHz':>7} {'(range)':>12} {'W':>6}")
+    for name, path in (("dissect (step-level run)", "clock_dissect.csv"), ("PyTorch (all its runs)", "clock_torch.csv")):
+        busy = [(m, w) for m, w in samples(f"{out}/{path}") if w >= limit_w / 2]
+        if busy:
+            mh = [m for m, _ in busy]
+            print(f"{name:<32} {len(busy):>8} {np.mean(mh):>7.0f} {min(mh):>5.0f}-{max(mh):<6.0f} {np.mean([w for _, w in busy]):>6.0f}")
 PY
