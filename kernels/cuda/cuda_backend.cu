@@ -412,11 +412,7 @@ static int cuda_side_record(dx_backend *be, int slot)
         cudaEvent_t *ev = (cudaEvent_t *)realloc(im->side_ev, (size_t)n * sizeof *ev);
         if (!ev) return dx_fail("cuda backend: side_record: out of host memory");
         im->side_ev = ev;
-        unsigned char *set = (unsigned char *)realloc(im->side_set, (size_t)n);
-        if (!set) return dx_fail("cuda backend: side_record: out of host memory");
-        im->side_set = set;
         for (int i = im->side_nev; i < n; i++) {
-            set[i] = 0;
             cudaError_t e = cudaEventCreateWithFlags(&ev[i], cudaEventDisableTiming);
             if (e != cudaSuccess) {
                 im->side_nev = i;
@@ -427,7 +423,6 @@ static int cuda_side_record(dx_backend *be, int slot)
     }
     cudaError_t e = cudaEventRecord(im->side_ev[slot], im->stream);
     if (e != cudaSuccess) return dx_fail("cuda backend: side_record: %s", cudaGetErrorString(e));
-    im->side_set[slot] = 1;
     return 0;
 }
 
@@ -442,8 +437,8 @@ static void cuda_side_end(dx_backend *be)
 static void cuda_side_wait(dx_backend *be, int slot)
 {
     dxc_impl *im = dxc(be);
-    if (slot < 0 || slot >= im->side_nev || !im->side_set[slot]) return;
-    DXC_ENTER(be, "side_wait");
+    if (slot < 0 || slot >= im->side_nev) return;
+    DXC_ENTER(be, "side_wait"); /* (an event never recorded: no wait, as CUDA defines it) */
     DXC_CHECK("side_wait", cudaStreamWaitEvent(im->stream, im->side_ev[slot], 0));
 }
 
@@ -2199,7 +2194,6 @@ static void cuda_destroy(dx_backend *be)
         if (im->copy_before) cudaEventDestroy(im->copy_before);
         for (int i = 0; i < im->side_nev; i++) cudaEventDestroy(im->side_ev[i]);
         free(im->side_ev);
-        free(im->side_set);
         if (im->side_start) cudaEventDestroy(im->side_start);
         if (im->side_stream) cudaStreamDestroy(im->side_stream);
         if (im->stream) cudaStreamDestroy(im->stream);

@@ -46,7 +46,6 @@ struct dxc_impl {
     cudaStream_t side_stream;    /* created at the first side_begin */
     cudaEvent_t side_start;      /* compute-stream position the side stream starts after */
     cudaEvent_t *side_ev;        /* [side_nev]: positions recorded by side_record, per slot */
-    unsigned char *side_set;     /* [side_nev]: the slot has been recorded */
     int side_nev;
     int side_grid;               /* DX_CUDA_SIDE_BLOCKS: most blocks of an AdamW launch on the side
                                     stream (0: as on the compute stream) */

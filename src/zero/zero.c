@@ -109,7 +109,7 @@ struct dx_zero {
     int bucket_group[2];          /* group of each bucket's last reduce-scatter (last backward) */
     uint64_t comm_ns;
     dx_tracer *tr;
-    /* AdamW beside the next forward (dx_zero_side_mode): the step's updates run on the
+    /* AdamW beside the next forward (side_mode, zero.h dx_zero_step): the step's updates run on the
      * backend's side stream, each group's position recorded as slot gi; the compute stream
      * waits for group gi's (side_join) before its next use. side_pending[gi]: recorded, not
      * yet waited for */
@@ -117,7 +117,9 @@ struct dx_zero {
     unsigned char *side_pending;
 };
 
-int dx_zero_side_mode(void)
+/* Whether dx_zero_step may run the GPU AdamW beside the next forward: unless the
+ * environment's DX_OPT_OVERLAP is 0. */
+static int side_mode(void)
 {
     const char *e = getenv("DX_OPT_OVERLAP");
     return !(e && e[0] == '0');
@@ -540,7 +542,7 @@ dx_zero *dx_zero_create(dx_model *m, dx_backend *be, dx_comm *dp, dx_comm *dp_ho
     }
     /* AdamW beside the next forward: the GPU update of stage 0 (or 1 on one rank: no
      * all-gather starts from it); stages 2-3 start collectives from the updated groups */
-    z->side = !offload && be->side_begin && (stage == 0 || (stage == 1 && z->P == 1)) && dx_zero_side_mode();
+    z->side = !offload && be->side_begin && (stage == 0 || (stage == 1 && z->P == 1)) && side_mode();
     if (z->side && !(z->side_pending = calloc((size_t)z->ngroups, 1))) {
         free(z->has_tp_replicated);
         free(z->g);

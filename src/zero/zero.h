@@ -117,7 +117,7 @@ int dx_zero_reduce_grads(dx_zero *z);
  * hp->weight_decay are set per parameter from the clipping factor and the parameter's decay flag;
  * *grad_norm receives the norm before clipping.
  * AdamW beside the next forward (stage 0, or stage 1 on one DP rank, without offload, on a
- * backend with a side stream (CUDA), unless dx_zero_side_mode() is 0): the updates are queued on
+ * backend with a side stream (CUDA), unless the environment's DX_OPT_OVERLAP is 0): the updates are queued on
  * the backend's side stream in the parameter table's order and the call returns; the compute
  * stream waits for a group's update only before the group's next forward or backward (hook),
  * and for all of them before any other use of the states (dx_zero_reduce_grads, dx_zero_step,
@@ -126,11 +126,6 @@ int dx_zero_reduce_grads(dx_zero *z);
  * the same values: the result is bitwise the serial update's. The trace records these AdamW
  * ops on stream "optimizer". */
 int dx_zero_step(dx_zero *z, const dx_adamw_hparams *hp, double max_norm, double *grad_norm);
-
-/* Whether dx_zero_step may run the GPU AdamW beside the next forward (see dx_zero_step): 1
- * unless the environment's DX_OPT_OVERLAP is 0 (the update then runs on the compute stream
- * before the call returns its work to the queue, as before). */
-int dx_zero_side_mode(void);
 
 /* Early update (offload only): called before the step's last micro-batch backward with the
  * step's AdamW hyper-parameters and max_norm. Where each group's gradient is final once its
