@@ -899,7 +899,8 @@ static void test_adamw(uint64_t seed, size_t n)
 
 /* dx_host_adamw (the offload's host update) with bf16 output, at `off` floats past an aligned
  * address (so the streaming-store path's unaligned head runs too), with its streaming stores
- * forced on and off (DX_HOST_ADAMW_STREAM) and 1 to 3 threads: master, m and v bitwise the CPU
+ * forced off and on (DX_HOST_ADAMW_STREAM), the latter with the default prefetch distance, none
+ * and one block (DX_HOST_ADAMW_PREFETCH), and 1 to 3 threads: master, m and v bitwise the CPU
  * backend's fp32 adamw op, the bf16 output bitwise dx_host_convert_f32 of the master. */
 static void test_host_adamw(uint64_t seed, size_t n, size_t off)
 {
@@ -918,12 +919,14 @@ static void test_host_adamw(uint64_t seed, size_t n, size_t off)
     dx_host_convert_f32(want, DX_BF16, rp, n);
     float *buf = aligned_alloc(64, (4 * (n + off) * sizeof(float) + 63) / 64 * 64);
     uint16_t *obuf = aligned_alloc(64, ((n + off) * 2 + 63) / 64 * 64);
-    for (int mode = 0; mode < 2; mode++)
+    static const char *const pf[] = {"", "", "0", "64"}; /* per mode: "" = the default distance */
+    for (int mode = 0; mode < 4; mode++)
         for (int nt = 1; nt <= 3; nt++) {
             float *hpm = buf + off, *hm = hpm + n + off, *hv = hm + n + off, *hg = hv + n + off;
             uint16_t *out = obuf + off;
             for (size_t i = 0; i < n; i++) hpm[i] = (float)p[i], hm[i] = hv[i] = 0, hg[i] = (float)g1[i];
             setenv("DX_HOST_ADAMW_STREAM", mode ? "1" : "0", 1);
+            setenv("DX_HOST_ADAMW_PREFETCH", pf[mode], 1);
             hp.step = 1;
             dx_host_adamw(hpm, hm, hv, hg, out, DX_BF16, n, &hp, nt);
             for (size_t i = 0; i < n; i++) hg[i] = (float)g2[i];
@@ -932,10 +935,11 @@ static void test_host_adamw(uint64_t seed, size_t n, size_t off)
             dx_host_adamw(hpm, hm, hv, hg, out, DX_BF16, n, &hp, nt);
             int ok = !memcmp(hpm, rp, n * 4) && !memcmp(hm, rm, n * 4) && !memcmp(hv, rv, n * 4) &&
                      !memcmp(out, want, n * 2);
-            check(ok, "host adamw n=%zu +%zu, %d thread(s), streaming %s = cpu op (bitwise)", n, off, nt,
-                  mode ? "on" : "off");
+            check(ok, "host adamw n=%zu +%zu, %d thread(s), streaming %s, prefetch '%s' = cpu op (bitwise)", n, off,
+                  nt, mode ? "on" : "off", pf[mode]);
         }
     unsetenv("DX_HOST_ADAMW_STREAM");
+    unsetenv("DX_HOST_ADAMW_PREFETCH");
     void *bb[] = {bp, bm, bv, bg};
     for (int i = 0; i < 4; i++) be32->free(be32, bb[i]);
     free(buf);
