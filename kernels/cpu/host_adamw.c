@@ -115,11 +115,11 @@ DEF_RANGE(redo_f64, double, AS_F64, UNDO_BODY)
  *
  * Software prefetch, pf elements ahead (0: none): each block first asks for the cache lines of
  * master, m, v and grad pf elements further on (prefetcht0; a prefetch past the range or the
- * array never faults). The loop is bound by how many line misses one core keeps in flight, not
- * by the DRAM: on the H100 host (16 cores of an Intel Xeon, model 207) the update ran at ~95% of
- * a STREAM triad, and 8 threads reached 3/4 of 16 threads' rate. The hardware's stream
- * prefetcher stops at each 4 KB page and restarts behind the demand misses; explicit prefetches
- * keep the next lines requested across the page boundary. */
+ * array never faults), so more line misses are in flight per core than the hardware prefetcher
+ * keeps (it restarts at every 4 KB page). Measured (benchmarks/host_adamw_bench.sh, 16 threads,
+ * 1e9 parameters, 4 paired rounds each): +9% on the H100 machine's host (4.50 -> 4.86e9
+ * parameters/s, past its STREAM triad), +-0 on the H200 machine's (4.11 -> 4.13e9, already past
+ * its triad), +4% on a 2-core VM; the offloaded 7B step on the H100 -2.6%. */
 enum { NT_BLOCK = 64 };
 DX_CLONES static void range_bf16_stream(float *restrict p, float *restrict m, float *restrict v,
                                         const float *restrict grad, uint16_t *restrict out, size_t i0,
@@ -161,9 +161,9 @@ static int use_stream(void)
 }
 
 /* The prefetch distance of the streaming loop in elements: DX_HOST_ADAMW_PREFETCH (read at each
- * call, like DX_HOST_ADAMW_STREAM; 0 turns it off; rounded down to whole 64-element blocks, at
- * most 1 Mi), else 512 (2 KB ahead in each of the four arrays). Measured on the H100 host, 16
- * threads, 1e9 parameters (benchmarks/NOTES.md, "Host AdamW: prefetch"). */
+ * call, like DX_HOST_ADAMW_STREAM; 0 turns it off; rounded down to whole 64-element blocks; a
+ * value that is not a count up to 1 Mi means the default), else 512 (2 KB ahead in each of the
+ * four arrays: 256 to 1024 timed alike on the H100 host, prefetcht1 and 2-8 KB no better). */
 static size_t prefetch_distance(void)
 {
     const char *e = getenv("DX_HOST_ADAMW_PREFETCH");
