@@ -119,7 +119,7 @@ DEF_RANGE(redo_f64, double, AS_F64, UNDO_BODY)
  * keeps (it restarts at every 4 KB page). Measured (benchmarks/host_adamw_bench.sh, 16 threads,
  * 1e9 parameters, 4 paired rounds each): +9% on the H100 machine's host (4.50 -> 4.86e9
  * parameters/s, past its STREAM triad), +-0 on the H200 machine's (4.11 -> 4.13e9, already past
- * its triad), +4% on a 2-core VM; the offloaded 7B step on the H100 -2.6%. */
+ * its triad); the offloaded 7B step on the H100 -2.6%. */
 enum { NT_BLOCK = 64 };
 DX_CLONES static void range_bf16_stream(float *restrict p, float *restrict m, float *restrict v,
                                         const float *restrict grad, uint16_t *restrict out, size_t i0,
