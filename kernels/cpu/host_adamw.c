@@ -114,12 +114,12 @@ DEF_RANGE(redo_f64, double, AS_F64, UNDO_BODY)
  * to 16-byte alignment and the tail take the plain loop. Same arithmetic: bitwise the same.
  *
  * Software prefetch, pf elements ahead (0: none): each block first asks for the cache lines of
- * master, m, v and grad pf elements further on (prefetcht0; a prefetch past the range or the
- * array never faults), so more line misses are in flight per core than the hardware prefetcher
- * keeps (it restarts at every 4 KB page). Measured (benchmarks/host_adamw_bench.sh, 16 threads,
- * 1e9 parameters, 4 paired rounds each): +9% on the H100 machine's host (4.50 -> 4.86e9
- * parameters/s, past its STREAM triad), +-0 on the H200 machine's (4.11 -> 4.13e9, already past
- * its triad); the offloaded 7B step on the H100 -2.6%. */
+ * master, m, v and grad pf elements further on (prefetcht0; none past the thread's range), so
+ * more line misses are in flight per core than the hardware prefetcher keeps (it restarts at
+ * every 4 KB page). Measured (benchmarks/host_adamw_bench.sh, 16 threads, 1e9 parameters, 4
+ * paired rounds each): +9% on the H100 machine's host (4.50 -> 4.86e9 parameters/s, past its
+ * STREAM triad), +-0 on the H200 machine's (4.11 -> 4.13e9, already past its triad); the
+ * offloaded 7B step on the H100 -2.6%. */
 enum { NT_BLOCK = 64 };
 DX_CLONES static void range_bf16_stream(float *restrict p, float *restrict m, float *restrict v,
                                         const float *restrict grad, uint16_t *restrict out, size_t i0,
@@ -130,8 +130,8 @@ DX_CLONES static void range_bf16_stream(float *restrict p, float *restrict m, fl
     if ((uintptr_t)(out + i) & 15) i = i1; /* an odd address: no aligned block */
     range_bf16(p, m, v, grad, out, i0, i, c);
     for (; i + NT_BLOCK <= i1; i += NT_BLOCK) {
-        if (pf)
-            for (size_t q = i + pf; q < i + pf + NT_BLOCK; q += 16) { /* 16 floats: one 64-byte line */
+        if (pf) /* a line every 16 floats, inside this thread's range of the arrays */
+            for (size_t q = i + pf; q < i + pf + NT_BLOCK && q < i1; q += 16) {
                 _mm_prefetch((const char *)(p + q), _MM_HINT_T0);
                 _mm_prefetch((const char *)(m + q), _MM_HINT_T0);
                 _mm_prefetch((const char *)(v + q), _MM_HINT_T0);
