@@ -117,9 +117,9 @@ DEF_RANGE(redo_f64, double, AS_F64, UNDO_BODY)
  * master, m, v and grad pf elements further on (prefetcht0; none past the thread's range), so
  * more line misses are in flight per core than the hardware prefetcher keeps (it restarts at
  * every 4 KB page). Measured (benchmarks/host_adamw_bench.sh, 16 threads, 1e9 parameters, 4
- * paired rounds each): +9% on the H100 machine's host (4.50 -> 4.86e9 parameters/s, past its
- * STREAM triad), +-0 on the H200 machine's (4.11 -> 4.13e9, already past its triad); the
- * offloaded 7B step on the H100 -2.6%. */
+ * paired rounds each): +9% and +6% on two H100 machines' hosts (4.50 -> 4.86e9 and 4.20 ->
+ * 4.43e9 parameters/s, past their STREAM triads), +-0 on the H200 machine's (4.11 -> 4.13e9,
+ * already past its triad); the offloaded 7B step on the H100 -2.6%. */
 enum { NT_BLOCK = 64 };
 DX_CLONES static void range_bf16_stream(float *restrict p, float *restrict m, float *restrict v,
                                         const float *restrict grad, uint16_t *restrict out, size_t i0,
