@@ -20,7 +20,9 @@ echo "== the suite under ASan/UBSan (build-asan)"
 [ -f build-asan/build.ninja ] || meson setup build-asan -Dcuda=disabled -Db_sanitize=address,undefined \
   -Db_lundef=false -Dfuzzing=true > /dev/null
 ninja -C build-asan
-meson test -C build-asan --print-errorlogs --num-processes 2 --timeout-multiplier 3
+# (tests/sanitizer_retry.sh runs a test again when LeakSanitizer's own tracer crashed in it)
+meson test -C build-asan --print-errorlogs --num-processes 2 --timeout-multiplier 3 \
+  --wrapper "$PWD/tests/sanitizer_retry.sh"
 
 echo "== fuzzing (build-fuzz, clang + libFuzzer, ASan/UBSan)"
 if command -v clang > /dev/null; then
