@@ -41,7 +41,7 @@ max_attempts=${DX_SANITIZER_ATTEMPTS:-3}
 attempt=1
 while :; do
   own=$(mktemp -d "$dir/attempt.XXXXXX") || exit 2
-  ASAN_OPTIONS="${opts/log_path=$log_path/log_path=$own/asan}" "$@"
+  ASAN_OPTIONS="${opts/"log_path=$log_path"/"log_path=$own/asan"}" "$@"
   rc=$?
   shopt -s nullglob
   reports=("$own"/*)
