@@ -75,24 +75,29 @@ print(f"{passed} passed, {failed} failed")
 sys.exit(1 if failed else 0)
 PY
 # the host high-water mark follows the allocations: brown-small with 10 layers instead of 2 holds
-# ~118 MiB more (allocator); the resident set grows by the same within 10%
+# ~118 MiB more (allocator); the resident set grows by the same within 10% (1.002x here), and where
+# dissect is built with AddressSanitizer by up to its shadow more (one byte per 8 of application
+# memory: 1.145x on the 2-core VM, 2026-11-25; CI's machine passed the plain bound before)
+shadow=0; ldd "$DISSECT" 2>/dev/null | grep -q libasan && shadow=1
 for L in 2 10; do
   OMP_NUM_THREADS=1 mpirun -np 1 "$DISSECT" train --model brown-small --num-layers $L --train-data "$tmp/train.bin" \
     --seq-length 32 --micro-batch 2 --train-iters 2 --eval-interval 0 --sample-tokens 0 --device cpu \
     --trace "$tmp/host$L.h5" > "$tmp/host$L.log" 2>&1 || { echo "FAIL host-memory run ($L layers)"; cat "$tmp/host$L.log"; exit 1; }
 done
-"$PYTHON3" - "$tmp" <<'PY' || fail=1
+"$PYTHON3" - "$tmp" "$shadow" <<'PY' || fail=1
 import sys, h5py
-tmp = sys.argv[1]
+tmp, shadow = sys.argv[1], sys.argv[2] == "1"
 def last(L):
     with h5py.File(f"{tmp}/host{L}.h5") as f:
         s = f["steps"]
         return float(s["host_peak_bytes"][-1][0]), float(s["peak_mem_bytes"][-1][0])
 (h2, a2), (h10, a10) = last(2), last(10)
 dh, da = h10 - h2, a10 - a2
-ok = da > 64 * 2**20 and abs(dh - da) <= 0.1 * da
+lo, hi = 0.9, 1.1 + (0.125 if shadow else 0.0)  # ASan's shadow: up to 1 byte per 8 more
+ok = da > 64 * 2**20 and lo * da <= dh <= hi * da
 print(f"{'ok  ' if ok else 'FAIL'} host high-water mark: brown-small 10 layers vs 2: +{dh / 2**20:.1f} MiB resident, "
-      f"+{da / 2**20:.1f} MiB allocated (bound 10%)")
+      f"+{da / 2**20:.1f} MiB allocated: {dh / da:.3f}x (bounds {lo:.3f}x-{hi:.3f}x"
+      f"{', ASan shadow allowed' if shadow else ''})")
 sys.exit(0 if ok else 1)
 PY
 # a run that cannot fit stops before it allocates
