@@ -28,7 +28,8 @@ if [[ $opts != *log_path=* ]]; then exec "$@"; fi
 log_path=${opts##*log_path=}
 log_path=${log_path%%:*}
 dir=$(dirname "$log_path")
-mkdir -p "$dir" || exit 2
+fail() { echo "sanitizer_retry: $*" >&2; exit 2; }
+mkdir -p "$dir" || fail "cannot create the report directory $dir (ASAN_OPTIONS log_path=$log_path)"
 
 # is_tracer_crash FILE: the report is LeakSanitizer's own fatal error after its tracer faulted,
 # and nothing else (no AddressSanitizer or LeakSanitizer ERROR line, no runtime error).
@@ -40,7 +41,7 @@ is_tracer_crash() {
 max_attempts=${DX_SANITIZER_ATTEMPTS:-3}
 attempt=1
 while :; do
-  own=$(mktemp -d "$dir/attempt.XXXXXX") || exit 2
+  own=$(mktemp -d "$dir/attempt.XXXXXX") || fail "cannot create an attempt's report directory in $dir"
   ASAN_OPTIONS="${opts/"log_path=$log_path"/"log_path=$own/asan"}" "$@"
   rc=$?
   shopt -s nullglob
@@ -48,18 +49,20 @@ while :; do
   shopt -u nullglob
   crashes=0
   for f in "${reports[@]}"; do is_tracer_crash "$f" && crashes=$((crashes + 1)); done
-  if [[ ${#reports[@]} -gt 0 && $crashes -eq ${#reports[@]} && $attempt -lt $max_attempts ]]; then
-    mkdir -p "$dir/tracer-crashes"
-    for f in "${reports[@]}"; do
+  retry=0
+  [[ ${#reports[@]} -gt 0 && $crashes -eq ${#reports[@]} && $attempt -lt $max_attempts ]] && retry=1
+  [[ $retry -eq 1 ]] && { mkdir -p "$dir/tracer-crashes" || fail "cannot create $dir/tracer-crashes"; }
+  for f in "${reports[@]}"; do
+    if [[ $retry -eq 1 ]]; then
+      kept="$dir/tracer-crashes/$(basename "$own")-$(basename "$f")"
       echo "sanitizer_retry: attempt $attempt of '$*' (exit $rc): LeakSanitizer's tracer crashed" \
-        "($(head -n 1 "$f")); running the test again; report kept as $dir/tracer-crashes/$(basename "$own")-$(basename "$f")" >&2
-      mv "$f" "$dir/tracer-crashes/$(basename "$own")-$(basename "$f")"
-    done
-    rmdir "$own"
-    attempt=$((attempt + 1))
-    continue
-  fi
-  for f in "${reports[@]}"; do mv "$f" "$dir/"; done
+        "($(head -n 1 "$f")); running the test again; report kept as $kept" >&2
+      mv "$f" "$kept"
+    else
+      mv "$f" "$dir/"
+    fi
+  done
   rmdir "$own"
-  exit "$rc"
+  [[ $retry -eq 1 ]] || exit "$rc"
+  attempt=$((attempt + 1))
 done
