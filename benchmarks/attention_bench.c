@@ -2,8 +2,8 @@
  *
  *   attention_bench B T H Hkv Dh [REPS]
  *
- * q, k, v, do ~ U(-1, 1) in bf16 (k and v as the model keeps them: the two column blocks of one
- * [B*T, 2*Hkv*Dh] fused K|V buffer), one warm-up, then REPS (default 20) timed forward and
+ * q, k, v, do ~ U(-1, 1) in bf16 (q, k and v as the model keeps them: the three column blocks of
+ * one [B*T, (H + 2 Hkv) Dh] Q|K|V buffer; dq, dk, dv likewise), one warm-up, then REPS (default 20) timed forward and
  * backward calls (CUDA events on the backend's stream, each call timed alone). Prints one JSON
  * line: {"impl": "dissect", "shape": [B, T, H, Hkv, Dh], "fwd_ms", "bwd_ms" (medians),
  * "fwd_tflops", "bwd_tflops"}, counting causal FLOPs as 4 B H Dh T (T+1)/2 forward and 2.5 times
@@ -66,17 +66,17 @@ int main(int argc, char **argv)
         fprintf(stderr, "attention_bench: no CUDA backend: %s\n", dx_last_error());
         return 1;
     }
-    const size_t nq = (size_t)B * T * H * Dh, nkv = (size_t)B * T * 2 * Hkv * Dh;
-    const int ldkv = 2 * Hkv * Dh;
-    void *q = rand_bf16(be, nq, 1), *kv = rand_bf16(be, nkv, 2), *dout = rand_bf16(be, nq, 3);
-    void *o = be->alloc(be, nq * 2, DX_MEM_ACTIVATIONS), *dq = be->alloc(be, nq * 2, DX_MEM_ACTIVATIONS);
-    void *dkv = be->alloc(be, nkv * 2, DX_MEM_ACTIVATIONS);
+    const int ld = (H + 2 * Hkv) * Dh; /* row stride of q, k, v, dq, dk, dv */
+    const size_t nq = (size_t)B * T * H * Dh, nqkv = (size_t)B * T * ld;
+    void *q = rand_bf16(be, nqkv, 1), *dout = rand_bf16(be, nq, 3);
+    void *o = be->alloc(be, nq * 2, DX_MEM_ACTIVATIONS), *dq = be->alloc(be, nqkv * 2, DX_MEM_ACTIVATIONS);
     void *lse = be->alloc(be, (size_t)B * H * T * 4, DX_MEM_ACTIVATIONS);
-    if (!o || !dq || !dkv || !lse) {
+    if (!o || !dq || !lse) {
         fprintf(stderr, "attention_bench: cannot allocate: %s\n", dx_last_error());
         return 1;
     }
-    void *k = kv, *v = (char *)kv + (size_t)Hkv * Dh * 2, *dk = dkv, *dv = (char *)dkv + (size_t)Hkv * Dh * 2;
+    void *k = (char *)q + (size_t)H * Dh * 2, *v = (char *)k + (size_t)Hkv * Dh * 2;
+    void *dk = (char *)dq + (size_t)H * Dh * 2, *dv = (char *)dk + (size_t)Hkv * Dh * 2;
     cudaStream_t st = (cudaStream_t)dx_cuda_stream(be);
     cudaEvent_t e0, e1, e2;
     cudaEventCreate(&e0);
@@ -85,9 +85,9 @@ int main(int argc, char **argv)
     double *fr = malloc(reps * sizeof(double)), *br = malloc(reps * sizeof(double));
     for (int r = -1; r < reps; r++) {
         cudaEventRecord(e0, st);
-        be->attention_fwd(be, o, lse, q, k, v, ldkv, B, T, H, Hkv, Dh);
+        be->attention_fwd(be, o, lse, q, k, v, ld, ld, B, T, H, Hkv, Dh);
         cudaEventRecord(e1, st);
-        be->attention_bwd(be, dq, dk, dv, dout, q, k, v, o, lse, ldkv, B, T, H, Hkv, Dh);
+        be->attention_bwd(be, dq, dk, dv, dout, q, k, v, o, lse, ld, ld, B, T, H, Hkv, Dh);
         cudaEventRecord(e2, st);
         if (cudaEventSynchronize(e2) != cudaSuccess) {
             fprintf(stderr, "attention_bench: %s\n", cudaGetErrorString(cudaGetLastError()));

@@ -209,28 +209,33 @@ struct dx_backend {
     /* Causal scaled-dot-product attention with grouped-query heads (Ainslie et al. 2023): query
      * head h reads kv head h / (H / Hkv). s = q.k / sqrt(Dh), keys j <= i only;
      *   lse[b,h,i] = log sum_j exp(s_ij) ;  o[b,i,h,:] = sum_j exp(s_ij - lse) v[b,j,h',:]
-     * q X[B,T,H,Dh], o X[B,T,H,Dh] (dense), lse A[B,H,T]; k, v X[B,T,Hkv,Dh] with tokens as
-     * rows of `ldkv` elements (ldkv >= Hkv*Dh: Hkv*Dh for dense tensors, 2*Hkv*Dh when k and v
-     * are the two column blocks of one fused K|V GEMM output). No T x T matrix is kept. */
+     * q X[B,T,H,Dh] with tokens as rows of `ldq` elements (ldq >= H*Dh: H*Dh for a dense
+     * tensor, H*Dh + 2*Hkv*Dh when q, k and v are the column blocks of one fused Q|K|V GEMM
+     * output); o X[B,T,H,Dh] (dense), lse A[B,H,T]; k, v X[B,T,Hkv,Dh] with tokens as rows of
+     * `ldkv` elements (ldkv >= Hkv*Dh: Hkv*Dh for dense tensors, 2*Hkv*Dh for the two column
+     * blocks of a fused K|V output, ldq for a fused Q|K|V one). No T x T matrix is kept.
+     * (CUDA: ldq and ldkv multiples of 8, all of q, k, v 16-byte aligned, for the tensor-core
+     * kernels; otherwise a slower scalar kernel runs.) */
     void (*attention_fwd)(dx_backend *be, void *o, void *lse, const void *q, const void *k,
-                          const void *v, int ldkv, int B, int T, int H, int Hkv, int Dh);
+                          const void *v, int ldq, int ldkv, int B, int T, int H, int Hkv, int Dh);
     /* Backward (FlashAttention-2 form, Dao 2023): with p_ij = exp(s_ij - lse_i),
      * D_i = do_i . o_i, dp_ij = do_i . v_j, ds_ij = p_ij (dp_ij - D_i):
      *   dq_i = sum_j ds_ij k_j / sqrt(Dh) ; dk_j = sum_i ds_ij q_i / sqrt(Dh) ; dv_j = sum_i p_ij do_i
-     * summing over the query heads of each kv group for dk, dv. dq, dk, dv overwritten; dk and
-     * dv have the row stride ldkv of k and v (the rest of their rows is left as it is). */
+     * summing over the query heads of each kv group for dk, dv. dq, dk, dv overwritten; dq has
+     * q's row stride ldq, dk and dv the row stride ldkv of k and v (the rest of their rows is
+     * left as it is: dq, dk and dv may be the column blocks of one fused buffer). */
     void (*attention_bwd)(dx_backend *be, void *dq, void *dk, void *dv, const void *dout,
                           const void *q, const void *k, const void *v, const void *o,
-                          const void *lse, int ldkv, int B, int T, int H, int Hkv, int Dh);
-    /* attention_bwd, then rope_bwd(dq, H*Dh, B, T, H, Dh, theta) and rope_bwd(dk, ldkv, B, T,
+                          const void *lse, int ldq, int ldkv, int B, int T, int H, int Hkv, int Dh);
+    /* attention_bwd, then rope_bwd(dq, ldq, B, T, H, Dh, theta) and rope_bwd(dk, ldkv, B, T,
      * Hkv, Dh, theta) in one op: dq and dk are the gradients of q and k before RoPE (the
      * rotation folded into the kernels' last writes, so dq and dk are rounded to bf16 once).
      * Same arguments and layouts as attention_bwd, plus RoPE's theta (> 0). NULL where the
      * backend has no such fold; the caller then runs the three ops. */
     void (*attention_bwd_rope)(dx_backend *be, void *dq, void *dk, void *dv, const void *dout,
                                const void *q, const void *k, const void *v, const void *o,
-                               const void *lse, int ldkv, int B, int T, int H, int Hkv, int Dh,
-                               float theta);
+                               const void *lse, int ldq, int ldkv, int B, int T, int H, int Hkv,
+                               int Dh, float theta);
 
     /* SwiGLU (Shazeer 2020): h = silu(g) * u, silu(g) = g / (1 + exp(-g)); h X[N,F] dense;
      * g, u X[N,F] with rows of `ld` elements (ld >= F: F for dense tensors, 2F when g and u are

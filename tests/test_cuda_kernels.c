@@ -542,38 +542,50 @@ static void test_rope(uint64_t seed, int B, int T, int H, int Dh, int pad)
  * attention
  * ========================================================================================== */
 
-/* fused: on the GPU, k and v are the two column blocks of one [B*T, 2 Hkv Dh] buffer (the
- * model's K|V GEMM output), and so are dk and dv; the CPU twin has them dense */
-static void test_attention(uint64_t seed, int B, int T, int H, int Hkv, int Dh, int fused)
+/* layout on the GPU: 0 dense q, k, v (dq, dk, dv); 1 k and v the two column blocks of one
+ * [B*T, 2 Hkv Dh] buffer (a K|V GEMM's output), dk and dv likewise; 2 q, k and v the three column
+ * blocks of one [B*T, (H + 2 Hkv) Dh] buffer (the model's Q|K|V GEMM output), dq, dk and dv
+ * likewise. The CPU twin has them dense. */
+static void test_attention(uint64_t seed, int B, int T, int H, int Hkv, int Dh, int layout)
 {
     size_t nq = (size_t)B * T * H * Dh, nk = (size_t)B * T * Hkv * Dh, nl = (size_t)B * H * T;
-    const size_t rows = (size_t)B * T, kd = (size_t)Hkv * Dh;
+    const size_t rows = (size_t)B * T, kd = (size_t)Hkv * Dh, qd = (size_t)H * Dh;
     char shape[80];
-    snprintf(shape, sizeof shape, "B=%d T=%d H=%d Hkv=%d Dh=%d%s", B, T, H, Hkv, Dh, fused ? " K|V" : "");
+    snprintf(shape, sizeof shape, "B=%d T=%d H=%d Hkv=%d Dh=%d%s", B, T, H, Hkv, Dh,
+             layout == 1 ? " K|V" : layout == 2 ? " Q|K|V" : "");
     float *q = hrand(nq, seed, 1, 0, 1), *k = hrand(nk, seed + 1, 1, 0, 1);
     float *v = hrand(nk, seed + 2, 1, 0, 1), *dout = hrand(nq, seed + 3, 1, 0, 1);
-    const int ldkv = (int)(fused ? 2 * kd : kd);
-
-    void *gq = g_from(q, nq, BF), *gk, *gv, *gkv = NULL;
-    if (fused) { /* [k | v] per token */
-        float *kv = xmalloc(2 * nk * sizeof(float));
+    /* the GPU side's row strides and the width of the buffer holding k (and v) */
+    const size_t wide = layout == 2 ? qd + 2 * kd : layout == 1 ? 2 * kd : kd;
+    const int ldq = (int)(layout == 2 ? wide : qd), ldkv = (int)wide;
+    /* [q |] k | v per token from the dense blocks (layout 1: k | v; 2: q | k | v) */
+    const size_t koff = layout == 2 ? qd : 0;
+    float *wbuf = NULL;
+    if (layout) {
+        wbuf = xmalloc(rows * wide * sizeof(float));
         for (size_t r = 0; r < rows; r++) {
-            memcpy(kv + r * 2 * kd, k + r * kd, kd * sizeof(float));
-            memcpy(kv + r * 2 * kd + kd, v + r * kd, kd * sizeof(float));
+            if (layout == 2) memcpy(wbuf + r * wide, q + r * qd, qd * sizeof(float));
+            memcpy(wbuf + r * wide + koff, k + r * kd, kd * sizeof(float));
+            memcpy(wbuf + r * wide + koff + kd, v + r * kd, kd * sizeof(float));
         }
-        gkv = g_from(kv, 2 * nk, BF);
-        free(kv);
-        gk = gkv;
-        gv = (char *)gkv + kd * sizeof(uint16_t);
+    }
+    void *gq, *gk, *gv, *gw = NULL;
+    if (layout) {
+        gw = g_from(wbuf, rows * wide, BF);
+        gq = layout == 2 ? gw : g_from(q, nq, BF);
+        gk = (char *)gw + koff * sizeof(uint16_t);
+        gv = (char *)gk + kd * sizeof(uint16_t);
     } else {
+        gq = g_from(q, nq, BF);
         gk = g_from(k, nk, BF);
         gv = g_from(v, nk, BF);
     }
+    free(wbuf);
     void *go = g_nan(nq, BF), *gl = g_nan(nl, F32);
     void *cq = c_from(q, nq), *ck = c_from(k, nk), *cv = c_from(v, nk);
     void *co = c_nan(nq), *cl = c_nan(nl);
-    gpu->attention_fwd(gpu, go, gl, gq, gk, gv, ldkv, B, T, H, Hkv, Dh);
-    cpu->attention_fwd(cpu, co, cl, cq, ck, cv, (int)kd, B, T, H, Hkv, Dh);
+    gpu->attention_fwd(gpu, go, gl, gq, gk, gv, ldq, ldkv, B, T, H, Hkv, Dh);
+    cpu->attention_fwd(cpu, co, cl, cq, ck, cv, (int)qd, (int)kd, B, T, H, Hkv, Dh);
     char op[64];
     snprintf(op, sizeof op, "attention_fwd o %s", att_tag);
     cmp(op, shape, go, BF, co, nq, B_X);
@@ -586,48 +598,54 @@ static void test_attention(uint64_t seed, int B, int T, int H, int Hkv, int Dh, 
     void *gob = g_from(ob, nq, BF), *glb = g_from((const float *)cl, nl, F32);
     void *cob = c_from(ob, nq), *gdo = g_from(dout, nq, BF), *cdo = c_from(dout, nq);
     void *cdq = c_nan(nq), *cdk = c_nan(nk), *cdv = c_nan(nk);
-    cpu->attention_bwd(cpu, cdq, cdk, cdv, cdo, cq, ck, cv, cob, cl, (int)kd, B, T, H, Hkv, Dh);
+    cpu->attention_bwd(cpu, cdq, cdk, cdv, cdo, cq, ck, cv, cob, cl, (int)qd, (int)kd, B, T, H, Hkv, Dh);
     /* form 0: attention_bwd; form 1: attention_bwd_rope (where the backend has it), against the
      * CPU's attention_bwd then rope_bwd on dq and dk */
     const float theta = 10000.0f;
-    void *gdq = NULL, *gdkv = NULL, *gdk = NULL, *gdv = NULL;
+    void *gdq = NULL, *gdw = NULL, *gdk = NULL, *gdv = NULL;
     for (int form = 0; form < 2; form++) {
         if (form == 1 && !gpu->attention_bwd_rope) break;
         if (form == 1) {
-            gfree(gdq);
-            gfree(fused ? gdkv : gdk);
-            if (!fused) gfree(gdv);
+            if (layout != 2) gfree(gdq);
+            if (layout) gfree(gdw);
+            else gfree(gdk), gfree(gdv);
         }
-        gdq = g_nan(nq, BF);
-        if (fused) {
-            gdkv = g_nan(2 * nk, BF);
-            gdk = gdkv;
-            gdv = (char *)gdkv + kd * sizeof(uint16_t);
+        if (layout) {
+            gdw = g_nan(rows * wide, BF);
+            gdq = layout == 2 ? gdw : g_nan(nq, BF);
+            gdk = (char *)gdw + koff * sizeof(uint16_t);
+            gdv = (char *)gdk + kd * sizeof(uint16_t);
         } else {
+            gdq = g_nan(nq, BF);
             gdk = g_nan(nk, BF);
             gdv = g_nan(nk, BF);
         }
         if (form == 0) {
-            gpu->attention_bwd(gpu, gdq, gdk, gdv, gdo, gq, gk, gv, gob, glb, ldkv, B, T, H, Hkv, Dh);
+            gpu->attention_bwd(gpu, gdq, gdk, gdv, gdo, gq, gk, gv, gob, glb, ldq, ldkv, B, T, H, Hkv, Dh);
         } else {
-            gpu->attention_bwd_rope(gpu, gdq, gdk, gdv, gdo, gq, gk, gv, gob, glb, ldkv, B, T, H,
+            gpu->attention_bwd_rope(gpu, gdq, gdk, gdv, gdo, gq, gk, gv, gob, glb, ldq, ldkv, B, T, H,
                                     Hkv, Dh, theta);
-            cpu->rope_bwd(cpu, cdq, H * Dh, B, T, H, Dh, theta);
+            cpu->rope_bwd(cpu, cdq, (int)qd, B, T, H, Dh, theta);
             cpu->rope_bwd(cpu, cdk, (int)kd, B, T, Hkv, Dh, theta);
         }
         const char *name = form == 0 ? "attention_bwd" : "attention_bwd_rope";
-        snprintf(op, sizeof op, "%s dq %s", name, att_tag);
-        cmp(op, shape, gdq, BF, cdq, nq, B_X);
-        if (fused) { /* dk | dv fill the rows between them: compare the whole [dk | dv] buffer */
-            float *cdkv = xmalloc(2 * nk * sizeof(float));
+        if (layout) { /* [dq |] dk | dv fill the rows between them: compare the whole buffer */
+            float *cw = xmalloc(rows * wide * sizeof(float));
             for (size_t r = 0; r < rows; r++) {
-                memcpy(cdkv + r * 2 * kd, (float *)cdk + r * kd, kd * sizeof(float));
-                memcpy(cdkv + r * 2 * kd + kd, (float *)cdv + r * kd, kd * sizeof(float));
+                if (layout == 2) memcpy(cw + r * wide, (float *)cdq + r * qd, qd * sizeof(float));
+                memcpy(cw + r * wide + koff, (float *)cdk + r * kd, kd * sizeof(float));
+                memcpy(cw + r * wide + koff + kd, (float *)cdv + r * kd, kd * sizeof(float));
             }
-            snprintf(op, sizeof op, "%s dk|dv %s", name, att_tag);
-            cmp(op, shape, gdkv, BF, cdkv, 2 * nk, B_X);
-            free(cdkv);
+            snprintf(op, sizeof op, "%s %s %s", name, layout == 2 ? "dq|dk|dv" : "dk|dv", att_tag);
+            cmp(op, shape, gdw, BF, cw, rows * wide, B_X);
+            free(cw);
+            if (layout == 1) {
+                snprintf(op, sizeof op, "%s dq %s", name, att_tag);
+                cmp(op, shape, gdq, BF, cdq, nq, B_X);
+            }
         } else {
+            snprintf(op, sizeof op, "%s dq %s", name, att_tag);
+            cmp(op, shape, gdq, BF, cdq, nq, B_X);
             snprintf(op, sizeof op, "%s dk %s", name, att_tag);
             cmp(op, shape, gdk, BF, cdk, nk, B_X);
             snprintf(op, sizeof op, "%s dv %s", name, att_tag);
@@ -638,11 +656,11 @@ static void test_attention(uint64_t seed, int B, int T, int H, int Hkv, int Dh, 
     /* timing (informative): mean of 3 runs after the runs above */
     timer t;
     t_start(&t);
-    for (int r = 0; r < 3; r++) gpu->attention_fwd(gpu, go, gl, gq, gk, gv, ldkv, B, T, H, Hkv, Dh);
+    for (int r = 0; r < 3; r++) gpu->attention_fwd(gpu, go, gl, gq, gk, gv, ldq, ldkv, B, T, H, Hkv, Dh);
     double fms = t_stop(&t) / 3;
     t_start(&t);
     for (int r = 0; r < 3; r++)
-        gpu->attention_bwd(gpu, gdq, gdk, gdv, gdo, gq, gk, gv, gob, glb, ldkv, B, T, H, Hkv, Dh);
+        gpu->attention_bwd(gpu, gdq, gdk, gdv, gdo, gq, gk, gv, gob, glb, ldq, ldkv, B, T, H, Hkv, Dh);
     double bms = t_stop(&t) / 3;
     snprintf(op, sizeof op, "  time attention %s", att_tag);
     printf("%-30s %-40s fwd %.3f ms, bwd %.3f ms\n", op, shape, fms, bms);
@@ -652,16 +670,19 @@ static void test_attention(uint64_t seed, int B, int T, int H, int Hkv, int Dh, 
     free(v);
     free(dout);
     free(ob);
-    if (fused) {
-        gfree(gkv);
-        gfree(gdkv);
+    if (layout) {
+        gfree(gw);
+        gfree(gdw);
+        if (layout == 1) gfree(gq), gfree(gdq);
     } else {
+        gfree(gq);
         gfree(gk);
         gfree(gv);
+        gfree(gdq);
         gfree(gdk);
         gfree(gdv);
     }
-    void *gb[] = {gq, go, gl, gob, glb, gdo, gdq};
+    void *gb[] = {go, gl, gob, glb, gdo};
     for (size_t i = 0; i < sizeof gb / sizeof gb[0]; i++) gfree(gb[i]);
     void *cb[] = {cq, ck, cv, co, cl, cob, cdo, cdq, cdk, cdv};
     for (size_t i = 0; i < sizeof cb / sizeof cb[0]; i++) cfree(cb[i]);
@@ -676,26 +697,28 @@ static int cmp_double(const void *a, const void *b)
 /* timing only, at training size (no CPU reference) */
 static void time_attention(int B, int T, int H, int Hkv, int Dh)
 {
-    size_t nq = (size_t)B * T * H * Dh, nk = (size_t)B * T * Hkv * Dh, nl = (size_t)B * H * T;
-    /* k, v (dk, dv) as the model keeps them: column blocks of one [B*T, 2 Hkv Dh] buffer */
-    const int ldkv = 2 * Hkv * Dh;
-    float *xq = hrand(nq, 99, 1, 0, 1), *xk = hrand(2 * nk, 98, 1, 0, 1);
-    void *gq = g_from(xq, nq, BF), *gdo = g_from(xq, nq, BF);
-    void *gkv = g_from(xk, 2 * nk, BF), *gk = gkv, *gv = (char *)gkv + (size_t)Hkv * Dh * 2;
+    size_t nq = (size_t)B * T * H * Dh, nl = (size_t)B * H * T;
+    /* q, k, v (dq, dk, dv) as the model keeps them: column blocks of one [B*T, (H + 2 Hkv) Dh]
+     * buffer */
+    const int ld = (H + 2 * Hkv) * Dh;
+    const size_t nw = (size_t)B * T * ld;
+    float *xq = hrand(nw, 99, 1, 0, 1);
+    void *gq = g_from(xq, nw, BF), *gdo = g_from(xq, nq, BF);
+    void *gk = (char *)gq + (size_t)H * Dh * 2, *gv = (char *)gk + (size_t)Hkv * Dh * 2;
     void *go = g_alloc(nq, BF), *gl = g_alloc(nl, F32);
-    void *gdq = g_alloc(nq, BF), *gdkv = g_alloc(2 * nk, BF), *gdk = gdkv;
-    void *gdv = (char *)gdkv + (size_t)Hkv * Dh * 2;
-    gpu->attention_fwd(gpu, go, gl, gq, gk, gv, ldkv, B, T, H, Hkv, Dh); /* warm-up */
-    gpu->attention_bwd(gpu, gdq, gdk, gdv, gdo, gq, gk, gv, go, gl, ldkv, B, T, H, Hkv, Dh);
+    void *gdq = g_alloc(nw, BF), *gdk = (char *)gdq + (size_t)H * Dh * 2;
+    void *gdv = (char *)gdk + (size_t)Hkv * Dh * 2;
+    gpu->attention_fwd(gpu, go, gl, gq, gk, gv, ld, ld, B, T, H, Hkv, Dh); /* warm-up */
+    gpu->attention_bwd(gpu, gdq, gdk, gdv, gdo, gq, gk, gv, go, gl, ld, ld, B, T, H, Hkv, Dh);
     enum { NREP = 7 }; /* median of NREP timed runs */
     double fr[NREP], br[NREP];
     for (int r = 0; r < NREP; r++) {
         timer t;
         t_start(&t);
-        gpu->attention_fwd(gpu, go, gl, gq, gk, gv, ldkv, B, T, H, Hkv, Dh);
+        gpu->attention_fwd(gpu, go, gl, gq, gk, gv, ld, ld, B, T, H, Hkv, Dh);
         fr[r] = t_stop(&t);
         t_start(&t);
-        gpu->attention_bwd(gpu, gdq, gdk, gdv, gdo, gq, gk, gv, go, gl, ldkv, B, T, H, Hkv, Dh);
+        gpu->attention_bwd(gpu, gdq, gdk, gdv, gdo, gq, gk, gv, go, gl, ld, ld, B, T, H, Hkv, Dh);
         br[r] = t_stop(&t);
     }
     qsort(fr, NREP, sizeof fr[0], cmp_double);
@@ -709,8 +732,7 @@ static void time_attention(int B, int T, int H, int Hkv, int Dh)
     printf("%-30s %-40s fwd %.3f ms (%.1f TFLOP/s), bwd %.3f ms (%.1f TFLOP/s)\n", op, shape,
            fms, ff / fms * 1e-9, bms, 2.5 * ff / bms * 1e-9);
     free(xq);
-    free(xk);
-    void *gb[] = {gq, gkv, go, gl, gdo, gdq, gdkv};
+    void *gb[] = {gq, go, gl, gdo, gdq};
     for (size_t i = 0; i < sizeof gb / sizeof gb[0]; i++) gfree(gb[i]);
 }
 
@@ -1243,7 +1265,7 @@ int main(void)
         for (int a = 0; a < 4; a++)
             for (int b = 0; b < 2; b++)
                 for (int c = 0; c < 3; c++)
-                    test_attention(seed += 10, 2, ats[a], 8, hkvs[b], adhs[c], (a + b + c) % 2);
+                    test_attention(seed += 10, 2, ats[a], 8, hkvs[b], adhs[c], (a + b + c) % 3);
         if (!getenv("DX_CUDA_TEST_NO_PERF")) { /* set by host-side simulators of the kernels */
             time_attention(8, 2048, 32, 4, 64); /* TinyLlama-1.1B */
             time_attention(4, 2048, 32, 8, 128);

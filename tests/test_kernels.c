@@ -522,14 +522,14 @@ static void test_attention(uint64_t seed, int B, int T, int H, int Hkv, int Dh, 
         dx_backend *be = bes[e];
         void *bq = bfrom(be, q, nq), *bk = bfrom(be, k, nk), *bv = bfrom(be, v, nk);
         void *bo = bnan(be, nq), *bl = bnan(be, nl);
-        be->attention_fwd(be, bo, bl, bq, bk, bv, Hkv * Dh, B, T, H, Hkv, Dh);
+        be->attention_fwd(be, bo, bl, bq, bk, bv, H * Dh, Hkv * Dh, B, T, H, Hkv, Dh);
         double *o = bto(be, bo, nq), *l = bto(be, bl, nl);
         snprintf(what, sizeof what, "attention_fwd %s o", shape);
         check_err(what, be->name, relerr(o, orf, nq), fwdb(be, F32_FWD_ATT));
         snprintf(what, sizeof what, "attention_fwd %s lse", shape);
         check_err(what, be->name, relerr(l, lr, nl), fwdb(be, F32_FWD));
         void *bdo = bfrom(be, R, nq), *bdq = bnan(be, nq), *bdk = bnan(be, nk), *bdv = bnan(be, nk);
-        be->attention_bwd(be, bdq, bdk, bdv, bdo, bq, bk, bv, bo, bl, Hkv * Dh, B, T, H, Hkv, Dh);
+        be->attention_bwd(be, bdq, bdk, bdv, bdo, bq, bk, bv, bo, bl, H * Dh, Hkv * Dh, B, T, H, Hkv, Dh);
         g[e][0] = bto(be, bdq, nq);
         g[e][1] = bto(be, bdk, nk);
         g[e][2] = bto(be, bdv, nk);
@@ -1116,8 +1116,8 @@ static void test_determinism(void)
             void *bq = bfrom(be, q, nq), *bk = bfrom(be, k, nk), *bv = bfrom(be, v, nk);
             void *bo = bnan(be, nq), *bl = bnan(be, nl), *bdo = bfrom(be, R, nq);
             void *bdq = bnan(be, nq), *bdk = bnan(be, nk), *bdv = bnan(be, nk);
-            be->attention_fwd(be, bo, bl, bq, bk, bv, Hkv * Dh, B, T, H, Hkv, Dh);
-            be->attention_bwd(be, bdq, bdk, bdv, bdo, bq, bk, bv, bo, bl, Hkv * Dh, B, T, H, Hkv, Dh);
+            be->attention_fwd(be, bo, bl, bq, bk, bv, H * Dh, Hkv * Dh, B, T, H, Hkv, Dh);
+            be->attention_bwd(be, bdq, bdk, bdv, bdo, bq, bk, bv, bo, bl, H * Dh, Hkv * Dh, B, T, H, Hkv, Dh);
             out[r] = malloc((nq * 2 + nk * 2 + nl) * sizeof(float));
             memcpy(out[r], bo, nq * 4);
             memcpy(out[r] + nq, bl, nl * 4);
@@ -1377,10 +1377,11 @@ static void test_strided(uint64_t seed, int B, int T, int H, int Hkv, int Dh, in
             void *bdkv = bnan(be, 2 * nk);
             const size_t es = dx_dtype_size(be->act);
             void *bv2 = (char *)bkv + kd * es, *bdv2 = (char *)bdkv + kd * es;
-            be->attention_fwd(be, bo[0], bl[0], bq, bk, bv, (int)kd, B, T, H, Hkv, Dh);
-            be->attention_fwd(be, bo[1], bl[1], bq, bkv, bv2, (int)(2 * kd), B, T, H, Hkv, Dh);
-            be->attention_bwd(be, bdq[0], bdk, bdv, bdo, bq, bk, bv, bo[0], bl[0], (int)kd, B, T, H, Hkv, Dh);
-            be->attention_bwd(be, bdq[1], bdkv, bdv2, bdo, bq, bkv, bv2, bo[1], bl[1], (int)(2 * kd), B, T, H, Hkv, Dh);
+            be->attention_fwd(be, bo[0], bl[0], bq, bk, bv, (int)qd, (int)kd, B, T, H, Hkv, Dh);
+            be->attention_fwd(be, bo[1], bl[1], bq, bkv, bv2, (int)qd, (int)(2 * kd), B, T, H, Hkv, Dh);
+            be->attention_bwd(be, bdq[0], bdk, bdv, bdo, bq, bk, bv, bo[0], bl[0], (int)qd, (int)kd, B, T, H, Hkv, Dh);
+            be->attention_bwd(be, bdq[1], bdkv, bdv2, bdo, bq, bkv, bv2, bo[1], bl[1], (int)qd, (int)(2 * kd), B, T, H,
+                              Hkv, Dh);
             double *o0 = bto(be, bo[0], nq), *o1 = bto(be, bo[1], nq), *l0 = bto(be, bl[0], nl);
             double *l1 = bto(be, bl[1], nl), *q0 = bto(be, bdq[0], nq), *q1 = bto(be, bdq[1], nq);
             double *dk = bto(be, bdk, nk), *dv = bto(be, bdv, nk), *dkv = bto(be, bdkv, 2 * nk);
@@ -1391,6 +1392,45 @@ static void test_strided(uint64_t seed, int B, int T, int H, int Hkv, int Dh, in
             double *fr[] = {q, k, v, dout, kv, o0, o1, l0, l1, q0, q1, dk, dv, dkv};
             for (size_t i = 0; i < sizeof fr / sizeof fr[0]; i++) free(fr[i]);
             void *bb[] = {bq, bk, bv, bkv, bdo, bo[0], bo[1], bl[0], bl[1], bdq[0], bdq[1], bdk, bdv, bdkv};
+            for (size_t i = 0; i < sizeof bb / sizeof bb[0]; i++) be->free(be, bb[i]);
+        }
+        /* attention with q|k|v in one [rows, qd + 2 kd + 8] buffer (the model's Q|K|V GEMM output,
+         * plus an 8-column gap), dq|dk|dv likewise: bitwise the dense results, the gap kept */
+        {
+            const size_t ld3 = qd + 2 * kd + 8;
+            double *q = drand(nq, seed + 11), *k = drand(nk, seed + 12), *v = drand(nk, seed + 13);
+            double *dout = drand(nq, seed + 14), *qkv = dalloc(rows * ld3), *filled = dalloc(rows * ld3);
+            for (size_t r = 0; r < rows; r++)
+                for (size_t c = 0; c < ld3; c++) {
+                    qkv[r * ld3 + c] = c < qd ? q[r * qd + c] : c < qd + kd ? k[r * kd + c - qd]
+                                     : c < qd + 2 * kd ? v[r * kd + c - qd - kd] : fill;
+                    filled[r * ld3 + c] = fill;
+                }
+            const size_t es = dx_dtype_size(be->act);
+            void *bq = bfrom(be, q, nq), *bk = bfrom(be, k, nk), *bv = bfrom(be, v, nk), *bdo = bfrom(be, dout, nq);
+            void *bqkv = bfrom(be, qkv, rows * ld3), *bdqkv = bfrom(be, filled, rows * ld3);
+            void *bo[2] = {bnan(be, nq), bnan(be, nq)}, *bl[2] = {bnan(be, nl), bnan(be, nl)};
+            void *bdq = bnan(be, nq), *bdk = bnan(be, nk), *bdv = bnan(be, nk);
+            void *fk = (char *)bqkv + qd * es, *fv = (char *)bqkv + (qd + kd) * es;
+            void *fdk = (char *)bdqkv + qd * es, *fdv = (char *)bdqkv + (qd + kd) * es;
+            be->attention_fwd(be, bo[0], bl[0], bq, bk, bv, (int)qd, (int)kd, B, T, H, Hkv, Dh);
+            be->attention_fwd(be, bo[1], bl[1], bqkv, fk, fv, (int)ld3, (int)ld3, B, T, H, Hkv, Dh);
+            be->attention_bwd(be, bdq, bdk, bdv, bdo, bq, bk, bv, bo[0], bl[0], (int)qd, (int)kd, B, T, H, Hkv, Dh);
+            be->attention_bwd(be, bdqkv, fdk, fdv, bdo, bqkv, fk, fv, bo[1], bl[1], (int)ld3, (int)ld3, B, T, H,
+                              Hkv, Dh);
+            double *o0 = bto(be, bo[0], nq), *o1 = bto(be, bo[1], nq), *l0 = bto(be, bl[0], nl);
+            double *l1 = bto(be, bl[1], nl), *dq = bto(be, bdq, nq), *dk = bto(be, bdk, nk);
+            double *dv = bto(be, bdv, nk), *w = bto(be, bdqkv, rows * ld3);
+            int ok = !memcmp(o0, o1, nq * sizeof(double)) && !memcmp(l0, l1, nl * sizeof(double)) &&
+                     gap_is(w, rows, qd + 2 * kd, ld3, fill);
+            for (size_t r = 0; r < rows && ok; r++)
+                ok = !memcmp(w + r * ld3, dq + r * qd, qd * sizeof(double)) &&
+                     !memcmp(w + r * ld3 + qd, dk + r * kd, kd * sizeof(double)) &&
+                     !memcmp(w + r * ld3 + qd + kd, dv + r * kd, kd * sizeof(double));
+            check(ok, "%-52s %-5s", "attention fwd+bwd, Q|K|V fused = dense (bitwise)", be->name);
+            double *fr[] = {q, k, v, dout, qkv, filled, o0, o1, l0, l1, dq, dk, dv, w};
+            for (size_t i = 0; i < sizeof fr / sizeof fr[0]; i++) free(fr[i]);
+            void *bb[] = {bq, bk, bv, bdo, bqkv, bdqkv, bo[0], bo[1], bl[0], bl[1], bdq, bdk, bdv};
             for (size_t i = 0; i < sizeof bb / sizeof bb[0]; i++) be->free(be, bb[i]);
         }
         /* SwiGLU with g|u in one [rows, 2I] buffer, dg|du likewise */

@@ -316,13 +316,13 @@ static void tile_rows(real *restrict dst, const real *restrict src, size_t strid
 }
 
 void DX_OP(attention_fwd)(dx_backend *be, void *o_, void *lse_, const void *q_, const void *k_,
-                          const void *v_, int ldkv, int B, int T, int H, int Hkv, int Dh)
+                          const void *v_, int ldq, int ldkv, int B, int T, int H, int Hkv, int Dh)
 {
     real *o = o_, *lse = lse_;
     const real *q = q_, *k = k_, *v = v_;
     const int G = H / Hkv;
     const real scale = (real)(1.0 / sqrt((double)Dh));
-    const size_t qs = (size_t)H * Dh, ks = (size_t)ldkv; /* strides of t */
+    const size_t qs = (size_t)H * Dh, ks = (size_t)ldkv, ql = (size_t)ldq; /* strides of t (o, k|v, q) */
     const int nqb = (T + DX_ATT_RB - 1) / DX_ATT_RB;
     const long tasks = (long)B * H * nqb;
 
@@ -337,7 +337,7 @@ void DX_OP(attention_fwd)(dx_backend *be, void *o_, void *lse_, const void *q_, 
             int kh = h / G;
             const real *kb = k + (size_t)b * T * ks + (size_t)kh * Dh;
             const real *vb = v + (size_t)b * T * ks + (size_t)kh * Dh;
-            tile_rows(qsc, q + ((size_t)b * T + i0) * qs + (size_t)h * Dh, qs, nr, Dh, scale);
+            tile_rows(qsc, q + ((size_t)b * T + i0) * ql + (size_t)h * Dh, ql, nr, Dh, scale);
             for (int r = 0; r < nr; r++) {
                 m[r] = -INFINITY;
                 l[r] = 0;
@@ -382,20 +382,21 @@ void DX_OP(attention_fwd)(dx_backend *be, void *o_, void *lse_, const void *q_, 
 }
 
 /* Three passes, each parallel over independent outputs (no atomics, fixed summation order):
- *   1. D_i = do_i . o_i per (b, i, h), parked in dq[b,i,h,0] (dq is overwritten in pass 3);
+ *   1. D_i = do_i . o_i per (b, i, h), parked in dq[b,i,h,0] (dq's row (b, i) is ldq apart;
+ *      dq is overwritten in pass 3);
  *   2. dk_j, dv_j per (b, kv head, tile of keys): over the group's query heads, then query
  *      tiles in ascending order;
  *   3. dq_i per (b, h, tile of queries): over key tiles in ascending order.
  * Probabilities are recomputed from lse in passes 2 and 3 (FlashAttention-2). */
 void DX_OP(attention_bwd)(dx_backend *be, void *dq_, void *dk_, void *dv_, const void *dout_,
                           const void *q_, const void *k_, const void *v_, const void *o_,
-                          const void *lse_, int ldkv, int B, int T, int H, int Hkv, int Dh)
+                          const void *lse_, int ldq, int ldkv, int B, int T, int H, int Hkv, int Dh)
 {
     real *dq = dq_, *dk = dk_, *dv = dv_;
     const real *dout = dout_, *q = q_, *k = k_, *v = v_, *o = o_, *lse = lse_;
     const int G = H / Hkv;
     const real scale = (real)(1.0 / sqrt((double)Dh));
-    const size_t qs = (size_t)H * Dh, ks = (size_t)ldkv;
+    const size_t qs = (size_t)H * Dh, ks = (size_t)ldkv, ql = (size_t)ldq; /* o, dout; k|v; q, dq */
     const long qrows = (long)B * T * H;
     const int nt = NT(be);
     const int nb = (T + DX_ATT_RB - 1) / DX_ATT_RB;
@@ -408,7 +409,7 @@ void DX_OP(attention_bwd)(dx_backend *be, void *dq_, void *dk_, void *dv_, const
         const real *dr = dout + (size_t)r * Dh, *orow = o + (size_t)r * Dh;
         real sd = 0;
         for (int d = 0; d < Dh; d++) sd += orow[d] * dr[d];
-        dq[(size_t)r * Dh] = sd;
+        dq[(size_t)(r / H) * ql + (size_t)(r % H) * Dh] = sd;
     }
 
     /* pass 2: dk, dv; task = (b*Hkv + kh)*nb + key tile. Scores transposed: s[key][query]. */
@@ -429,13 +430,13 @@ void DX_OP(attention_bwd)(dx_backend *be, void *dq_, void *dk_, void *dv_, const
                 const real *lrow = lse + ((size_t)b * H + h) * T;
                 for (int i0 = j0; i0 < T; i0 += DX_ATT_KB) {
                     int ni = T - i0 < DX_ATT_KB ? T - i0 : DX_ATT_KB;
-                    const real *qb = q + ((size_t)b * T + i0) * qs + (size_t)h * Dh;
+                    const real *qb = q + ((size_t)b * T + i0) * ql + (size_t)h * Dh;
                     const real *dob = dout + ((size_t)b * T + i0) * qs + (size_t)h * Dh;
-                    tile_t(qt, qb, qs, ni, Dh, scale);
+                    tile_t(qt, qb, ql, ni, Dh, scale);
                     tile_t(dot_, dob, qs, ni, Dh, 1);
                     for (int c = 0; c < ni; c++) {
                         li[c] = lrow[i0 + c];
-                        di[c] = dq[(((size_t)b * T + i0 + c) * H + h) * Dh];
+                        di[c] = dq[((size_t)b * T + i0 + c) * ql + (size_t)h * Dh];
                     }
                     mm_nn(nk, ni, Dh, kb, ks, qt, DX_ATT_KB, s, DX_ATT_KB, 0);
                     mm_nn(nk, ni, Dh, vb, ks, dot_, DX_ATT_KB, dp, DX_ATT_KB, 0);
@@ -453,7 +454,7 @@ void DX_OP(attention_bwd)(dx_backend *be, void *dq_, void *dk_, void *dv_, const
                         }
                     }
                     mm_nn(nk, Dh, ni, s, DX_ATT_KB, dob, qs, dva, Dh, !first);
-                    mm_nn(nk, Dh, ni, dp, DX_ATT_KB, qb, qs, dka, Dh, !first);
+                    mm_nn(nk, Dh, ni, dp, DX_ATT_KB, qb, ql, dka, Dh, !first);
                     first = 0;
                 }
             }
@@ -482,10 +483,10 @@ void DX_OP(attention_bwd)(dx_backend *be, void *dq_, void *dk_, void *dv_, const
             const real *kb = k + (size_t)b * T * ks + (size_t)kh * Dh;
             const real *vb = v + (size_t)b * T * ks + (size_t)kh * Dh;
             const real *dob = dout + ((size_t)b * T + i0) * qs + (size_t)h * Dh;
-            tile_rows(qsc, q + ((size_t)b * T + i0) * qs + (size_t)h * Dh, qs, nr, Dh, scale);
+            tile_rows(qsc, q + ((size_t)b * T + i0) * ql + (size_t)h * Dh, ql, nr, Dh, scale);
             for (int r = 0; r < nr; r++) {
                 li[r] = lse[((size_t)b * H + h) * T + i0 + r];
-                di[r] = dq[(((size_t)b * T + i0 + r) * H + h) * Dh];
+                di[r] = dq[((size_t)b * T + i0 + r) * ql + (size_t)h * Dh];
             }
             for (int j0 = 0; j0 < i1; j0 += DX_ATT_KB) {
                 int nj = i1 - j0 < DX_ATT_KB ? i1 - j0 : DX_ATT_KB;
@@ -506,7 +507,7 @@ void DX_OP(attention_bwd)(dx_backend *be, void *dq_, void *dk_, void *dv_, const
                 mm_nn(nr, Dh, nj, dp, DX_ATT_KB, kb + (size_t)j0 * ks, ks, dqa, Dh, j0 > 0);
             }
             for (int r = 0; r < nr; r++) {
-                real *dqi = dq + (((size_t)b * T + i0 + r) * H + h) * Dh;
+                real *dqi = dq + ((size_t)b * T + i0 + r) * ql + (size_t)h * Dh;
                 for (int d = 0; d < Dh; d++) dqi[d] = dqa[(size_t)r * Dh + d] * scale;
             }
         }

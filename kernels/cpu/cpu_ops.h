@@ -25,10 +25,12 @@
     void P##rope_bwd(dx_backend *be, void *dx, int ld, int B, int T, int H, int Dh,           \
                      float theta);                                                             \
     void P##attention_fwd(dx_backend *be, void *o, void *lse, const void *q, const void *k,   \
-                          const void *v, int ldkv, int B, int T, int H, int Hkv, int Dh);      \
+                          const void *v, int ldq, int ldkv, int B, int T, int H, int Hkv,      \
+                          int Dh);                                                             \
     void P##attention_bwd(dx_backend *be, void *dq, void *dk, void *dv, const void *dout,     \
                           const void *q, const void *k, const void *v, const void *o,          \
-                          const void *lse, int ldkv, int B, int T, int H, int Hkv, int Dh);    \
+                          const void *lse, int ldq, int ldkv, int B, int T, int H, int Hkv,    \
+                          int Dh);                                                             \
     void P##swiglu_fwd(dx_backend *be, void *h, const void *g, const void *u, int N, int F,   \
                        int ld);                                                                \
     void P##swiglu_bwd(dx_backend *be, void *dg, void *du, const void *dh, const void *g,     \

@@ -2,6 +2,7 @@
  *
  * Shapes (kernels.h): q, o, dq, dout X[B,T,H,Dh]; k, v, dk, dv X[B,T,Hkv,Dh]; lse A[B,H,T];
  * query head h reads kv head h / (H / Hkv). Dh in {32, 64, 128} (template parameter), any T.
+ * Row strides: o and dout dense (qst = H Dh), q and dq qld (ldq), k, v, dk, dv kst (ldkv).
  *
  * The entry points below run the tensor-core kernels of attention_mma.cu when every bf16
  * pointer is 16-byte aligned (their tile loads are 16-byte vectors), and otherwise, or with
@@ -93,7 +94,7 @@ template <int DH>
 __global__ void __launch_bounds__(NT)
     att_fwd(bf16 *__restrict__ o, float *__restrict__ lse, const bf16 *__restrict__ q,
             const bf16 *__restrict__ k, const bf16 *__restrict__ v, int T, int H, int Hkv, size_t kst,
-            float sl2)
+            size_t qld, float sl2)
 {
     constexpr int LD = DH + 1, LP = BC + 1, EPT = DH / 16;
     DXC_DYNAMIC_SMEM(float, sm);
@@ -103,12 +104,12 @@ __global__ void __launch_bounds__(NT)
     const int qt = gridDim.x - 1 - blockIdx.x; /* long (late) query tiles first */
     const int h = blockIdx.y, b = blockIdx.z, kh = h / (H / Hkv);
     const int q0 = qt * BR;
-    const size_t qst = (size_t)H * DH; /* k, v (dk, dv): rows kst apart */
-    const bf16 *qb = q + (size_t)b * T * qst + (size_t)h * DH;
+    const size_t qst = (size_t)H * DH; /* o; q rows qld apart, k, v (dk, dv) kst apart */
+    const bf16 *qb = q + (size_t)b * T * qld + (size_t)h * DH;
     const bf16 *kb = k + (size_t)b * T * kst + (size_t)kh * DH;
     const bf16 *vb = v + (size_t)b * T * kst + (size_t)kh * DH;
 
-    load_tile<DH>(Qs, qb, qst, q0, T);
+    load_tile<DH>(Qs, qb, qld, q0, T);
 
     float m[4], l[4], acc[4][EPT];
 #pragma unroll
@@ -254,7 +255,8 @@ __global__ void __launch_bounds__(NT)
     att_bwd_dkdv(bf16 *__restrict__ dk, bf16 *__restrict__ dv, const bf16 *__restrict__ dout,
                  const bf16 *__restrict__ q, const bf16 *__restrict__ k,
                  const bf16 *__restrict__ v, const float *__restrict__ lse,
-                 const float *__restrict__ Dv, int T, int H, int Hkv, size_t kst, float sl2, float scale)
+                 const float *__restrict__ Dv, int T, int H, int Hkv, size_t kst, size_t qld, float sl2,
+                 float scale)
 {
     constexpr int LD = DH + 1, LP = BR + 1, EPT = DH / 16;
     DXC_DYNAMIC_SMEM(float, sm);
@@ -264,7 +266,7 @@ __global__ void __launch_bounds__(NT)
     const int tid = threadIdx.x, tx = tid & 15, ty = tid >> 4;
     const int kt = blockIdx.x, kh = blockIdx.y, b = blockIdx.z, G = H / Hkv;
     const int c0 = kt * BC;
-    const size_t qst = (size_t)H * DH; /* k, v (dk, dv): rows kst apart */
+    const size_t qst = (size_t)H * DH; /* dout; q (dq) rows qld apart, k, v (dk, dv) kst apart */
 
     load_tile<DH>(Ks, k + (size_t)b * T * kst + (size_t)kh * DH, kst, c0, T);
     load_tile<DH>(Vs, v + (size_t)b * T * kst + (size_t)kh * DH, kst, c0, T);
@@ -277,12 +279,12 @@ __global__ void __launch_bounds__(NT)
 
     for (int g = 0; g < G; g++) {
         const int h = kh * G + g;
-        const bf16 *qb = q + (size_t)b * T * qst + (size_t)h * DH;
+        const bf16 *qb = q + (size_t)b * T * qld + (size_t)h * DH;
         const bf16 *ob = dout + (size_t)b * T * qst + (size_t)h * DH;
         const float *lrow = lse + ((size_t)b * H + h) * T, *drow = Dv + ((size_t)b * H + h) * T;
         for (int i0 = (c0 / BR) * BR; i0 < T; i0 += BR) { /* queries i >= j only */
             __syncthreads(); /* the previous tile's Qs, Os, Ps, Ss, Ls, Dd are no longer read */
-            load_tile<DH>(Qs, qb, qst, i0, T);
+            load_tile<DH>(Qs, qb, qld, i0, T);
             load_tile<DH>(Os, ob, qst, i0, T);
             for (int r = tid; r < BR; r += NT) {
                 const int gi = i0 + r;
@@ -375,7 +377,7 @@ __global__ void __launch_bounds__(NT)
     att_bwd_dq(bf16 *__restrict__ dq, const bf16 *__restrict__ dout, const bf16 *__restrict__ q,
                const bf16 *__restrict__ k, const bf16 *__restrict__ v,
                const float *__restrict__ lse, const float *__restrict__ Dv, int T, int H, int Hkv, size_t kst,
-               float sl2, float scale)
+               size_t qld, float sl2, float scale)
 {
     constexpr int LD = DH + 1, LP = BC + 1, EPT = DH / 16;
     DXC_DYNAMIC_SMEM(float, sm);
@@ -386,12 +388,12 @@ __global__ void __launch_bounds__(NT)
     const int qt = gridDim.x - 1 - blockIdx.x; /* long (late) query tiles first */
     const int h = blockIdx.y, b = blockIdx.z, kh = h / (H / Hkv);
     const int q0 = qt * BR;
-    const size_t qst = (size_t)H * DH; /* k, v (dk, dv): rows kst apart */
+    const size_t qst = (size_t)H * DH; /* dout; q (dq) rows qld apart, k, v (dk, dv) kst apart */
     const bf16 *kb = k + (size_t)b * T * kst + (size_t)kh * DH;
     const bf16 *vb = v + (size_t)b * T * kst + (size_t)kh * DH;
     const float *lrow = lse + ((size_t)b * H + h) * T, *drow = Dv + ((size_t)b * H + h) * T;
 
-    load_tile<DH>(Qs, q + (size_t)b * T * qst + (size_t)h * DH, qst, q0, T);
+    load_tile<DH>(Qs, q + (size_t)b * T * qld + (size_t)h * DH, qld, q0, T);
     load_tile<DH>(Os, dout + (size_t)b * T * qst + (size_t)h * DH, qst, q0, T);
     for (int r = tid; r < BR; r += NT) {
         const int gi = q0 + r;
@@ -471,7 +473,7 @@ __global__ void __launch_bounds__(NT)
     for (int a = 0; a < 4; a++) {
         const int i = q0 + ty + 16 * a;
         if (i >= T) continue;
-        bf16 *row = dq + ((size_t)b * T + i) * qst + (size_t)h * DH;
+        bf16 *row = dq + ((size_t)b * T + i) * qld + (size_t)h * DH;
 #pragma unroll
         for (int e = 0; e < EPT; e++) row[tx + 16 * e] = __float2bfloat16_rn(dqa[a][e] * scale);
     }
@@ -496,7 +498,7 @@ void check_shape(const char *op, int B, int H, int Hkv, int Dh)
 
 template <int DH>
 void fwd_launch(dx_backend *be, void *o, void *lse, const void *q, const void *k, const void *v,
-                int B, int T, int H, int Hkv, size_t kst)
+                int B, int T, int H, int Hkv, size_t kst, size_t qld)
 {
     const char *op = "attention_fwd";
     const size_t smem = fwd_smem<DH>();
@@ -505,14 +507,14 @@ void fwd_launch(dx_backend *be, void *o, void *lse, const void *q, const void *k
     dim3 grid((T + BR - 1) / BR, H, B);
     att_fwd<DH><<<grid, NT, smem, dxc(be)->stream>>>((bf16 *)o, (float *)lse, (const bf16 *)q,
                                                     (const bf16 *)k, (const bf16 *)v, T, H, Hkv, kst,
-                                                    sl2);
+                                                    qld, sl2);
     DXC_LAUNCHED(be, op);
 }
 
 template <int DH>
 void bwd_launch(dx_backend *be, void *dq, void *dk, void *dv, const void *dout, const void *q,
                 const void *k, const void *v, const float *lse, const float *Dv, int B, int T,
-                int H, int Hkv, size_t kst)
+                int H, int Hkv, size_t kst, size_t qld)
 {
     const char *op = "attention_bwd";
     const float scale = (float)(1.0 / sqrt((double)DH));
@@ -524,47 +526,47 @@ void bwd_launch(dx_backend *be, void *dq, void *dk, void *dv, const void *dout, 
     dim3 g1((T + BC - 1) / BC, Hkv, B);
     att_bwd_dkdv<DH><<<g1, NT, s1, st>>>((bf16 *)dk, (bf16 *)dv, (const bf16 *)dout,
                                          (const bf16 *)q, (const bf16 *)k, (const bf16 *)v, lse,
-                                         Dv, T, H, Hkv, kst, sl2, scale);
+                                         Dv, T, H, Hkv, kst, qld, sl2, scale);
     DXC_LAUNCHED(be, op);
 
     const size_t s2 = dq_smem<DH>();
     dxc_set_smem(be, (const void *)att_bwd_dq<DH>, s2, op);
     dim3 g2((T + BR - 1) / BR, H, B);
     att_bwd_dq<DH><<<g2, NT, s2, st>>>((bf16 *)dq, (const bf16 *)dout, (const bf16 *)q,
-                                       (const bf16 *)k, (const bf16 *)v, lse, Dv, T, H, Hkv, kst, sl2,
-                                       scale);
+                                       (const bf16 *)k, (const bf16 *)v, lse, Dv, T, H, Hkv, kst, qld,
+                                       sl2, scale);
     DXC_LAUNCHED(be, op);
 }
 
 } // namespace
 
 void dxc_attention_fwd(dx_backend *be, void *o, void *lse, const void *q, const void *k,
-                       const void *v, int ldkv, int B, int T, int H, int Hkv, int Dh)
+                       const void *v, int ldq, int ldkv, int B, int T, int H, int Hkv, int Dh)
 {
     const char *op = "attention_fwd";
-    const size_t kst = (size_t)ldkv;
+    const size_t kst = (size_t)ldkv, qld = (size_t)ldq;
     if (B <= 0 || T <= 0 || H <= 0) return;
     check_shape(op, B, H, Hkv, Dh);
     DXC_ENTER(be, op);
-    if (!dxc(be)->attn_simple && ldkv % 8 == 0 && aligned16(o) && aligned16(q) && aligned16(k) &&
-        aligned16(v)) {
-        dxc_attention_fwd_mma(be, o, lse, q, k, v, ldkv, B, T, H, Hkv, Dh);
+    if (!dxc(be)->attn_simple && ldkv % 8 == 0 && ldq % 8 == 0 && aligned16(o) && aligned16(q) &&
+        aligned16(k) && aligned16(v)) {
+        dxc_attention_fwd_mma(be, o, lse, q, k, v, ldq, ldkv, B, T, H, Hkv, Dh);
         return;
     }
     switch (Dh) {
-    case 32: fwd_launch<32>(be, o, lse, q, k, v, B, T, H, Hkv, kst); break;
-    case 64: fwd_launch<64>(be, o, lse, q, k, v, B, T, H, Hkv, kst); break;
-    default: fwd_launch<128>(be, o, lse, q, k, v, B, T, H, Hkv, kst); break;
+    case 32: fwd_launch<32>(be, o, lse, q, k, v, B, T, H, Hkv, kst, qld); break;
+    case 64: fwd_launch<64>(be, o, lse, q, k, v, B, T, H, Hkv, kst, qld); break;
+    default: fwd_launch<128>(be, o, lse, q, k, v, B, T, H, Hkv, kst, qld); break;
     }
 }
 
 void dxc_attention_bwd(dx_backend *be, void *dq, void *dk, void *dv, const void *dout,
                        const void *q, const void *k, const void *v, const void *o,
-                       const void *lse, int ldkv, int B, int T, int H, int Hkv, int Dh,
+                       const void *lse, int ldq, int ldkv, int B, int T, int H, int Hkv, int Dh,
                        float rope_theta)
 {
     const char *op = "attention_bwd";
-    const size_t kst = (size_t)ldkv;
+    const size_t kst = (size_t)ldkv, qld = (size_t)ldq;
     if (B <= 0 || T <= 0 || H <= 0) return;
     check_shape(op, B, H, Hkv, Dh);
     DXC_ENTER(be, op);
@@ -573,10 +575,10 @@ void dxc_attention_bwd(dx_backend *be, void *dq, void *dk, void *dv, const void 
     /* RoPE's backward, where the kernels do not fold it: the rotation of dq and dk after */
     auto rope_after = [&]() {
         if (rope_theta == 0.0f) return;
-        dxc_rope_apply(be, dq, H * Dh, B, T, H, Dh, rope_theta, -1.0f, op);
+        dxc_rope_apply(be, dq, ldq, B, T, H, Dh, rope_theta, -1.0f, op);
         dxc_rope_apply(be, dk, ldkv, B, T, Hkv, Dh, rope_theta, -1.0f, op);
     };
-    if (!dxc(be)->attn_simple && ldkv % 8 == 0 && aligned16(dq) && aligned16(dk) && aligned16(dv) &&
+    if (!dxc(be)->attn_simple && ldkv % 8 == 0 && ldq % 8 == 0 && aligned16(dq) && aligned16(dk) && aligned16(dv) &&
         aligned16(dout) && aligned16(q) && aligned16(k) && aligned16(v) && aligned16(o)) {
         /* scratch: D (rows floats, padded to 16 bytes), then dq's fp32 accumulator (queries
          * padded to a multiple of 64 for att_bwd_wg's tiles) */
@@ -595,8 +597,8 @@ void dxc_attention_bwd(dx_backend *be, void *dq, void *dk, void *dv, const void 
         size_t sin_off = 0;
         const float *tab = rope_theta != 0.0f ? dxc_rope_table(be, T, Dh, rope_theta, &sin_off, op)
                                               : NULL;
-        if (!dxc_attention_bwd_mma(be, dq, dk, dv, Dv + rows4, dout, q, k, v, L, Dv, ldkv, B, T, H,
-                                   Hkv, Dh, tab, sin_off))
+        if (!dxc_attention_bwd_mma(be, dq, dk, dv, Dv + rows4, dout, q, k, v, L, Dv, ldq, ldkv, B, T,
+                                   H, Hkv, Dh, tab, sin_off))
             rope_after();
         return;
     }
@@ -605,9 +607,9 @@ void dxc_attention_bwd(dx_backend *be, void *dq, void *dk, void *dv, const void 
         Dv, (const bf16 *)dout, (const bf16 *)o, rows, T, H, Dh);
     DXC_LAUNCHED(be, op);
     switch (Dh) {
-    case 32: bwd_launch<32>(be, dq, dk, dv, dout, q, k, v, L, Dv, B, T, H, Hkv, kst); break;
-    case 64: bwd_launch<64>(be, dq, dk, dv, dout, q, k, v, L, Dv, B, T, H, Hkv, kst); break;
-    default: bwd_launch<128>(be, dq, dk, dv, dout, q, k, v, L, Dv, B, T, H, Hkv, kst); break;
+    case 32: bwd_launch<32>(be, dq, dk, dv, dout, q, k, v, L, Dv, B, T, H, Hkv, kst, qld); break;
+    case 64: bwd_launch<64>(be, dq, dk, dv, dout, q, k, v, L, Dv, B, T, H, Hkv, kst, qld); break;
+    default: bwd_launch<128>(be, dq, dk, dv, dout, q, k, v, L, Dv, B, T, H, Hkv, kst, qld); break;
     }
     rope_after();
 }

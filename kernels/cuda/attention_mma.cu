@@ -385,7 +385,7 @@ template <int DH, int NW, int MT, int BN, bool QR>
 __global__ void __launch_bounds__(NW * 32)
     att_fwd_tc(bf16 *__restrict__ o, float *__restrict__ lse, const bf16 *__restrict__ q,
                const bf16 *__restrict__ k, const bf16 *__restrict__ v, int T, int H, int Hkv, size_t kst,
-               float sl2)
+               size_t qld, float sl2)
 {
     constexpr int L = lds<DH>(), NT = NW * 32, BM = 16 * MT * NW, NDT = DH / 8, NN = BN / 8;
     DXC_DYNAMIC_SMEM(uint4, smem_raw);
@@ -394,12 +394,12 @@ __global__ void __launch_bounds__(NW * 32)
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const int h = blockIdx.x % H, b = blockIdx.x / H, kh = h / (H / Hkv);
     const int q0 = (gridDim.y - 1 - blockIdx.y) * BM; /* long (late) query tiles first */
-    const size_t qst = (size_t)H * DH; /* k, v (dk, dv): rows kst apart */
+    const size_t qst = (size_t)H * DH; /* o, dout (dq_acc); q, dq rows qld apart, k, v, dk, dv kst */
     const bf16 *kb = k + (size_t)b * T * kst + (size_t)kh * DH;
     const bf16 *vb = v + (size_t)b * T * kst + (size_t)kh * DH;
     const int la = lane_a_off<DH>(lane), lb = lane_b_off<DH>(lane);
 
-    tile_async<DH, BM, NT>(Qs, q + (size_t)b * T * qst + (size_t)h * DH, qst, q0, T);
+    tile_async<DH, BM, NT>(Qs, q + (size_t)b * T * qld + (size_t)h * DH, qld, q0, T);
     tile_async<DH, BN, NT>(Ks, kb, kst, 0, T);
     tile_async<DH, BN, NT>(Vs, vb, kst, 0, T);
     cp_commit();
@@ -674,7 +674,7 @@ template <int DH, int BN>
 __global__ void __launch_bounds__(384, 1)
     att_fwd_wg(bf16 *__restrict__ o, float *__restrict__ lse, const bf16 *__restrict__ q,
                const bf16 *__restrict__ k, const bf16 *__restrict__ v, int B, int T, int H,
-               int Hkv, size_t kst, float sl2, int hm)
+               int Hkv, size_t kst, size_t qld, float sl2, int hm)
 {
 #ifdef DXC_HAVE_WGMMA
     constexpr int BM = 128, NN = BN / 8, NDT = DH / 8;
@@ -688,7 +688,7 @@ __global__ void __launch_bounds__(384, 1)
 
     const int wg = threadIdx.x >> 7;
     const int nqt = (T + BM - 1) / BM, BH = B * H, ntiles = nqt * BH;
-    const size_t qst = (size_t)H * DH;
+    const size_t qst = (size_t)H * DH; /* o; q rows qld apart */
 
     if (threadIdx.x == 0) {
         mbar_init(full_q, 128);
@@ -714,8 +714,8 @@ __global__ void __launch_bounds__(384, 1)
             const bf16 *kb = k + (size_t)b * T * kst + (size_t)kh * DH;
             const bf16 *vb = v + (size_t)b * T * kst + (size_t)kh * DH;
             if (n > 0) mbar_wait(empty_q, (n - 1) & 1);
-            const bf16 *qb = q + (size_t)b * T * qst + (size_t)h * DH;
-            tile_async_sw<DH, BM, 128>(Qs, qb, qst, q0, T, tid);
+            const bf16 *qb = q + (size_t)b * T * qld + (size_t)h * DH;
+            tile_async_sw<DH, BM, 128>(Qs, qb, qld, q0, T, tid);
             cp_async_arrive(full_q);
             for (int j = 0; j < nkt; j++, it++) {
                 const int st = it & 1, u = it >> 1;
@@ -941,7 +941,7 @@ __global__ void __launch_bounds__(NW * 32)
                     const bf16 *__restrict__ dout, const bf16 *__restrict__ q,
                     const bf16 *__restrict__ k, const bf16 *__restrict__ v,
                     const float *__restrict__ lse, const float *__restrict__ Dv, int T, int H,
-                    int Hkv, size_t kst, float sl2, float scale)
+                    int Hkv, size_t kst, size_t qld, float sl2, float scale)
 {
     constexpr int L = lds<DH>(), NT = NW * 32, BK = 16 * MT * NW, NDT = DH / 8, NN = BQ / 8;
     constexpr int LS = BQ + 8;                         /* dS^T row stride (bf16) */
@@ -955,7 +955,7 @@ __global__ void __launch_bounds__(NW * 32)
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const int kh = blockIdx.x % Hkv, b = blockIdx.x / Hkv, G = H / Hkv;
     const int c0 = blockIdx.y * BK; /* long (early) key tiles first */
-    const size_t qst = (size_t)H * DH; /* k, v (dk, dv): rows kst apart */
+    const size_t qst = (size_t)H * DH; /* o, dout (dq_acc); q, dq rows qld apart, k, v, dk, dv kst */
     const int la = lane_a_off<DH>(lane), lb = lane_b_off<DH>(lane);
 
     /* iteration it: query head kh * G + it / nq, query tile c0 + (it % nq) * BQ (queries
@@ -963,7 +963,7 @@ __global__ void __launch_bounds__(NW * 32)
     const int nq = (T - c0 + BQ - 1) / BQ, niter = G * nq;
     auto load = [&](int it, int s) {
         const int h = kh * G + it / nq, i0 = c0 + (it % nq) * BQ;
-        tile_async<DH, BQ, NT>(Qs + s * BQ * L, q + (size_t)b * T * qst + (size_t)h * DH, qst, i0,
+        tile_async<DH, BQ, NT>(Qs + s * BQ * L, q + (size_t)b * T * qld + (size_t)h * DH, qld, i0,
                                T);
         tile_async<DH, BQ, NT>(Os + s * BQ * L, dout + (size_t)b * T * qst + (size_t)h * DH, qst,
                                i0, T);
@@ -1099,7 +1099,7 @@ __global__ void __launch_bounds__(384, 1)
                const bf16 *__restrict__ dout, const bf16 *__restrict__ q,
                const bf16 *__restrict__ k, const bf16 *__restrict__ v,
                const float *__restrict__ lse, const float *__restrict__ Dv, int T, int H, int Hkv,
-               size_t kst, float sl2, float scale, int key_x, const float *__restrict__ rtab,
+               size_t kst, size_t qld, float sl2, float scale, int key_x, const float *__restrict__ rtab,
                size_t sin_off)
 {
 #ifdef DXC_HAVE_WGMMA
@@ -1118,7 +1118,7 @@ __global__ void __launch_bounds__(384, 1)
     /* grid (B Hkv, key tiles), long (early) key tiles first; key_x: (key tiles, B Hkv) */
     const int bk = key_x ? blockIdx.y : blockIdx.x, c0 = (key_x ? blockIdx.x : blockIdx.y) * BK;
     const int kh = bk % Hkv, b = bk / Hkv, G = H / Hkv;
-    const size_t qst = (size_t)H * DH;
+    const size_t qst = (size_t)H * DH; /* dout; q rows qld apart */
     /* iteration it: query head kh * G + it / nq, query tile c0 + (it % nq) * BQ (queries
      * before c0 see none of these keys) */
     const int nq = (T - c0 + BQ - 1) / BQ, niter = G * nq;
@@ -1141,8 +1141,8 @@ __global__ void __launch_bounds__(384, 1)
         for (int it = 0; it < niter; it++) {
             const int st = it & 1, h = kh * G + it / nq, i0 = c0 + (it % nq) * BQ;
             if (it >= 2) mbar_wait(empty + 8 * st, ((it >> 1) - 1) & 1);
-            const size_t qo = (size_t)b * T * qst + (size_t)h * DH;
-            tile_async_sw<DH, BQ, 128>(Qs + st * QB, q + qo, qst, i0, T, tid);
+            const size_t qo = (size_t)b * T * qst + (size_t)h * DH, qq = (size_t)b * T * qld + (size_t)h * DH;
+            tile_async_sw<DH, BQ, 128>(Qs + st * QB, q + qq, qld, i0, T, tid);
             tile_async_sw<DH, BQ, 128>(Os + st * QB, dout + qo, qst, i0, T, tid);
             if (tid < BQ) {
                 const int gr = i0 + tid;
@@ -1290,7 +1290,7 @@ __global__ void __launch_bounds__(NW * 32)
     att_bwd_dq_tc(bf16 *__restrict__ dq, const bf16 *__restrict__ dout, const bf16 *__restrict__ q,
                   const bf16 *__restrict__ k, const bf16 *__restrict__ v,
                   const float *__restrict__ lse, const float *__restrict__ Dv, int T, int H,
-                  int Hkv, size_t kst, float sl2, float scale)
+                  int Hkv, size_t kst, size_t qld, float sl2, float scale)
 {
     constexpr int L = lds<DH>(), NT = NW * 32, BM = 16 * MT * NW, NDT = DH / 8, NN = BN / 8;
     DXC_DYNAMIC_SMEM(uint4, smem_raw);
@@ -1299,12 +1299,12 @@ __global__ void __launch_bounds__(NW * 32)
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const int h = blockIdx.x % H, b = blockIdx.x / H, kh = h / (H / Hkv);
     const int q0 = (gridDim.y - 1 - blockIdx.y) * BM; /* long (late) query tiles first */
-    const size_t qst = (size_t)H * DH; /* k, v (dk, dv): rows kst apart */
+    const size_t qst = (size_t)H * DH; /* o, dout (dq_acc); q, dq rows qld apart, k, v, dk, dv kst */
     const bf16 *kb = k + (size_t)b * T * kst + (size_t)kh * DH;
     const bf16 *vb = v + (size_t)b * T * kst + (size_t)kh * DH;
     const int la = lane_a_off<DH>(lane), lb = lane_b_off<DH>(lane);
 
-    tile_async<DH, BM, NT>(Qs, q + (size_t)b * T * qst + (size_t)h * DH, qst, q0, T);
+    tile_async<DH, BM, NT>(Qs, q + (size_t)b * T * qld + (size_t)h * DH, qld, q0, T);
     tile_async<DH, BM, NT>(Os, dout + (size_t)b * T * qst + (size_t)h * DH, qst, q0, T);
     tile_async<DH, BN, NT>(Ks, kb, kst, 0, T);
     tile_async<DH, BN, NT>(Vs, vb, kst, 0, T);
@@ -1364,7 +1364,7 @@ __global__ void __launch_bounds__(NW * 32)
         for (int hh = 0; hh < 2; hh++) {
             const int row = wr0 + 16 * m + g + 8 * hh;
             if (row >= T) continue;
-            bf16 *r = dq + ((size_t)b * T + row) * qst + (size_t)h * DH + 2 * t;
+            bf16 *r = dq + ((size_t)b * T + row) * qld + (size_t)h * DH + 2 * t;
 #pragma unroll
             for (int nd = 0; nd < NDT; nd++)
                 st2(r + 8 * nd, dqa[m][nd][2 * hh] * scale, dqa[m][nd][2 * hh + 1] * scale);
@@ -1375,7 +1375,7 @@ __global__ void __launch_bounds__(NW * 32)
 
 template <int DH, int NW, int MT, int BN, bool QR = false>
 void fwd_launch(dx_backend *be, void *o, void *lse, const void *q, const void *k, const void *v,
-                int B, int T, int H, int Hkv, size_t kst)
+                int B, int T, int H, int Hkv, size_t kst, size_t qld)
 {
     const char *op = "attention_fwd";
     constexpr int BM = 16 * MT * NW;
@@ -1385,14 +1385,15 @@ void fwd_launch(dx_backend *be, void *o, void *lse, const void *q, const void *k
     const float sl2 = (float)(1.0 / sqrt((double)DH) * 1.4426950408889634);
     dim3 grid((unsigned)(B * H), (unsigned)((T + BM - 1) / BM));
     kern<<<grid, NW * 32, smem, dxc(be)->stream>>>((bf16 *)o, (float *)lse, (const bf16 *)q,
-                                                  (const bf16 *)k, (const bf16 *)v, T, H, Hkv, kst, sl2);
+                                                  (const bf16 *)k, (const bf16 *)v, T, H, Hkv, kst, qld,
+                                                  sl2);
     DXC_LAUNCHED(be, op);
 }
 
 /* persistent: one block per SM walking the work tiles; otherwise one block per work tile */
 template <int DH, int BN>
 void fwd_wg_launch(dx_backend *be, void *o, void *lse, const void *q, const void *k, const void *v,
-                   int B, int T, int H, int Hkv, size_t kst, bool persistent = true,
+                   int B, int T, int H, int Hkv, size_t kst, size_t qld, bool persistent = true,
                    bool head_major = false)
 {
     const char *op = "attention_fwd";
@@ -1405,14 +1406,14 @@ void fwd_wg_launch(dx_backend *be, void *o, void *lse, const void *q, const void
         (unsigned)(persistent && tiles > dxc(be)->num_sms ? dxc(be)->num_sms : tiles);
     kern<<<grid, 384, smem, dxc(be)->stream>>>((bf16 *)o, (float *)lse, (const bf16 *)q,
                                               (const bf16 *)k, (const bf16 *)v, B, T, H, Hkv, kst,
-                                              sl2, head_major);
+                                              qld, sl2, head_major);
     DXC_LAUNCHED(be, op);
 }
 
 template <int DH, int NW, int MT, int BQ, bool DQ>
 void dkdv_launch(dx_backend *be, void *dk, void *dv, float *dq_acc, const void *dout,
                  const void *q, const void *k, const void *v, const float *lse, const float *Dv,
-                 int B, int T, int H, int Hkv, size_t kst)
+                 int B, int T, int H, int Hkv, size_t kst, size_t qld)
 {
     const char *op = "attention_bwd";
     constexpr int BK = 16 * MT * NW;
@@ -1425,14 +1426,14 @@ void dkdv_launch(dx_backend *be, void *dk, void *dv, float *dq_acc, const void *
     kern<<<grid, NW * 32, smem, dxc(be)->stream>>>((bf16 *)dk, (bf16 *)dv, dq_acc,
                                                   (const bf16 *)dout, (const bf16 *)q,
                                                   (const bf16 *)k, (const bf16 *)v, lse, Dv, T, H,
-                                                  Hkv, kst, sl2, scale);
+                                                  Hkv, kst, qld, sl2, scale);
     DXC_LAUNCHED(be, op);
 }
 
 template <int DH>
 void dkdv_wg_launch(dx_backend *be, void *dk, void *dv, float *dq_acc, const void *dout,
                     const void *q, const void *k, const void *v, const float *lse,
-                    const float *Dv, int B, int T, int H, int Hkv, size_t kst, bool key_x,
+                    const float *Dv, int B, int T, int H, int Hkv, size_t kst, size_t qld, bool key_x,
                     const float *rtab, size_t sin_off)
 {
     const char *op = "attention_bwd";
@@ -1445,14 +1446,15 @@ void dkdv_wg_launch(dx_backend *be, void *dk, void *dv, float *dq_acc, const voi
     const dim3 grid = key_x ? dim3(nkt, nbh) : dim3(nbh, nkt);
     kern<<<grid, 384, smem, dxc(be)->stream>>>((bf16 *)dk, (bf16 *)dv, dq_acc, (const bf16 *)dout,
                                               (const bf16 *)q, (const bf16 *)k, (const bf16 *)v,
-                                              lse, Dv, T, H, Hkv, kst, sl2, scale, key_x,
+                                              lse, Dv, T, H, Hkv, kst, qld, sl2, scale, key_x,
                                               rtab, sin_off);
     DXC_LAUNCHED(be, op);
 }
 
 template <int DH, int NW, int MT, int BN>
 void dq_launch(dx_backend *be, void *dq, const void *dout, const void *q, const void *k,
-               const void *v, const float *lse, const float *Dv, int B, int T, int H, int Hkv, size_t kst)
+               const void *v, const float *lse, const float *Dv, int B, int T, int H, int Hkv, size_t kst,
+               size_t qld)
 {
     const char *op = "attention_bwd";
     constexpr int BM = 16 * MT * NW;
@@ -1464,18 +1466,20 @@ void dq_launch(dx_backend *be, void *dq, const void *dout, const void *q, const 
     dim3 grid((unsigned)(B * H), (unsigned)((T + BM - 1) / BM));
     kern<<<grid, NW * 32, smem, dxc(be)->stream>>>((bf16 *)dq, (const bf16 *)dout,
                                                   (const bf16 *)q, (const bf16 *)k,
-                                                  (const bf16 *)v, lse, Dv, T, H, Hkv, kst, sl2, scale);
+                                                  (const bf16 *)v, lse, Dv, T, H, Hkv, kst, qld, sl2,
+                                                  scale);
     DXC_LAUNCHED(be, op);
 }
 
-/* dq = bf16(acc * scale), 4 elements per thread (n % 4 == 0, 16-byte aligned acc) */
+/* dq = bf16(acc * scale), 4 elements per thread (n % 4 == 0, 16-byte aligned acc); acc is dense
+ * rows of w elements (w % 4 == 0), dq's rows are qld apart */
 __global__ void att_dq_from_acc(bf16 *__restrict__ dq, const float *__restrict__ acc, size_t n4,
-                                float scale)
+                                float scale, size_t w, size_t qld)
 {
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n4;
          i += (size_t)gridDim.x * blockDim.x) {
         const float4 a = ((const float4 *)acc)[i];
-        __nv_bfloat162 *d = (__nv_bfloat162 *)(dq + 4 * i);
+        __nv_bfloat162 *d = (__nv_bfloat162 *)(dq + (4 * i) / w * qld + (4 * i) % w);
         d[0] = __floats2bfloat162_rn(a.x * scale, a.y * scale);
         d[1] = __floats2bfloat162_rn(a.z * scale, a.w * scale);
     }
@@ -1494,7 +1498,7 @@ __device__ __forceinline__ float4 dq_acc_ld4(const float *acc_bh, int t, int col
  * elements per thread */
 template <int DH>
 __global__ void att_dq_from_tiles(bf16 *__restrict__ dq, const float *__restrict__ acc, int T,
-                                  int H, float scale)
+                                  int H, float scale, size_t qld)
 {
     const size_t n4 = (size_t)T * H * DH / 4; /* of batch b = blockIdx.y */
     const int nt64 = (T + 63) / 64, b = blockIdx.y;
@@ -1503,7 +1507,7 @@ __global__ void att_dq_from_tiles(bf16 *__restrict__ dq, const float *__restrict
         const int d = (int)(i % (DH / 4)) * 4, h = (int)(i / (DH / 4) % H),
                   t = (int)(i / (DH / 4) / H);
         const float4 a = dq_acc_ld4<DH>(acc + ((size_t)b * H + h) * nt64 * 64 * DH, t, d);
-        __nv_bfloat162 *o = (__nv_bfloat162 *)(dq + (((size_t)b * T + t) * H + h) * DH + d);
+        __nv_bfloat162 *o = (__nv_bfloat162 *)(dq + ((size_t)b * T + t) * qld + (size_t)h * DH + d);
         o[0] = __floats2bfloat162_rn(a.x * scale, a.y * scale);
         o[1] = __floats2bfloat162_rn(a.z * scale, a.w * scale);
     }
@@ -1516,7 +1520,7 @@ __global__ void att_dq_from_tiles(bf16 *__restrict__ dq, const float *__restrict
 template <int DH>
 __global__ void att_dq_from_tiles_rope(bf16 *__restrict__ dq, const float *__restrict__ acc,
                                        int T, int H, float scale, const float *__restrict__ rtab,
-                                       size_t sin_off)
+                                       size_t sin_off, size_t qld)
 {
     constexpr int HALF = DH / 2, Q = HALF / 4; /* items per (t, h) */
     const size_t n = (size_t)T * H * Q;      /* of batch b = blockIdx.y */
@@ -1531,7 +1535,7 @@ __global__ void att_dq_from_tiles_rope(bf16 *__restrict__ dq, const float *__res
         const float4 sn = __ldg((const float4 *)(rtab + sin_off + (size_t)t * HALF + d));
         const float a0 = a.x * scale, a1 = a.y * scale, a2 = a.z * scale, a3 = a.w * scale;
         const float b0 = bb.x * scale, b1 = bb.y * scale, b2 = bb.z * scale, b3 = bb.w * scale;
-        bf16 *row = dq + (((size_t)b * T + t) * H + h) * DH;
+        bf16 *row = dq + ((size_t)b * T + t) * qld + (size_t)h * DH;
         __nv_bfloat162 *o = (__nv_bfloat162 *)(row + d), *p = (__nv_bfloat162 *)(row + e);
         o[0] = __floats2bfloat162_rn(a0 * c.x + b0 * sn.x, a1 * c.y + b1 * sn.y);
         o[1] = __floats2bfloat162_rn(a2 * c.z + b2 * sn.z, a3 * c.w + b3 * sn.w);
@@ -1549,11 +1553,13 @@ __global__ void att_dq_from_tiles_rope(bf16 *__restrict__ dq, const float *__res
 template <int DH, int NW, int MT, int BQ, int BN>
 bool bwd_launch(dx_backend *be, void *dq, void *dk, void *dv, float *dq_acc, const void *dout,
                 const void *q, const void *k, const void *v, const float *lse, const float *Dv,
-                int B, int T, int H, int Hkv, size_t kst, int wg, const float *rtab, size_t sin_off)
+                int B, int T, int H, int Hkv, size_t kst, size_t qld, int wg, const float *rtab,
+                size_t sin_off)
 {
     if (dxc(be)->attn_det) {
-        dkdv_launch<DH, NW, MT, BQ, false>(be, dk, dv, NULL, dout, q, k, v, lse, Dv, B, T, H, Hkv, kst);
-        dq_launch<DH, NW, MT, BN>(be, dq, dout, q, k, v, lse, Dv, B, T, H, Hkv, kst);
+        dkdv_launch<DH, NW, MT, BQ, false>(be, dk, dv, NULL, dout, q, k, v, lse, Dv, B, T, H, Hkv, kst,
+                                          qld);
+        dq_launch<DH, NW, MT, BN>(be, dq, dout, q, k, v, lse, Dv, B, T, H, Hkv, kst, qld);
         return false;
     }
     const char *op = "attention_bwd";
@@ -1563,7 +1569,7 @@ bool bwd_launch(dx_backend *be, void *dq, void *dk, void *dv, float *dq_acc, con
         if (wg) { /* the tiled accumulator (dq_tiled_off) */
             const size_t nt = (size_t)B * H * ((T + 63) / 64) * 64 * DH;
             DXC_CHECK(op, cudaMemsetAsync(dq_acc, 0, nt * sizeof(float), st));
-            dkdv_wg_launch<DH>(be, dk, dv, dq_acc, dout, q, k, v, lse, Dv, B, T, H, Hkv, kst,
+            dkdv_wg_launch<DH>(be, dk, dv, dq_acc, dout, q, k, v, lse, Dv, B, T, H, Hkv, kst, qld,
                                wg == 2, rtab, sin_off);
             const size_t per_b = (size_t)T * H * DH / (rtab ? 8 : 4),
                          cap = (size_t)dxc(be)->num_sms * 16 / B + 1;
@@ -1571,21 +1577,22 @@ bool bwd_launch(dx_backend *be, void *dq, void *dk, void *dv, float *dq_acc, con
             const float scale = (float)(1.0 / sqrt((double)DH));
             if (rtab)
                 att_dq_from_tiles_rope<DH><<<dim3((unsigned)blocks, (unsigned)B), 256, 0, st>>>(
-                    (bf16 *)dq, dq_acc, T, H, scale, rtab, sin_off);
+                    (bf16 *)dq, dq_acc, T, H, scale, rtab, sin_off, qld);
             else
                 att_dq_from_tiles<DH><<<dim3((unsigned)blocks, (unsigned)B), 256, 0, st>>>(
-                    (bf16 *)dq, dq_acc, T, H, scale);
+                    (bf16 *)dq, dq_acc, T, H, scale, qld);
             DXC_LAUNCHED(be, op);
             return rtab != nullptr;
         }
     }
     DXC_CHECK(op, cudaMemsetAsync(dq_acc, 0, n * sizeof(float), st));
-    dkdv_launch<DH, NW, MT, BQ, true>(be, dk, dv, dq_acc, dout, q, k, v, lse, Dv, B, T, H, Hkv, kst);
+    dkdv_launch<DH, NW, MT, BQ, true>(be, dk, dv, dq_acc, dout, q, k, v, lse, Dv, B, T, H, Hkv, kst, qld);
     const size_t n4 = n / 4;
     size_t blocks = (n4 + 255) / 256;
     if (blocks > (size_t)dxc(be)->num_sms * 16) blocks = (size_t)dxc(be)->num_sms * 16;
     att_dq_from_acc<<<(unsigned)blocks, 256, 0, st>>>((bf16 *)dq, dq_acc, n4,
-                                                       (float)(1.0 / sqrt((double)DH)));
+                                                       (float)(1.0 / sqrt((double)DH)),
+                                                       (size_t)H * DH, qld);
     DXC_LAUNCHED(be, op);
     return false;
 }
@@ -1629,9 +1636,9 @@ bool bwd_launch(dx_backend *be, void *dq, void *dk, void *dv, float *dq_acc, con
  *            Dh 128: 0 (wgmma; elsewhere 8)  9  10  8 (8 warps, MT 1, 64 queries)  1 (4, 1, 32)
  *                    2 (8, 1, 32)  3 (4, 1, 64) */
 void dxc_attention_fwd_mma(dx_backend *be, void *o, void *lse, const void *q, const void *k,
-                           const void *v, int ldkv, int B, int T, int H, int Hkv, int Dh)
+                           const void *v, int ldq, int ldkv, int B, int T, int H, int Hkv, int Dh)
 {
-    const size_t kst = (size_t)ldkv;
+    const size_t kst = (size_t)ldkv, qld = (size_t)ldq;
     const int var = dxc(be)->attn_fwd_var;
     if (dxc(be)->wgmma && (Dh == 64 || Dh == 128) && (var == 0 || (var >= 9 && var <= 12))) {
         /* Work tiles longest first on a persistent grid, unless the K and V rows read by the
@@ -1645,15 +1652,15 @@ void dxc_attention_fwd_mma(dx_backend *be, void *o, void *lse, const void *q, co
         const bool pers = (var == 0 && !l2_miss) || var == 11;
         const bool hm = (var == 0 && l2_miss) || var == 11 || var == 12;
         if (Dh == 64) {
-            if (var == 9) fwd_wg_launch<64, 64>(be, o, lse, q, k, v, B, T, H, Hkv, kst);
-            else fwd_wg_launch<64, 128>(be, o, lse, q, k, v, B, T, H, Hkv, kst, pers, hm);
+            if (var == 9) fwd_wg_launch<64, 64>(be, o, lse, q, k, v, B, T, H, Hkv, kst, qld);
+            else fwd_wg_launch<64, 128>(be, o, lse, q, k, v, B, T, H, Hkv, kst, qld, pers, hm);
         } else {
-            if (var == 9) fwd_wg_launch<128, 64>(be, o, lse, q, k, v, B, T, H, Hkv, kst);
-            else fwd_wg_launch<128, 128>(be, o, lse, q, k, v, B, T, H, Hkv, kst, pers, hm);
+            if (var == 9) fwd_wg_launch<128, 64>(be, o, lse, q, k, v, B, T, H, Hkv, kst, qld);
+            else fwd_wg_launch<128, 128>(be, o, lse, q, k, v, B, T, H, Hkv, kst, qld, pers, hm);
         }
         return;
     }
-#define FWD(...) fwd_launch<__VA_ARGS__>(be, o, lse, q, k, v, B, T, H, Hkv, kst)
+#define FWD(...) fwd_launch<__VA_ARGS__>(be, o, lse, q, k, v, B, T, H, Hkv, kst, qld)
     switch (Dh) {
     case 32: FWD(32, 4, 2, 64); break;
     case 64:
@@ -1683,10 +1690,10 @@ void dxc_attention_fwd_mma(dx_backend *be, void *o, void *lse, const void *q, co
 
 int dxc_attention_bwd_mma(dx_backend *be, void *dq, void *dk, void *dv, float *dq_acc,
                           const void *dout, const void *q, const void *k, const void *v,
-                          const float *lse, const float *Dv, int ldkv, int B, int T, int H,
-                          int Hkv, int Dh, const float *rope_tab, size_t sin_off)
+                          const float *lse, const float *Dv, int ldq, int ldkv, int B, int T,
+                          int H, int Hkv, int Dh, const float *rope_tab, size_t sin_off)
 {
-    const size_t kst = (size_t)ldkv;
+    const size_t kst = (size_t)ldkv, qld = (size_t)ldq;
     const int var = dxc(be)->attn_bwd_var;
     /* att_bwd_wg (not with DX_CUDA_DETERMINISTIC): 1, or 2 with the key-tile-major grid */
     const long nblk = (long)B * Hkv * ((T + 127) / 128);
@@ -1694,8 +1701,8 @@ int dxc_attention_bwd_mma(dx_backend *be, void *dq, void *dk, void *dv, float *d
                    : var == 0 ? (nblk >= 8L * dxc(be)->num_sms ? 2 : 1)
                    : var == 9 ? 1 : var == 10 ? 2 : 0;
 #define BWD(...)                                                                                   \
-    bwd_launch<__VA_ARGS__>(be, dq, dk, dv, dq_acc, dout, q, k, v, lse, Dv, B, T, H, Hkv, kst, wg, \
-                            rope_tab, sin_off)
+    bwd_launch<__VA_ARGS__>(be, dq, dk, dv, dq_acc, dout, q, k, v, lse, Dv, B, T, H, Hkv, kst, qld, \
+                            wg, rope_tab, sin_off)
     bool rotated = false;
     switch (Dh) {
     case 32: rotated = BWD(32, 4, 2, 32, 32); break;

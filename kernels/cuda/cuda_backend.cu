@@ -2136,24 +2136,25 @@ static void cuda_acc_to_act(dx_backend *be, void *dst, const void *src, size_t n
  * ========================================================================================== */
 
 static void cuda_attention_fwd(dx_backend *be, void *o, void *lse, const void *q, const void *k,
-                               const void *v, int ldkv, int B, int T, int H, int Hkv, int Dh)
+                               const void *v, int ldq, int ldkv, int B, int T, int H, int Hkv, int Dh)
 {
-    dxc_attention_fwd(be, o, lse, q, k, v, ldkv, B, T, H, Hkv, Dh);
+    dxc_attention_fwd(be, o, lse, q, k, v, ldq, ldkv, B, T, H, Hkv, Dh);
 }
 
 static void cuda_attention_bwd(dx_backend *be, void *dq, void *dk, void *dv, const void *dout,
                                const void *q, const void *k, const void *v, const void *o,
-                               const void *lse, int ldkv, int B, int T, int H, int Hkv, int Dh)
+                               const void *lse, int ldq, int ldkv, int B, int T, int H, int Hkv,
+                               int Dh)
 {
-    dxc_attention_bwd(be, dq, dk, dv, dout, q, k, v, o, lse, ldkv, B, T, H, Hkv, Dh, 0.0f);
+    dxc_attention_bwd(be, dq, dk, dv, dout, q, k, v, o, lse, ldq, ldkv, B, T, H, Hkv, Dh, 0.0f);
 }
 
 static void cuda_attention_bwd_rope(dx_backend *be, void *dq, void *dk, void *dv, const void *dout,
                                     const void *q, const void *k, const void *v, const void *o,
-                                    const void *lse, int ldkv, int B, int T, int H, int Hkv, int Dh,
-                                    float theta)
+                                    const void *lse, int ldq, int ldkv, int B, int T, int H, int Hkv,
+                                    int Dh, float theta)
 {
-    dxc_attention_bwd(be, dq, dk, dv, dout, q, k, v, o, lse, ldkv, B, T, H, Hkv, Dh, theta);
+    dxc_attention_bwd(be, dq, dk, dv, dout, q, k, v, o, lse, ldq, ldkv, B, T, H, Hkv, Dh, theta);
 }
 
 /* ============================================================================================

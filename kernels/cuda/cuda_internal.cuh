@@ -127,14 +127,15 @@ void *dxc_scratch(dx_backend *be, size_t bytes, const char *op);
 void dxc_set_smem(dx_backend *be, const void *func, size_t bytes, const char *op);
 
 /* attention.cu (entry points; dispatch to the tensor-core kernels or the CUDA-core ones) */
-/* (the backend's attention_fwd / attention_bwd, kernels.h: k, v, dk, dv rows ldkv apart) */
+/* (the backend's attention_fwd / attention_bwd, kernels.h: q, dq rows ldq apart; k, v, dk, dv
+ * rows ldkv apart) */
 void dxc_attention_fwd(dx_backend *be, void *o, void *lse, const void *q, const void *k,
-                       const void *v, int ldkv, int B, int T, int H, int Hkv, int Dh);
+                       const void *v, int ldq, int ldkv, int B, int T, int H, int Hkv, int Dh);
 /* rope_theta != 0: dq and dk come out multiplied by RoPE's inverse rotation (the backend's
  * attention_bwd_rope); 0: attention_bwd */
 void dxc_attention_bwd(dx_backend *be, void *dq, void *dk, void *dv, const void *dout,
                        const void *q, const void *k, const void *v, const void *o,
-                       const void *lse, int ldkv, int B, int T, int H, int Hkv, int Dh,
+                       const void *lse, int ldq, int ldkv, int B, int T, int H, int Hkv, int Dh,
                        float rope_theta);
 
 /* RoPE (cuda_backend.cu). dxc_rope_table: the cached cos / sin table of positions 0..T-1 or more
@@ -148,15 +149,16 @@ void dxc_rope_apply(dx_backend *be, void *x, int ld, int B, int T, int H, int Dh
 
 /* attention_mma.cu (tensor cores; Dh in {32, 64, 128}, all bf16 pointers 16-byte aligned;
  * Dv = the D vector of the backward, laid out like lse; dq_acc = fp32 workspace of
- * B*T*H*Dh floats, 16-byte aligned, for the fused backward's dq accumulation; ldkv % 8 == 0) */
+ * B*T*H*Dh floats, 16-byte aligned, for the fused backward's dq accumulation; ldq % 8 == 0,
+ * ldkv % 8 == 0) */
 void dxc_attention_fwd_mma(dx_backend *be, void *o, void *lse, const void *q, const void *k,
-                           const void *v, int ldkv, int B, int T, int H, int Hkv, int Dh);
+                           const void *v, int ldq, int ldkv, int B, int T, int H, int Hkv, int Dh);
 /* rope_tab (NULL: none; else dxc_rope_table's, sin_off its sine offset): dq and dk rotated back
  * inside the kernels where the path allows; returns 1 when it did, 0 when dq and dk still need
  * rope_bwd */
 int dxc_attention_bwd_mma(dx_backend *be, void *dq, void *dk, void *dv, float *dq_acc,
                           const void *dout, const void *q, const void *k, const void *v,
-                          const float *lse, const float *Dv, int ldkv, int B, int T, int H,
-                          int Hkv, int Dh, const float *rope_tab, size_t sin_off);
+                          const float *lse, const float *Dv, int ldq, int ldkv, int B, int T,
+                          int H, int Hkv, int Dh, const float *rope_tab, size_t sin_off);
 
 #endif

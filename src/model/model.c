@@ -11,8 +11,9 @@
 #include "model/lora.h"
 #include "trace/tracer.h"
 
-/* A layer's activations. k and v are the two column blocks of one buffer X[N, 2 KDl] (the fused
- * K|V GEMM's output; v = k + KDl), g and u those of X[N, 2 Il] (the fused gate|up GEMM's). */
+/* A layer's activations. q, k and v are the three column blocks of one buffer X[N, HDl + 2 KDl]
+ * (the Q|K|V projections' output, rows of qkv_ld elements; k = q + HDl, v = k + KDl), g and u
+ * those of X[N, 2 Il] (the fused gate|up GEMM's). */
 typedef struct {
     void *xn1, *rstd1, *q, *k, *v, *att, *lse, *h, *xn2, *rstd2, *g, *u, *a;
     void *lt[DX_LORA_NTARGETS]; /* LoRA: t = x A^T [N, r] per target (per layer, never shared) */
@@ -47,6 +48,15 @@ struct dx_model {
     int Hl, KVl;      /* query heads and KV heads computed here */
     int kv_repl;      /* k/v_proj replicated over TP; kv_head: the one KV head used here */
     int kv_head;
+    /* Q|K|V: q, k, v (and dq, dk, dv) are column blocks of one buffer, rows qkv_ld = HDl + 2 KDl
+     * apart. Unless kv_repl, q_proj|k_proj|v_proj are adjacent rows of the layer group, so the
+     * input gradient is one GEMM (K = qkv_ld); qkv_fused: the forward and the weight gradient
+     * too (one GEMM with N = qkv_ld, M = qkv_ld), else two each (Q, then K|V) writing the
+     * buffer's column blocks. Default: fused where the K|V block is at most half the Q block
+     * (grouped-query attention with >= 4 query heads per KV head); DX_QKV_GEMM=fused / split
+     * forces either (benchmarks/NOTES.md item 16: fused is faster at TinyLlama's shapes, the
+     * forward and weight gradient slower at Llama-2-7B's, where the input gradient still gains) */
+    int qkv_ld, qkv_fused;
     int Il, Vl, v0;   /* FFN rows, vocab rows, first vocab id */
     size_t xs, as;    /* element sizes of act and acc */
 
@@ -148,8 +158,8 @@ static void layer_acts_alloc(dx_model *m, layer_acts *a, int gemm_out, int dropp
     }
     if (gemm_out) {
         a->rstd1 = act_alloc(m, Nr, as, f);
-        a->q = act_alloc(m, N * HDl, xs, f);
-        a->k = act_alloc(m, N * 2 * KDl, xs, f);
+        a->q = act_alloc(m, N * (HDl + 2 * KDl), xs, f); /* q | k | v */
+        a->k = a->q ? at(a->q, HDl, xs) : NULL;
         a->v = a->k ? at(a->k, KDl, xs) : NULL;
         a->att = act_alloc(m, N * HDl, xs, f);
         a->lse = act_alloc(m, N * (size_t)m->Hl, as, f);
@@ -246,6 +256,13 @@ dx_model *dx_model_create_part(const dx_model_config *cfg, dx_backend *be, int m
     m->kv_repl = m->Hkv % m->tp != 0;
     m->KVl = m->kv_repl ? 1 : m->Hkv / m->tp;
     m->kv_head = m->kv_repl ? (m->tpr * m->Hl) / (m->H / m->Hkv) : 0;
+    m->qkv_ld = (m->Hl + 2 * m->KVl) * m->Dh;
+    {
+        const char *e = getenv("DX_QKV_GEMM");
+        m->qkv_fused = !m->kv_repl && (e && !strcmp(e, "fused") ? 1
+                                       : e && !strcmp(e, "split") ? 0
+                                                                  : 4 * m->KVl <= m->Hl);
+    }
     m->Il = m->I / m->tp;
     m->Vl = m->V / m->tp;
     m->v0 = m->tpr * m->Vl;
@@ -308,9 +325,10 @@ dx_model *dx_model_create_part(const dx_model_config *cfg, dx_backend *be, int m
             P("mlp.up_proj.weight", Il, D, 0, o_up, I, D, tr * Il, 0)
             P("mlp.down_proj.weight", D, Il, 0, o_down, D, I, 0, tr * Il)
 #undef P
-            /* the fused GEMMs read k_proj|v_proj and gate_proj|up_proj as one matrix each */
-            if ((!m->kv_repl && m->o_v != m->o_k + (size_t)KDh * D) || m->o_up != m->o_gate + (size_t)Il * D) {
-                dx_fail("model: internal error: k/v_proj or gate/up_proj not adjacent in the layer group");
+            /* the fused GEMMs read q_proj|k_proj|v_proj and gate_proj|up_proj as one matrix each */
+            if ((!m->kv_repl && (m->o_k != m->o_q + (size_t)HDl * D || m->o_v != m->o_k + (size_t)KDh * D)) ||
+                m->o_up != m->o_gate + (size_t)Il * D) {
+                dx_fail("model: internal error: q/k/v_proj or gate/up_proj not adjacent in the layer group");
                 goto fail;
             }
             m->groups[g].numel = off;
@@ -429,8 +447,8 @@ dx_model *dx_model_create_part(const dx_model_config *cfg, dx_backend *be, int m
     }
     m->dres = act_alloc(m, Nr * D, xs, &f);
     m->dxn = act_alloc(m, N * D, xs, &f);
-    m->dq = act_alloc(m, N * HDl, xs, &f);
-    m->dk = act_alloc(m, N * 2 * KDl, xs, &f);
+    m->dq = act_alloc(m, N * (HDl + 2 * KDl), xs, &f); /* dq | dk | dv */
+    m->dk = m->dq ? at(m->dq, HDl, xs) : NULL;
     m->dv = m->dk ? at(m->dk, KDl, xs) : NULL;
     m->datt = act_alloc(m, N * HDl, xs, &f);
     m->dg = act_alloc(m, N * 2 * Il, xs, &f);
@@ -473,10 +491,10 @@ void dx_model_destroy(dx_model *m)
             if (S->acts)
                 for (int l = 0; l < C->nl; l++) {
                     layer_acts *a = &S->acts[l], *r = &m->rscr;
-                    /* v and u point into k's and g's buffers */
-                    void *ps[] = {a->xn1, a->rstd1, a->q, a->k, a->att, a->lse,
+                    /* k and v point into q's buffer, u into g's */
+                    void *ps[] = {a->xn1, a->rstd1, a->q, a->att, a->lse,
                                   a->h, a->xn2, a->rstd2, a->g, a->a};
-                    void *sh[] = {r->xn1, r->rstd1, r->q, r->k, r->att, r->lse,
+                    void *sh[] = {r->xn1, r->rstd1, r->q, r->att, r->lse,
                                   r->h, r->xn2, r->rstd2, r->g, r->a};
                     for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++)
                         if (ps[i] != sh[i]) be->free(be, ps[i]); /* the shared scratch: below */
@@ -492,11 +510,11 @@ void dx_model_destroy(dx_model *m)
     }
     {
         layer_acts *r = &m->rscr;
-        void *sh[] = {r->xn1, r->rstd1, r->q, r->k, r->att, r->lse,
+        void *sh[] = {r->xn1, r->rstd1, r->q, r->att, r->lse,
                       r->h, r->xn2, r->rstd2, r->g, r->a, m->rx};
         for (size_t i = 0; i < sizeof sh / sizeof sh[0]; i++) be->free(be, sh[i]);
     }
-    void *ps[] = {m->dres, m->dxn, m->dq, m->dk, m->datt, m->dg, m->da,
+    void *ps[] = {m->dres, m->dxn, m->dq, m->datt, m->dg, m->da,
                   m->full, m->shard, m->stats, m->gstats, m->ldt, m->dwscr, m->lxd};
     for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++) be->free(be, ps[i]);
     free(m->groups);
@@ -695,17 +713,29 @@ static void linear_fwd(dx_model *m, int module, int layer, void *y, const void *
     linear_fwd_ld(m, module, layer, y, out, x, W, N, in, out, beta);
 }
 
-/* dx[N,in] (beta) = dy[N,out] W[out,in];  dW[out,in] (m->wbeta) = dy^T x; dy's rows are ldy
- * apart */
-static void linear_bwd_ld(dx_model *m, int module, int layer, void *dx, void *dW, const void *dy,
-                          int ldy, const void *x, const void *W, int N, int in, int out, float beta)
+/* dx[N,in] (beta) = dy[N,out] W[out,in]; dy's rows are ldy apart */
+static void linear_bwd_dx(dx_model *m, int module, int layer, void *dx, const void *dy, int ldy,
+                          const void *W, int N, int in, int out, float beta)
 {
     dx_backend *be = m->be;
     OP(module, layer, DX_OP_GEMM, gemm_flops(N, in, out), gemm_bytes(m, N, in, out, 0, beta != 0),
        be->gemm(be, 0, 0, N, in, out, 1.0f, dy, ldy, W, in, beta, dx, in, 0));
-    if (dW) /* NULL: W is frozen (LoRA's base), no weight gradient */
+}
+/* dW[out,in] (m->wbeta) = dy^T x; dy's rows are ldy apart; dW NULL (W frozen, LoRA's base): none */
+static void linear_bwd_dw(dx_model *m, int module, int layer, void *dW, const void *dy, int ldy,
+                          const void *x, int N, int in, int out)
+{
+    dx_backend *be = m->be;
+    if (dW)
         OP(module, layer, DX_OP_GEMM, gemm_flops(out, in, N), gemm_bytes(m, out, in, N, 1, m->wbeta != 0.0f),
            be->gemm(be, 1, 0, out, in, N, 1.0f, dy, ldy, x, in, m->wbeta, dW, in, 1));
+}
+/* Both: dx[N,in] (beta) = dy[N,out] W[out,in];  dW[out,in] (m->wbeta) = dy^T x */
+static void linear_bwd_ld(dx_model *m, int module, int layer, void *dx, void *dW, const void *dy,
+                          int ldy, const void *x, const void *W, int N, int in, int out, float beta)
+{
+    linear_bwd_dx(m, module, layer, dx, dy, ldy, W, N, in, out, beta);
+    linear_bwd_dw(m, module, layer, dW, dy, ldy, x, N, in, out);
 }
 
 /* Gradient pointer of a parameter at element offset off of a group's gradient G, or NULL when
@@ -866,7 +896,7 @@ static int layer_fwd(dx_model *m, chunk *C, slot_acts *S, int li, void *out, int
 {
     dx_backend *be = m->be;
     const int D = m->D, Hl = m->Hl, KVl = m->KVl, Dh = m->Dh, Il = m->Il;
-    const int B = S->B, T = S->T, HDl = Hl * Dh, KDl = KVl * Dh, N = B * T;
+    const int B = S->B, T = S->T, HDl = Hl * Dh, KDl = KVl * Dh, N = B * T, QL = m->qkv_ld;
     const size_t xs = m->xs;
     const float theta = (float)m->cfg.rope_theta;
     const int64_t xsz = (int64_t)xs, asz = (int64_t)m->as, NI = (int64_t)N * Il;
@@ -882,22 +912,26 @@ static int layer_fwd(dx_model *m, chunk *C, slot_acts *S, int li, void *out, int
         MOD_BEGIN(m);
         if (norm_fwd(m, DX_MOD_ATTENTION, l, a->xn1, a->rstd1, S->x[li], at(W, m->o_ln1, xs), N)) return -1;
         if (all) {
-            linear_fwd(m, DX_MOD_ATTENTION, l, a->q, a->xn1, at(W, m->o_q, xs), N, D, HDl, 0.0f);
-            if (!m->kv_repl) { /* k_proj and v_proj rows are adjacent: one GEMM, N = 2 KDl */
-                linear_fwd(m, DX_MOD_ATTENTION, l, a->k, a->xn1, Wk, N, D, 2 * KDl, 0.0f);
+            if (m->qkv_fused) { /* q_proj | k_proj | v_proj rows adjacent: one GEMM, N = qkv_ld */
+                linear_fwd(m, DX_MOD_ATTENTION, l, a->q, a->xn1, at(W, m->o_q, xs), N, D, QL, 0.0f);
             } else {
-                linear_fwd_ld(m, DX_MOD_ATTENTION, l, a->k, 2 * KDl, a->xn1, Wk, N, D, KDl, 0.0f);
-                linear_fwd_ld(m, DX_MOD_ATTENTION, l, a->v, 2 * KDl, a->xn1, Wv, N, D, KDl, 0.0f);
+                linear_fwd_ld(m, DX_MOD_ATTENTION, l, a->q, QL, a->xn1, at(W, m->o_q, xs), N, D, HDl, 0.0f);
+                if (!m->kv_repl) { /* k_proj and v_proj rows are adjacent: one GEMM, N = 2 KDl */
+                    linear_fwd_ld(m, DX_MOD_ATTENTION, l, a->k, QL, a->xn1, Wk, N, D, 2 * KDl, 0.0f);
+                } else {
+                    linear_fwd_ld(m, DX_MOD_ATTENTION, l, a->k, QL, a->xn1, Wk, N, D, KDl, 0.0f);
+                    linear_fwd_ld(m, DX_MOD_ATTENTION, l, a->v, QL, a->xn1, Wv, N, D, KDl, 0.0f);
+                }
             }
-            lora_fwd_t(m, C, a, li, DX_LORA_Q, a->q, HDl, a->xn1, N, D, HDl);
-            lora_fwd_t(m, C, a, li, DX_LORA_K, a->k, 2 * KDl, a->xn1, N, D, KDl);
-            lora_fwd_t(m, C, a, li, DX_LORA_V, a->v, 2 * KDl, a->xn1, N, D, KDl);
+            lora_fwd_t(m, C, a, li, DX_LORA_Q, a->q, QL, a->xn1, N, D, HDl);
+            lora_fwd_t(m, C, a, li, DX_LORA_K, a->k, QL, a->xn1, N, D, KDl);
+            lora_fwd_t(m, C, a, li, DX_LORA_V, a->v, QL, a->xn1, N, D, KDl);
             OP(DX_MOD_ATTENTION, l, DX_OP_ROPE, 6 * (int64_t)N * (HDl + KDl), 2 * (int64_t)N * (HDl + KDl) * xsz,
-               be->rope_fwd(be, a->q, HDl, B, T, Hl, Dh, theta); be->rope_fwd(be, a->k, 2 * KDl, B, T, KVl, Dh, theta));
+               be->rope_fwd(be, a->q, QL, B, T, Hl, Dh, theta); be->rope_fwd(be, a->k, QL, B, T, KVl, Dh, theta));
         }
         if (all)
             OP(DX_MOD_ATTENTION, l, DX_OP_ATTENTION, att_flops, att_bytes,
-               be->attention_fwd(be, a->att, a->lse, a->q, a->k, a->v, 2 * KDl, B, T, Hl, KVl, Dh));
+               be->attention_fwd(be, a->att, a->lse, a->q, a->k, a->v, QL, QL, B, T, Hl, KVl, Dh));
         if (all && row_parallel_fwd(m, DX_MOD_ATTENTION, l, a->h, S->x[li], a->att, at(W, m->o_o, xs), N, HDl,
                                     C, a, li, DX_LORA_O))
             return -1;
@@ -1028,7 +1062,7 @@ int dx_model_backward_chunk(dx_model *m, int c, int s)
     if (!C) return -1;
     slot_acts *S = &C->slot[s];
     const int D = m->D, Hl = m->Hl, KVl = m->KVl, Dh = m->Dh, Il = m->Il, Vl = m->Vl;
-    const int B = S->B, T = S->T, HDl = Hl * Dh, KDl = KVl * Dh, N = B * T;
+    const int B = S->B, T = S->T, HDl = Hl * Dh, KDl = KVl * Dh, N = B * T, QL = m->qkv_ld;
     const int Nr = dx_model_residual_rows(m, N);
     const size_t xs = m->xs, as = m->as;
     const float theta = (float)m->cfg.rope_theta;
@@ -1102,28 +1136,33 @@ int dx_model_backward_chunk(dx_model *m, int c, int s)
             if (be->attention_bwd_rope) { /* RoPE's backward folded into the attention kernels */
                 OP(DX_MOD_ATTENTION, l, DX_OP_ATTENTION, att_flops + 6 * (int64_t)N * (HDl + KDl), att_bytes,
                    be->attention_bwd_rope(be, m->dq, m->dk, m->dv, m->datt, a->q, a->k, a->v, a->att,
-                                          a->lse, 2 * KDl, B, T, Hl, KVl, Dh, theta));
+                                          a->lse, QL, QL, B, T, Hl, KVl, Dh, theta));
             } else {
                 OP(DX_MOD_ATTENTION, l, DX_OP_ATTENTION, att_flops, att_bytes,
                    be->attention_bwd(be, m->dq, m->dk, m->dv, m->datt, a->q, a->k, a->v, a->att, a->lse,
-                                     2 * KDl, B, T, Hl, KVl, Dh));
+                                     QL, QL, B, T, Hl, KVl, Dh));
                 OP(DX_MOD_ATTENTION, l, DX_OP_ROPE, 6 * (int64_t)N * (HDl + KDl), 2 * (int64_t)N * (HDl + KDl) * xsz,
-                   be->rope_bwd(be, m->dq, HDl, B, T, Hl, Dh, theta); be->rope_bwd(be, m->dk, 2 * KDl, B, T, KVl, Dh, theta));
+                   be->rope_bwd(be, m->dq, QL, B, T, Hl, Dh, theta); be->rope_bwd(be, m->dk, QL, B, T, KVl, Dh, theta));
             }
-            linear_bwd(m, DX_MOD_ATTENTION, l, m->dxn, gat(G, m->o_q, as), m->dq, a->xn1,
-                       at(W, m->o_q, xs), N, D, HDl, 0.0f);
-            if (!m->kv_repl) { /* k | v adjacent */
-                linear_bwd(m, DX_MOD_ATTENTION, l, m->dxn, gat(G, m->o_k, as), m->dk, a->xn1,
-                           at(W, m->o_k, xs), N, D, 2 * KDl, 1.0f); /* k | v */
+            if (!m->kv_repl) { /* dq | dk | dv against q_proj | k_proj | v_proj: one input gradient */
+                linear_bwd_dx(m, DX_MOD_ATTENTION, l, m->dxn, m->dq, QL, at(W, m->o_q, xs), N, D, QL, 0.0f);
+                if (m->qkv_fused) {
+                    linear_bwd_dw(m, DX_MOD_ATTENTION, l, gat(G, m->o_q, as), m->dq, QL, a->xn1, N, D, QL);
+                } else {
+                    linear_bwd_dw(m, DX_MOD_ATTENTION, l, gat(G, m->o_q, as), m->dq, QL, a->xn1, N, D, HDl);
+                    linear_bwd_dw(m, DX_MOD_ATTENTION, l, gat(G, m->o_k, as), m->dk, QL, a->xn1, N, D, 2 * KDl);
+                }
             } else {
-                linear_bwd_ld(m, DX_MOD_ATTENTION, l, m->dxn, gat(G, m->o_k + kvo, as), m->dk, 2 * KDl,
+                linear_bwd_ld(m, DX_MOD_ATTENTION, l, m->dxn, gat(G, m->o_q, as), m->dq, QL, a->xn1,
+                              at(W, m->o_q, xs), N, D, HDl, 0.0f);
+                linear_bwd_ld(m, DX_MOD_ATTENTION, l, m->dxn, gat(G, m->o_k + kvo, as), m->dk, QL,
                               a->xn1, at(W, m->o_k + kvo, xs), N, D, KDl, 1.0f);
-                linear_bwd_ld(m, DX_MOD_ATTENTION, l, m->dxn, gat(G, m->o_v + kvo, as), m->dv, 2 * KDl,
+                linear_bwd_ld(m, DX_MOD_ATTENTION, l, m->dxn, gat(G, m->o_v + kvo, as), m->dv, QL,
                               a->xn1, at(W, m->o_v + kvo, xs), N, D, KDl, 1.0f);
             }
-            lora_bwd_t(m, C, a, li, DX_LORA_Q, m->dxn, m->dq, HDl, a->xn1, N, D, HDl);
-            lora_bwd_t(m, C, a, li, DX_LORA_K, m->dxn, m->dk, 2 * KDl, a->xn1, N, D, KDl);
-            lora_bwd_t(m, C, a, li, DX_LORA_V, m->dxn, m->dv, 2 * KDl, a->xn1, N, D, KDl);
+            lora_bwd_t(m, C, a, li, DX_LORA_Q, m->dxn, m->dq, QL, a->xn1, N, D, HDl);
+            lora_bwd_t(m, C, a, li, DX_LORA_K, m->dxn, m->dk, QL, a->xn1, N, D, KDl);
+            lora_bwd_t(m, C, a, li, DX_LORA_V, m->dxn, m->dv, QL, a->xn1, N, D, KDl);
             if (norm_bwd(m, DX_MOD_ATTENTION, l, dwat(m, G, m->o_ln1), S->x[li], at(W, m->o_ln1, xs), a->rstd1, N))
                 return -1;
             MOD_END(m, DX_MOD_ATTENTION, l);
