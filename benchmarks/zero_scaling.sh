@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # ZeRO-2 / ZeRO-3 scaling on the GPUs of one host against one GPU, TinyLlama-1.1B shapes:
 #   . .gpu/env.sh && benchmarks/zero_scaling.sh [NGPU] [SEQ] [MICRO_BATCH] [STEPS]   (2 2048 8 10)
+# MODEL=llama2-7b LAYERS=N: Llama-2-7B layer shapes with N layers instead (as gpu_bench.sh).
 # Needs build-gpu. For 1 GPU (ZeRO-0) and NGPU GPUs (ZeRO-2, ZeRO-3): a step-level run (median
 # step time after the 3rd step -> tokens/s) and an op-level run of 5 steps whose `dissect report`
 # gives the exposed communication per step (mean over steps of the max over ranks). Prints a
@@ -17,8 +18,14 @@ OUT=${OUT:-/tmp/dissect-zero}; mkdir -p "$OUT"
 py=${PYTHON3:-python3}
 "$py" tests/make_synthetic.py "$OUT/ids.txt" --vocab 32000 --tokens $(( (steps + 2) * mb * ngpu * (seq + 1) * 2 ))
 "$py" examples/make_shards.py "$OUT/ids.txt" "$OUT/tok.bin" --vocab-size 32000 > /dev/null
-common=(train --device cuda --model tinyllama-1.1b --train-data "$OUT/tok.bin" --seq-length "$seq"
-        --micro-batch "$mb" --eval-interval 0 --sample-tokens 0 --log-interval 1)
+model=${MODEL:-tinyllama-1.1b}
+case "$model" in
+  tinyllama-1.1b) layers=${LAYERS:-22} ;;
+  llama2-7b) layers=${LAYERS:-32} ;;
+  *) echo "zero_scaling.sh: MODEL must be tinyllama-1.1b or llama2-7b, not '$model'" >&2; exit 1 ;;
+esac
+common=(train --device cuda --model "$model" --num-layers "$layers" --train-data "$OUT/tok.bin"
+        --seq-length "$seq" --micro-batch "$mb" --eval-interval 0 --sample-tokens 0 --log-interval 1)
 mpi=(mpirun -x LD_LIBRARY_PATH -x PATH)
 for v in $(env | grep -o '^\(NCCL\|DX\)_[A-Z_]*'); do mpi+=(-x "$v"); done
 run() { # name np stage
@@ -40,9 +47,10 @@ runs=${RUNS:-gpu1 zero2 zero3}
 for r in $runs; do
   case $r in gpu1) run gpu1 1 0 ;; zero2) run zero2 "$ngpu" 2 ;; zero3) run zero3 "$ngpu" 3 ;; esac
 done
-"$py" - "$OUT" "$seq" "$mb" "$ngpu" <<'PY'
+"$py" - "$OUT" "$seq" "$mb" "$ngpu" "$model" "$layers" <<'PY'
 import os, sys, h5py, numpy as np
 out, seq, mb, ngpu = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+model, layers = sys.argv[5], int(sys.argv[6])
 def step_s(name):
     with h5py.File(f"{out}/{name}.h5") as f:
         return float(np.median(np.asarray(f["steps"]["step_time_s"])[3:]))
@@ -65,7 +73,7 @@ def smi(name, n):
         return float("nan"), float("nan")
     return float(np.mean([r[1] for r in rows])), float(np.mean([r[2] for r in rows]))
 base = mb * seq / step_s("gpu1")
-print(f"\nTinyLlama-1.1B shapes, seq {seq}, micro-batch {mb} per GPU")
+print(f"\n{model} shapes ({layers} layers), seq {seq}, micro-batch {mb} per GPU")
 print(f"{'run':<22} {'tokens/s':>10} {'per GPU':>9} {'scaling':>8} {'exposed comm ms':>16} {'step ms':>8}"
       f" {'SM MHz':>7} {'W':>5}")
 for name, label, n in (("gpu1", "1 GPU", 1), ("zero2", f"{ngpu} GPUs ZeRO-2", ngpu), ("zero3", f"{ngpu} GPUs ZeRO-3", ngpu)):

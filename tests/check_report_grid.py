@@ -13,7 +13,8 @@ Checks, against the trace read with h5py:
     output gradients (phase backward) and sends only activations (forward), the last stage the
     reverse, each m per rank and step;
   - the report: the grid in the run summary; a "Pipeline (per stage)" table with one row per stage,
-    the theory column = (p-1)/(m+p-1), the measured bubble in [0, 1], busy <= step, and the bytes
+    the theory column = (p-1)/(m+p-1), the measured bubble in [0, 1] and between idle / step and
+    (idle + recv wait) / step, busy <= step, and the bytes
     sent per step equal to the trace's; a "Tensor-parallel collectives per layer" table with every
     layer 0..L-1 and calls per step equal to the trace's; grid coordinates in the ranks table;
   - --chrome: one process track per rank named "rank R (pp P, dp D, tp T)", sorted by rank, and the
@@ -163,13 +164,18 @@ def main():
         check([int(r[0]) for r in rows] == list(range(P)), "pipeline table: one row per stage 0..%d" % (P - 1),
               str([r[0] for r in rows]))
         for r in rows:
-            if len(r) != 9:
-                check(False, "pipeline row of 9 columns", " ".join(r))
+            if len(r) != 10:
+                check(False, "pipeline row of 10 columns", " ".join(r))
                 continue
-            st, nr, step_ms, busy, recv_ms, send_ms, mib, bub, th = r
+            st, nr, step_ms, busy, recv_ms, send_ms, idle_ms, mib, bub, th = r
             check(int(nr) == world // P, "stage %s: %d ranks" % (st, world // P), nr)
             check(abs(float(th) - theory) < 5e-4, "stage %s: theory %s = %.3f" % (st, th, theory))
             check(0 <= float(bub) <= 1, "stage %s: measured bubble %s in [0, 1]" % (st, bub))
+            # the bubble counts the idle time (and the recv wait in forward/backward, <= recv wait)
+            check(float(idle_ms) / float(step_ms) - 1e-3 <= float(bub) <=
+                  (float(idle_ms) + float(recv_ms)) / float(step_ms) + 1e-3,
+                  "stage %s: idle/step <= bubble %s <= (idle + recv wait)/step" % (st, bub),
+                  "idle %s recv %s step %s" % (idle_ms, recv_ms, step_ms))
             check(0 < float(busy) <= float(step_ms), "stage %s: 0 < busy %s <= step %s ms" % (st, busy, step_ms))
             check(float(recv_ms) > 0 and float(send_ms) >= 0, "stage %s: recv wait %s ms > 0" % (st, recv_ms))
         in_range = np.isin(send["step"], sel_steps)

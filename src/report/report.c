@@ -1463,9 +1463,12 @@ static void print_exposed(const report *r, const analysis *a)
 }
 
 /* Pipeline stages (pp > 1): per stage, the mean over its ranks and the selected steps of the step
- * span, busy time, pipeline recv / send time and bytes sent; measured bubble = recv wait in the
- * forward and backward phases / step span (sums over the stage's (step, rank) groups), next to
- * the schedule's theoretical (p-1)/(v m + p-1). */
+ * span, busy time, pipeline recv / send time, idle time (the step span covered by no op) and
+ * bytes sent; measured bubble = (recv wait in the forward and backward phases + idle) / step span
+ * (sums over the stage's (step, rank) groups), next to the schedule's theoretical
+ * (p-1)/(v m + p-1). A stage waits for its neighbour either inside a recv span (a blocking
+ * receive: the CPU backend) or before it, with no op running (the GPU, where the host issues the
+ * receive once the schedule's previous action is done): the bubble counts both. */
 static void print_pipeline(const report *r, const analysis *a)
 {
     if (r->pp <= 1) return;
@@ -1475,15 +1478,15 @@ static void print_pipeline(const report *r, const analysis *a)
     }
     size_t W = (size_t)r->world;
     printf("Pipeline (per stage; ms per step, mean over the stage's ranks; busy = compute-stream "
-           "forward/backward time, recv wait = pipeline recv spans, bubble = recv wait in "
-           "forward/backward / step; theory = (p-1)/(v m + p-1))\n");
-    printf("  %5s %5s %10s %10s %13s %9s %13s %8s %8s\n", "stage", "ranks", "step ms", "busy ms",
-           "recv wait ms", "send ms", "sent MiB", "bubble", "theory");
+           "forward/backward time, recv wait = pipeline recv spans, idle = step span covered by no "
+           "op, bubble = (recv wait in forward/backward + idle) / step; theory = (p-1)/(v m + p-1))\n");
+    printf("  %5s %5s %10s %10s %13s %9s %9s %13s %8s %8s\n", "stage", "ranks", "step ms", "busy ms",
+           "recv wait ms", "send ms", "idle ms", "sent MiB", "bubble", "theory");
     double tot_bytes = 0, all_span = 0, all_fb = 0;
     for (int st = 0; st < r->pp; st++) {
         int nr = 0;
         for (size_t p = 0; p < W; p++) nr += r->grid[3 * p] == st;
-        double sum[5] = {0}, bytes = 0;
+        double sum[6] = {0}, bytes = 0;
         size_t c = 0;
         for (size_t i = 0; i < r->n_sel; i++)
             for (size_t p = 0; p < W; p++) {
@@ -1494,21 +1497,23 @@ static void print_pipeline(const report *r, const analysis *a)
                 sum[2] += g->recv;
                 sum[3] += g->send;
                 sum[4] += g->recv_fb;
+                sum[5] += g->idle;
                 bytes += g->send_bytes;
                 c++;
             }
         printf("  %5d %5d", st, nr);
         if (!c) {
-            printf(" %10s %10s %13s %9s %13s %8s", "-", "-", "-", "-", "-", "-");
+            printf(" %10s %10s %13s %9s %9s %13s %8s", "-", "-", "-", "-", "-", "-", "-");
         } else {
             print_ms(sum[0] / (double)c, 10);
             print_ms(sum[1] / (double)c, 10);
             print_ms(sum[2] / (double)c, 13);
             print_ms(sum[3] / (double)c, 9);
+            print_ms(sum[5] / (double)c, 9);
             /* bytes sent per step by the stage's ranks together */
             printf(" %13.3f", bytes / (double)r->n_sel / (1024.0 * 1024.0));
             if (sum[0] > 0)
-                printf(" %8.3f", sum[4] / sum[0]);
+                printf(" %8.3f", (sum[4] + sum[5]) / sum[0]);
             else
                 printf(" %8s", "-");
         }
@@ -1518,9 +1523,9 @@ static void print_pipeline(const report *r, const analysis *a)
             printf(" %8.3f\n", r->bubble_theory);
         tot_bytes += bytes;
         all_span += sum[0];
-        all_fb += sum[4];
+        all_fb += sum[4] + sum[5];
     }
-    printf("  %-11s %45s %13.3f", "all stages", "", tot_bytes / (double)r->n_sel / (1024.0 * 1024.0));
+    printf("  %-11s %55s %13.3f", "all stages", "", tot_bytes / (double)r->n_sel / (1024.0 * 1024.0));
     if (all_span > 0)
         printf(" %8.3f", all_fb / all_span);
     else
