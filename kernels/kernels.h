@@ -214,8 +214,8 @@ struct dx_backend {
      * output); o X[B,T,H,Dh] (dense), lse A[B,H,T]; k, v X[B,T,Hkv,Dh] with tokens as rows of
      * `ldkv` elements (ldkv >= Hkv*Dh: Hkv*Dh for dense tensors, 2*Hkv*Dh for the two column
      * blocks of a fused K|V output, ldq for a fused Q|K|V one). No T x T matrix is kept.
-     * (CUDA: ldq and ldkv multiples of 8, all of q, k, v 16-byte aligned, for the tensor-core
-     * kernels; otherwise a slower scalar kernel runs.) */
+     * (CUDA: ldq and ldkv multiples of 8 and every tensor pointer 16-byte aligned for the
+     * tensor-core kernels; otherwise a slower scalar kernel runs.) */
     void (*attention_fwd)(dx_backend *be, void *o, void *lse, const void *q, const void *k,
                           const void *v, int ldq, int ldkv, int B, int T, int H, int Hkv, int Dh);
     /* Backward (FlashAttention-2 form, Dao 2023): with p_ij = exp(s_ij - lse_i),

@@ -1,5 +1,6 @@
 /* Whole-model checks on the float64 CPU backend:
- *  - every parameter tensor's gradient against float64 central finite differences of the loss;
+ *  - every parameter tensor's gradient against float64 central finite differences of the loss,
+ *    with the Q, K and V projections as two GEMMs (the default at this shape) and as one;
  *  - gradient accumulation: two micro-batches of 1 sequence == one micro-batch of 2;
  *  - ignored targets (< 0) add no loss;
  *  - the learning-rate schedule (warm-up, cosine decay, floor).
@@ -102,7 +103,7 @@ static double mean_loss(rig *r)
     return *r->loss / (r->B * r->T);
 }
 
-static void test_gradients(void)
+static void test_gradients(const char *tag)
 {
     rig r;
     rig_init(&r, 2, 7, 1);
@@ -134,7 +135,7 @@ static void test_gradients(void)
             den += fd * fd;
         }
         char what[160];
-        snprintf(what, sizeof what, "grad vs f64 finite diff: %s", p->name);
+        snprintf(what, sizeof what, "grad vs f64 finite diff%s: %s", tag, p->name);
         double rel = sqrt(num / (den > 1e-30 ? den : 1e-30));
         check(rel < 1e-6 && den > 1e-20, what, rel, 1e-6);
     }
@@ -229,7 +230,12 @@ static void test_schedule(void)
 
 int main(void)
 {
-    test_gradients();
+    test_gradients("");
+    /* the tiny model (4 heads, 2 KV heads) runs the Q and K|V projections as two GEMMs each in
+     * the forward and weight gradient (model.c, qkv_fused); once more as one Q|K|V GEMM */
+    setenv("DX_QKV_GEMM", "fused", 1);
+    test_gradients(" (Q|K|V fused)");
+    unsetenv("DX_QKV_GEMM");
     test_accumulation();
     test_fresh_gradient();
     test_schedule();

@@ -93,8 +93,8 @@ struct dx_model {
                   * gradient (grad_begin), else 1 (accumulate) */
     dx_tracer *tr;
 
-    /* scratch shared by all slots (one forward or backward runs at a time); dk|dv and dg|du are
-     * column blocks of one buffer each, like k|v and g|u (layer_acts) */
+    /* scratch shared by all slots (one forward or backward runs at a time); dq|dk|dv and dg|du
+     * are column blocks of one buffer each, like q|k|v and g|u (layer_acts) */
     void *dres, *dxn, *dq, *dk, *dv, *datt, *dg, *du, *da;
     void *full;   /* X[N, D]: sequence parallelism's gathered residual gradient / pre-scatter sums */
     void *shard;  /* X[Nr, D]: sequence parallelism's norm output before its all-gather */
@@ -625,7 +625,7 @@ static int hook(dx_model *m, int g, dx_hook_kind k)
 
 /* Before group gi's gradient is first written in a backward (after its PRE_BACKWARD hook): a
  * fresh gradient (dx_group.grad_fresh) is overwritten instead of accumulated into. A decoder
- * layer's matrices (q, k|v, o, gate|up, down: each one weight-gradient GEMM's whole output,
+ * layer's matrices (q|k|v or q and k|v, o, gate|up, down: each one weight-gradient GEMM's whole output,
  * unless k/v are replicated over TP and only one head's rows are written) and the head's lm_head
  * take beta 0 (m->wbeta), their norm weights (accumulated by rmsnorm_bwd) are zeroed; every other
  * group (the embedding's scatter-add, LoRA adapters, replicated k/v) is zeroed whole and
