@@ -19,33 +19,7 @@
 #include "common/common.h"
 #include "cuda/cuda_backend.h"
 #include "kernels.h"
-
-static int cmp_d(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static void *rand_bf16(dx_backend *be, size_t n, uint64_t seed)
-{
-    float *h = malloc(n * sizeof(float));
-    void *d = be->alloc(be, n * 2, DX_MEM_ACTIVATIONS);
-    if (!h || !d) {
-        fprintf(stderr, "attention_bench: cannot allocate %zu elements\n", n);
-        exit(1);
-    }
-    uint64_t s = seed * 0x9E3779B97F4A7C15ull + 1;
-    for (size_t i = 0; i < n; i++) {
-        s ^= s << 13, s ^= s >> 7, s ^= s << 17; /* xorshift64 */
-        h[i] = (float)((double)(s >> 11) / 9007199254740992.0 * 2.0 - 1.0);
-    }
-    if (be->upload_f32(be, d, DX_BF16, h, n)) {
-        fprintf(stderr, "attention_bench: upload failed\n");
-        exit(1);
-    }
-    free(h);
-    return d;
-}
+#include "bench_util.h"
 
 int main(int argc, char **argv)
 {
@@ -68,7 +42,8 @@ int main(int argc, char **argv)
     }
     const int ld = (H + 2 * Hkv) * Dh; /* row stride of q, k, v, dq, dk, dv */
     const size_t nq = (size_t)B * T * H * Dh, nqkv = (size_t)B * T * ld;
-    void *q = rand_bf16(be, nqkv, 1), *dout = rand_bf16(be, nq, 3);
+    void *q = bench_rand(be, nqkv, DX_BF16, 1, "attention_bench");
+    void *dout = bench_rand(be, nq, DX_BF16, 3, "attention_bench");
     void *o = be->alloc(be, nq * 2, DX_MEM_ACTIVATIONS), *dq = be->alloc(be, nqkv * 2, DX_MEM_ACTIVATIONS);
     void *lse = be->alloc(be, (size_t)B * H * T * 4, DX_MEM_ACTIVATIONS);
     if (!o || !dq || !lse) {
@@ -98,8 +73,8 @@ int main(int argc, char **argv)
         cudaEventElapsedTime(&b, e1, e2);
         if (r >= 0) fr[r] = a, br[r] = b;
     }
-    qsort(fr, reps, sizeof(double), cmp_d);
-    qsort(br, reps, sizeof(double), cmp_d);
+    qsort(fr, reps, sizeof(double), bench_cmp_d);
+    qsort(br, reps, sizeof(double), bench_cmp_d);
     const double f = fr[reps / 2], bw = br[reps / 2];
     const double fl = 4.0 * B * H * Dh * (double)T * (T + 1) / 2;
     printf("{\"impl\": \"dissect\", \"shape\": [%d, %d, %d, %d, %d], \"fwd_ms\": %.4f, \"bwd_ms\": %.4f, "

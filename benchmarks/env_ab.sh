@@ -14,12 +14,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 seq=$1 mb=$2 rounds=$3; shift 3
 steps=${STEPS:-10}
-model=${MODEL:-tinyllama-1.1b}
-case "$model" in
-  tinyllama-1.1b) shape=(2048 ${LAYERS:-22} 32 4 5632) ;;
-  llama2-7b) shape=(4096 ${LAYERS:-32} 32 32 11008) ;;
-  *) echo "env_ab.sh: MODEL must be tinyllama-1.1b or llama2-7b, not '$model'" >&2; exit 1 ;;
-esac
+. benchmarks/model_shape.sh  # $model, shape=(hidden layers heads kv-heads ffn)
 OUT=${OUT:-/tmp/dissect-envab}; mkdir -p "$OUT"
 py=${PYTHON3:-python3}
 export CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-0}

@@ -21,33 +21,7 @@
 #include "common/common.h"
 #include "cuda/cuda_backend.h"
 #include "kernels.h"
-
-static int cmp_d(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static void *rand_buf(dx_backend *be, size_t n, dx_dtype dt, uint64_t seed)
-{
-    float *h = malloc(n * sizeof(float));
-    void *d = be->alloc(be, n * (dt == DX_F32 ? 4 : 2), DX_MEM_ACTIVATIONS);
-    if (!h || !d) {
-        fprintf(stderr, "qkv_gemm_bench: cannot allocate %zu elements\n", n);
-        exit(1);
-    }
-    uint64_t s = seed * 0x9E3779B97F4A7C15ull + 1;
-    for (size_t i = 0; i < n; i++) {
-        s ^= s << 13, s ^= s >> 7, s ^= s << 17; /* xorshift64 */
-        h[i] = (float)((double)(s >> 11) / 9007199254740992.0 * 2.0 - 1.0);
-    }
-    if (be->upload_f32(be, d, dt, h, n)) {
-        fprintf(stderr, "qkv_gemm_bench: upload failed\n");
-        exit(1);
-    }
-    free(h);
-    return d;
-}
+#include "bench_util.h"
 
 #define AT(p, off) ((void *)((char *)(p) + (off)))
 
@@ -69,10 +43,12 @@ int main(int argc, char **argv)
         return 1;
     }
     const int W3 = HD + 2 * KD; /* the fused output's width */
-    void *x = rand_buf(be, (size_t)N * D, DX_BF16, 1);
-    void *W = rand_buf(be, (size_t)W3 * D, DX_BF16, 2);    /* W_q rows, then W_k, W_v */
-    void *dy = rand_buf(be, (size_t)N * W3, DX_BF16, 3);   /* dqkv; dq and dkv for the split */
-    void *dq = rand_buf(be, (size_t)N * HD, DX_BF16, 4), *dkv = rand_buf(be, (size_t)N * 2 * KD, DX_BF16, 5);
+    const char *prog = "qkv_gemm_bench";
+    void *x = bench_rand(be, (size_t)N * D, DX_BF16, 1, prog);
+    void *W = bench_rand(be, (size_t)W3 * D, DX_BF16, 2, prog);  /* W_q rows, then W_k, W_v */
+    void *dy = bench_rand(be, (size_t)N * W3, DX_BF16, 3, prog); /* dqkv; dq and dkv for the split */
+    void *dq = bench_rand(be, (size_t)N * HD, DX_BF16, 4, prog);
+    void *dkv = bench_rand(be, (size_t)N * 2 * KD, DX_BF16, 5, prog);
     void *y = be->alloc(be, (size_t)N * W3 * 2, DX_MEM_ACTIVATIONS);
     void *dx = be->alloc(be, (size_t)N * D * 2, DX_MEM_ACTIVATIONS);
     void *dW = be->alloc(be, (size_t)W3 * D * 4, DX_MEM_ACTIVATIONS);
@@ -82,7 +58,10 @@ int main(int argc, char **argv)
     }
     const void *Wkv = AT(W, (size_t)HD * D * 2);
     void *ykv = be->alloc(be, (size_t)N * 2 * KD * 2, DX_MEM_ACTIVATIONS);
-    if (!ykv) return 1;
+    if (!ykv) {
+        fprintf(stderr, "qkv_gemm_bench: cannot allocate: %s\n", dx_last_error());
+        return 1;
+    }
     cudaStream_t st = (cudaStream_t)dx_cuda_stream(be);
     cudaEvent_t e0, e1;
     cudaEventCreate(&e0);
@@ -120,7 +99,7 @@ int main(int argc, char **argv)
             cudaEventElapsedTime(&ms, e0, e1);
             if (r >= 0) t[r] = ms;
         }
-        qsort(t, reps, sizeof(double), cmp_d);
+        qsort(t, reps, sizeof(double), bench_cmp_d);
         const double ms = t[reps / 2];
         printf("{\"case\": \"%s\", \"shape\": [%d, %d, %d, %d], \"ms\": %.4f, \"tflops\": %.1f}\n", names[c], N,
                D, HD, KD, ms, fl[c / 2] / ms / 1e9);

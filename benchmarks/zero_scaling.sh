@@ -18,12 +18,8 @@ OUT=${OUT:-/tmp/dissect-zero}; mkdir -p "$OUT"
 py=${PYTHON3:-python3}
 "$py" tests/make_synthetic.py "$OUT/ids.txt" --vocab 32000 --tokens $(( (steps + 2) * mb * ngpu * (seq + 1) * 2 ))
 "$py" examples/make_shards.py "$OUT/ids.txt" "$OUT/tok.bin" --vocab-size 32000 > /dev/null
-model=${MODEL:-tinyllama-1.1b}
-case "$model" in
-  tinyllama-1.1b) layers=${LAYERS:-22} ;;
-  llama2-7b) layers=${LAYERS:-32} ;;
-  *) echo "zero_scaling.sh: MODEL must be tinyllama-1.1b or llama2-7b, not '$model'" >&2; exit 1 ;;
-esac
+. benchmarks/model_shape.sh  # $model, shape=(hidden layers heads kv-heads ffn)
+layers=${shape[1]}
 common=(train --device cuda --model "$model" --num-layers "$layers" --train-data "$OUT/tok.bin"
         --seq-length "$seq" --micro-batch "$mb" --eval-interval 0 --sample-tokens 0 --log-interval 1)
 mpi=(mpirun -x LD_LIBRARY_PATH -x PATH)

@@ -1,0 +1,41 @@
+/* Helpers shared by the kernel benchmarks (attention_bench.c, qkv_gemm_bench.c). */
+#ifndef DX_BENCH_UTIL_H
+#define DX_BENCH_UTIL_H
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "kernels.h"
+
+/* qsort comparator of doubles, ascending */
+static int bench_cmp_d(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* n elements of dtype dt (DX_BF16 or DX_F32) in backend memory, ~ U(-1, 1) from a xorshift64
+ * stream seeded by seed; on failure prints "prog: ..." and exits 1. */
+static void *bench_rand(dx_backend *be, size_t n, dx_dtype dt, uint64_t seed, const char *prog)
+{
+    float *h = malloc(n * sizeof(float));
+    void *d = be->alloc(be, n * (dt == DX_F32 ? 4 : 2), DX_MEM_ACTIVATIONS);
+    if (!h || !d) {
+        fprintf(stderr, "%s: cannot allocate %zu elements\n", prog, n);
+        exit(1);
+    }
+    uint64_t s = seed * 0x9E3779B97F4A7C15ull + 1;
+    for (size_t i = 0; i < n; i++) {
+        s ^= s << 13, s ^= s >> 7, s ^= s << 17; /* xorshift64 */
+        h[i] = (float)((double)(s >> 11) / 9007199254740992.0 * 2.0 - 1.0);
+    }
+    if (be->upload_f32(be, d, dt, h, n)) {
+        fprintf(stderr, "%s: upload failed\n", prog);
+        exit(1);
+    }
+    free(h);
+    return d;
+}
+
+#endif
