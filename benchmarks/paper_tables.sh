@@ -6,7 +6,7 @@
 # Needs build-gpu (tests/gpu_suite.sh build). NGPU ranks (default: every visible GPU), MODEL
 # (llama2-7b; llama2-13b "where it fits": a run that the memory plan refuses is a row saying so).
 # Every dissect run is one op-level run of STEPS steps with micro-batch MICRO_BATCH per rank:
-#   zero2, zero3             DP = NGPU, ZeRO stage 2 / 3
+#   zero2, zero3             DP = NGPU, ZeRO stage 2 / 3 (zero1: stage 1, only when RUNS names it)
 #   zero2_off, zero3_off     + optimizer offload to the host (zero_optimization.offload_optimizer)
 #   zero2_off_rc, zero3_off_rc  + full activation recomputation
 #   zero2_rc                 ZeRO-2 + full recomputation, no offload
@@ -22,7 +22,8 @@
 # measured and in theory). Then PyTorch, each under TORCH_TIMEOUT (300 s): FSDP2 (ZeRO-3-like,
 # benchmarks/torch_grid_ref.py --mode fsdp), FSDP2 + CPUOffloadPolicy with per-layer checkpointing
 # (benchmarks/torch_offload_ref.py under torchrun), TP = NGPU (torch_grid_ref.py --mode tp) and
-# PP = NGPU 1F1B (--mode pp). RUNS and TORCH_MODES (fsdp fsdp_off tp pp) pick subsets;
+# PP = NGPU 1F1B (--mode pp); their ranks get OMP_NUM_THREADS = cores / NGPU unless it is set
+# (torchrun's default is 1). RUNS and TORCH_MODES (fsdp fsdp_off tp pp) pick subsets;
 # SKIP_TORCH=1 skips PyTorch; RUN_TIMEOUT (default 420 s) bounds each dissect run. DISSECT,
 # DEVICE, MODEL, LAYERS and VOCAB override the binary, --device, --model and its shape (a CPU
 # smoke test of the script: DISSECT=build/dissect DEVICE=cpu MODEL=tiny NGPU=4 SKIP_TORCH=1).
@@ -77,6 +78,7 @@ for r in ${RUNS:-zero2 zero3 zero2_off zero3_off zero2_rc zero2_off_rc zero3_off
   case $r in
     zero2) dx zero2 "$ngpu" --zero-stage 2 ;;
     zero3) dx zero3 "$ngpu" --zero-stage 3 ;;
+    zero1) dx zero1 "$ngpu" --zero-stage 1 ;;
     zero2_off) dx zero2_off "$ngpu" --zero-stage 2 --offload-optimizer cpu ;;
     zero3_off) dx zero3_off "$ngpu" --zero-stage 3 --offload-optimizer cpu ;;
     zero2_rc) dx zero2_rc "$ngpu" --zero-stage 2 "${rc_full[@]}" ;;
@@ -101,6 +103,7 @@ esac
 if [ "${SKIP_TORCH:-0}" != 1 ] && [ ${#shape[@]} -gt 0 ]; then
   targs=(--hidden "${shape[0]}" --layers "${shape[1]}" --heads "${shape[2]}" --kv-heads "${shape[3]}"
          --intermediate "${shape[4]}" --seq "$seq" --micro-batch "$mb")
+  torch_threads=$(( $(nproc) / ngpu )); [ "$torch_threads" -ge 1 ] || torch_threads=1
   for m in ${TORCH_MODES:-fsdp fsdp_off tp pp}; do
     echo "== pytorch $m ($(( SECONDS - t_start )) s)"
     case $m in
@@ -108,7 +111,9 @@ if [ "${SKIP_TORCH:-0}" != 1 ] && [ ${#shape[@]} -gt 0 ]; then
       pp) script=benchmarks/torch_grid_ref.py; extra=(--mode pp --micro-batches "$ppm" --warmup 3 --steps $(( steps - 3 ))) ;;
       *) script=benchmarks/torch_grid_ref.py; extra=(--mode "$m" --warmup 3 --steps $(( steps - 3 ))) ;;
     esac
-    timeout -k 10 "${TORCH_TIMEOUT:-300}" "$py" -m torch.distributed.run --standalone --nproc_per_node "$ngpu" \
+    # torchrun sets OMP_NUM_THREADS=1 for every worker unless told: FSDP2's CPU AdamW would then
+    # run on one core per rank, where dissect's host AdamW gets the host's cores shared by its ranks
+    OMP_NUM_THREADS=${OMP_NUM_THREADS:-$torch_threads} timeout -k 10 "${TORCH_TIMEOUT:-300}" "$py" -m torch.distributed.run --standalone --nproc_per_node "$ngpu" \
       "$script" "${targs[@]}" "${extra[@]}" > "$OUT/torch_$m.jsonl" 2> "$OUT/torch_$m.err"
     rc=$?
     grep -q '^{' "$OUT/torch_$m.jsonl" \
@@ -152,7 +157,7 @@ def report_numbers(path):
     return brk, bub
 
 rows = []
-labels = {"zero2": "ZeRO-2", "zero3": "ZeRO-3", "zero2_off": "ZeRO-2 + offload", "zero3_off": "ZeRO-3 + offload",
+labels = {"zero1": "ZeRO-1", "zero2": "ZeRO-2", "zero3": "ZeRO-3", "zero2_off": "ZeRO-2 + offload", "zero3_off": "ZeRO-3 + offload",
           "zero2_rc": "ZeRO-2 + recompute", "zero2_off_rc": "ZeRO-2 + offload + recompute",
           "zero3_off_rc": "ZeRO-3 + offload + recompute", "tp": f"TP={ngpu}", "tp2_pp": f"TP=2 x PP={ngpu // 2} (1F1B)",
           "tp2_dp_z1": f"TP=2 x DP={ngpu // 2} ZeRO-1"}

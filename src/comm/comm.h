@@ -49,6 +49,11 @@ struct dx_comm {
                             dx_comm_req *req);
     int (*reduce_scatter_start)(dx_comm *c, const void *send, void *recv, size_t count,
                                 dx_dtype dt, dx_comm_req *req);
+    /* Split-phase all_reduce_sum (buf[count] summed in place), as above: NCCL on its main
+     * stream after the compute stream's work queued so far, in order with the comm's other
+     * collectives there (so a wait for the newest covers the older ones); MPI completes it in
+     * start. buf must not be read or written until `wait`. */
+    int (*all_reduce_start)(dx_comm *c, void *buf, size_t count, dx_dtype dt, dx_comm_req *req);
     /* all_gather_start whose own part comes from host memory (ZeRO-Infinity's parameter
      * offload): copies host_send[send_bytes] (page-locked for an asynchronous copy; send_bytes <=
      * count elements) into this rank's slot of recv (recv + rank * count elements) on the

@@ -94,6 +94,12 @@ static int m_reduce_scatter_start(dx_comm *c, const void *send, void *recv, size
     return m_reduce_scatter_sum(c, send, recv, count, dt);
 }
 
+static int m_all_reduce_start(dx_comm *c, void *buf, size_t count, dx_dtype dt, dx_comm_req *req)
+{
+    req->active = 0;
+    return m_all_reduce_sum(c, buf, count, dt);
+}
+
 static int m_wait(dx_comm *c, dx_comm_req *req)
 {
     int rc = 0;
@@ -216,6 +222,7 @@ static dx_comm *wrap(MPI_Comm comm, int owns)
     c->gather = m_gather;
     c->all_gather_start = m_all_gather_start;
     c->reduce_scatter_start = m_reduce_scatter_start;
+    c->all_reduce_start = m_all_reduce_start;
     c->wait = m_wait;
     c->gatherv = m_gatherv;
     c->send = m_send;

@@ -218,6 +218,15 @@ static int n_reduce_scatter_start(dx_comm *c, const void *send, void *recv, size
     return finish_async(c, l, "reduce-scatter", req);
 }
 
+static int n_all_reduce_start(dx_comm *c, void *buf, size_t count, dx_dtype dt, dx_comm_req *req)
+{
+    ncclDataType_t t;
+    lane *l = &I(c)->main;
+    if (ntype(dt, &t) || begin(c, l, "all-reduce")) return -1;
+    if (ck_nccl(ncclAllReduce(buf, buf, count, t, ncclSum, l->comm, l->stream), "all-reduce", c->rank)) return -1;
+    return finish_async(c, l, "all-reduce", req);
+}
+
 static int n_wait(dx_comm *c, dx_comm_req *req)
 {
     if (!req->active) return 0;
@@ -484,6 +493,7 @@ dx_comm *dx_comm_nccl_create(dx_comm *host, dx_backend *be)
     c->all_gather_start = n_all_gather_start;
     c->all_gather_host_start = n_all_gather_host_start;
     c->reduce_scatter_start = n_reduce_scatter_start;
+    c->all_reduce_start = n_all_reduce_start;
     c->wait = n_wait;
     c->broadcast = n_broadcast;
     c->gather = n_gather;

@@ -39,6 +39,8 @@ typedef struct {
                              * into it since dx_zero_zero_grad) */
     dx_comm_req work_req;   /* stages 1-2: the all-gather of the updated work, waited for before
                              * the group's next forward (or backward, or any write of work) */
+    int ar_started;         /* stages 0-1: its gradient's DP all-reduce was started in the last
+                             * backward (overlap_reduce), to be waited for by dx_zero_reduce_grads */
     int frozen;             /* dx_group.frozen (LoRA's base): no gradient, no optimizer state,
                              * owned range empty; its parameters replicated (work, stages 0-2;
                              * or NF4, QLoRA) or sharded and gathered on use (stage 3) */
@@ -98,6 +100,12 @@ struct dx_zero {
     dx_adamw_hparams oq_hp;
     /* early update (dx_zero_begin_last_backward): the host AdamW in the last backward */
     int early, in_backward;
+    /* stages 0-1 over DP > 1 (dx_zero_begin_last_backward): each group's gradient all-reduce
+     * starts in the last backward's hook, overlapping the backward of the groups before it
+     * (PyTorch DDP's and Megatron-LM's overlap_grad_reduce); ar_req: the newest (the comm runs
+     * them in order); off with DX_ZERO_OVERLAP_REDUCE=0 */
+    int overlap_reduce, ar_early;
+    dx_comm_req ar_req;
     /* speculative early update (clipping on): run with clip factor 1, repaired (redo) by
      * dx_zero_step when the norm ends above max_norm; last_norm: the previous step's norm
      * (-1: none yet), the guess of DX_OFFLOAD_SPECULATE=auto */
@@ -116,6 +124,14 @@ struct dx_zero {
     int side;
     unsigned char *side_pending;
 };
+
+/* Whether stages 0-1 start the gradient all-reduces in the last backward: unless the
+ * environment's DX_ZERO_OVERLAP_REDUCE is 0. */
+static int overlap_reduce_mode(void)
+{
+    const char *e = getenv("DX_ZERO_OVERLAP_REDUCE");
+    return !(e && e[0] == '0');
+}
 
 /* Whether dx_zero_step may run the GPU AdamW beside the next forward: unless the
  * environment's DX_OPT_OVERLAP is 0. */
@@ -281,6 +297,7 @@ static int gather_invalidate_(dx_zero *z, int all)
 static int gather_invalidate(dx_zero *z) { return gather_invalidate_(z, 1); }
 
 static int early_ready(dx_zero *z, int gi);
+static void settle_fresh_one(dx_zero *z, int i);
 
 /* QLoRA: stores parameter q of a quantized group from host fp32 values v[numel] (NF4, or the
  * act dtype as it is) */
@@ -392,6 +409,12 @@ static int hook(void *ctx, int gi, dx_hook_kind kind)
              * dx_zero_step / dx_zero_zero_grad, which wait for both */
         }
         if (g->stage == 3) mg->work = NULL;
+        if (z->ar_early && g->stage < 2) { /* final in this (last) backward: its all-reduce */
+            settle_fresh_one(z, gi);
+            COMM(z, gi, DX_OP_ALL_REDUCE, g->n * z->as,
+                 z->dp->all_reduce_start(z->dp, g->grad, g->n, be->acc, &z->ar_req));
+            g->ar_started = 1;
+        }
         /* early update without reduction (stage 1, one DP rank): the gradient is final now */
         if (z->in_backward && g->stage < 2 && early_ready(z, gi)) return -1;
         return 0;
@@ -543,6 +566,7 @@ dx_zero *dx_zero_create(dx_model *m, dx_backend *be, dx_comm *dp, dx_comm *dp_ho
     /* AdamW beside the next forward: the GPU update of stage 0 (or 1 on one rank: no
      * all-gather starts from it); stages 2-3 start collectives from the updated groups */
     z->side = !offload && be->side_begin && (stage == 0 || (stage == 1 && z->P == 1)) && side_mode();
+    z->overlap_reduce = stage < 2 && z->P > 1 && overlap_reduce_mode();
     if (z->side && !(z->side_pending = calloc((size_t)z->ngroups, 1))) {
         free(z->has_tp_replicated);
         free(z->g);
@@ -843,27 +867,38 @@ int dx_zero_zero_grad(dx_zero *z)
 
 /* Stages 0-1: a gradient still marked fresh (no backward of its group since
  * dx_zero_zero_grad) is zeroed before it is read (groups from..ngroups-1). */
+static void settle_fresh_one(dx_zero *z, int i)
+{
+    zgroup *g = &z->g[i];
+    dx_group *mg = dx_model_group(z->model, i);
+    if (g->frozen || g->stage >= 2 || !mg->grad_fresh) return;
+    mg->grad_fresh = 0;
+    DX_TRACE_OP(z->tr, group_module(z, i), group_layer(z, i), DX_OP_MEMSET, 0, (int64_t)(g->n_pad * z->as),
+                z->be->zero(z->be, g->grad, g->n_pad * z->as));
+}
+
 static void settle_fresh(dx_zero *z, int from)
 {
-    for (int i = from; i < z->ngroups; i++) {
-        zgroup *g = &z->g[i];
-        dx_group *mg = dx_model_group(z->model, i);
-        if (g->frozen || g->stage >= 2 || !mg->grad_fresh) continue;
-        mg->grad_fresh = 0;
-        DX_TRACE_OP(z->tr, group_module(z, i), group_layer(z, i), DX_OP_MEMSET, 0, (int64_t)(g->n_pad * z->as),
-                    z->be->zero(z->be, g->grad, g->n_pad * z->as));
-    }
+    for (int i = from; i < z->ngroups; i++) settle_fresh_one(z, i);
 }
 
 int dx_zero_reduce_grads(dx_zero *z)
 {
+    z->ar_early = 0;
     side_join_all(z); /* (a group no forward used since the last step: settle_fresh writes it) */
     settle_fresh(z, 0);
     if (z->P == 1 || z->stage >= 2) return 0;
-    for (int i = 0; i < z->ngroups; i++)
-        if (!z->g[i].frozen) /* (stages 0-1: every trained group has the run's stage) */
-            COMM(z, i, DX_OP_ALL_REDUCE, z->g[i].n * z->as,
-                 z->dp->all_reduce_sum(z->dp, z->g[i].grad, z->g[i].n, z->be->acc));
+    /* the all-reduces started in the backward ran in order on the comm: the newest covers them */
+    if (z->dp->wait(z->dp, &z->ar_req)) return -1;
+    for (int i = 0; i < z->ngroups; i++) {
+        zgroup *g = &z->g[i];
+        if (g->ar_started) {
+            g->ar_started = 0;
+            continue;
+        }
+        if (!g->frozen) /* (stages 0-1: every trained group has the run's stage) */
+            COMM(z, i, DX_OP_ALL_REDUCE, g->n * z->as, z->dp->all_reduce_sum(z->dp, g->grad, g->n, z->be->acc));
+    }
     return 0;
 }
 
@@ -1030,6 +1065,7 @@ static int offload_redo(dx_zero *z, double clip)
 int dx_zero_begin_last_backward(dx_zero *z, const dx_adamw_hparams *hp, double max_norm)
 {
     z->early = z->spec = 0;
+    z->ar_early = z->overlap_reduce;
     if (!z->offload || z->grid.tp_dev || (z->stage < 2 && z->P > 1) || z->nchunks == 0) return 0;
     if (max_norm > 0) { /* clipping: speculate that the factor will be 1 */
         if (z->speculate == 0 || (z->speculate == 2 && !(z->last_norm >= 0 && z->last_norm <= max_norm)))

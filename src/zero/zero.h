@@ -104,7 +104,13 @@ int dx_zero_zero_grad(dx_zero *z);
 
 /* After the last micro-batch's backward: stages 0 and 1 all-reduce the gradients (stages 2 and 3
  * already reduce-scattered them in the backward hooks); gradients still fresh (a group without
- * a backward since dx_zero_zero_grad) are zeroed first. */
+ * a backward since dx_zero_zero_grad) are zeroed first. Where dx_zero_begin_last_backward came
+ * before that backward (DP > 1, not with DX_ZERO_OVERLAP_REDUCE=0), each group's all-reduce
+ * was already started by its post-backward hook, as soon as its gradient was final, and ran on
+ * the comm's stream beside the backward of the groups before it (PyTorch DDP's bucketed
+ * all-reduce, Megatron-LM's overlap_grad_reduce, with one bucket per group); this call then
+ * only makes the compute stream wait for them (and all-reduces any group the backward did not
+ * reach). The sums are the same either way. */
 int dx_zero_reduce_grads(dx_zero *z);
 
 /* Global gradient L2 norm (over all parameters, all ranks), clipping factor
@@ -148,7 +154,9 @@ int dx_zero_step(dx_zero *z, const dx_adamw_hparams *hp, double max_norm, double
  * of a run without a checkpoint) was at or below max_norm; 1: always; 0: never (the update
  * waits for the norm).
  * Returns 1 when armed, 0 when the update stays after the backward, -1 + dx_fail. Not for
- * pipeline schedules (their backwards interleave micro-batches). */
+ * pipeline schedules (their backwards interleave micro-batches).
+ * Stages 0-1 over DP > 1, with or without offload: also arms the gradient all-reduces of that
+ * backward's hooks (see dx_zero_reduce_grads). */
 int dx_zero_begin_last_backward(dx_zero *z, const dx_adamw_hparams *hp, double max_norm);
 
 /* The global gradient norm of the last dx_zero_step (-1: no step yet), the guess of the
