@@ -47,6 +47,8 @@ struct dx_comm {
      * wait returns at once. A req with active = 0 waits for nothing. */
     int (*all_gather_start)(dx_comm *c, const void *send, void *recv, size_t count, dx_dtype dt,
                             dx_comm_req *req);
+    /* (reduce_scatter_start may run in place: recv = send + rank * count elements, the rank's
+     * own part of send; the other parts of send are undefined afterwards.) */
     int (*reduce_scatter_start)(dx_comm *c, const void *send, void *recv, size_t count,
                                 dx_dtype dt, dx_comm_req *req);
     /* Split-phase all_reduce_sum (buf[count] summed in place), as above: NCCL on its main

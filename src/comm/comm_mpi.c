@@ -91,7 +91,16 @@ static int m_reduce_scatter_start(dx_comm *c, const void *send, void *recv, size
                                   dx_dtype dt, dx_comm_req *req)
 {
     req->active = 0;
-    return m_reduce_scatter_sum(c, send, recv, count, dt);
+    const size_t bytes = count * dx_dtype_size(dt);
+    if (recv != (const char *)send + (size_t)c->rank * bytes || !bytes)
+        return m_reduce_scatter_sum(c, send, recv, count, dt);
+    /* in place (MPI forbids aliased send and receive buffers): through a scratch part */
+    void *tmp = malloc(bytes);
+    if (!tmp) return dx_fail("rank %d: reduce-scatter: out of host memory (%zu bytes)", c->rank, bytes);
+    int rc = m_reduce_scatter_sum(c, send, tmp, count, dt);
+    if (!rc) memcpy(recv, tmp, bytes);
+    free(tmp);
+    return rc;
 }
 
 static int m_all_reduce_start(dx_comm *c, void *buf, size_t count, dx_dtype dt, dx_comm_req *req)

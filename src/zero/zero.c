@@ -100,10 +100,11 @@ struct dx_zero {
     dx_adamw_hparams oq_hp;
     /* early update (dx_zero_begin_last_backward): the host AdamW in the last backward */
     int early, in_backward;
-    /* stages 0-1 over DP > 1 (dx_zero_begin_last_backward): each group's gradient all-reduce
-     * starts in the last backward's hook, overlapping the backward of the groups before it
-     * (PyTorch DDP's and Megatron-LM's overlap_grad_reduce); ar_req: the newest (the comm runs
-     * them in order); off with DX_ZERO_OVERLAP_REDUCE=0 */
+    /* stages 0-1 over DP > 1 (dx_zero_begin_last_backward): each group's gradient reduction
+     * (stage 0 all-reduce, stage 1 reduce-scatter into the owned shard) starts in the last
+     * backward's hook, overlapping the backward of the groups before it (PyTorch DDP's and
+     * Megatron-LM's overlap_grad_reduce); ar_req: the newest (the comm runs them in order); off
+     * with DX_ZERO_OVERLAP_REDUCE=0 */
     int overlap_reduce, ar_early;
     dx_comm_req ar_req;
     /* speculative early update (clipping on): run with clip factor 1, repaired (redo) by
@@ -409,10 +410,16 @@ static int hook(void *ctx, int gi, dx_hook_kind kind)
              * dx_zero_step / dx_zero_zero_grad, which wait for both */
         }
         if (g->stage == 3) mg->work = NULL;
-        if (z->ar_early && g->stage < 2) { /* final in this (last) backward: its all-reduce */
+        if (z->ar_early && g->stage < 2) { /* final in this (last) backward: reduce it now */
             settle_fresh_one(z, gi);
-            COMM(z, gi, DX_OP_ALL_REDUCE, g->n * z->as,
-                 z->dp->all_reduce_start(z->dp, g->grad, g->n, be->acc, &z->ar_req));
+            if (g->stage == 1) /* only the owned shard is read (Megatron-LM's distributed
+                                * optimizer, DeepSpeed's stage 1): half an all-reduce's bytes */
+                COMM(z, gi, DX_OP_REDUCE_SCATTER, g->n_pad * z->as,
+                     z->dp->reduce_scatter_start(z->dp, g->grad, at(g->grad, (size_t)z->r * g->shard, z->as),
+                                                 g->shard, be->acc, &z->ar_req));
+            else
+                COMM(z, gi, DX_OP_ALL_REDUCE, g->n * z->as,
+                     z->dp->all_reduce_start(z->dp, g->grad, g->n, be->acc, &z->ar_req));
             g->ar_started = 1;
         }
         /* early update without reduction (stage 1, one DP rank): the gradient is final now */

@@ -105,12 +105,14 @@ int dx_zero_zero_grad(dx_zero *z);
 /* After the last micro-batch's backward: stages 0 and 1 all-reduce the gradients (stages 2 and 3
  * already reduce-scattered them in the backward hooks); gradients still fresh (a group without
  * a backward since dx_zero_zero_grad) are zeroed first. Where dx_zero_begin_last_backward came
- * before that backward (DP > 1, not with DX_ZERO_OVERLAP_REDUCE=0), each group's all-reduce
+ * before that backward (DP > 1, not with DX_ZERO_OVERLAP_REDUCE=0), each group's reduction
  * was already started by its post-backward hook, as soon as its gradient was final, and ran on
  * the comm's stream beside the backward of the groups before it (PyTorch DDP's bucketed
- * all-reduce, Megatron-LM's overlap_grad_reduce, with one bucket per group); this call then
- * only makes the compute stream wait for them (and all-reduces any group the backward did not
- * reach). The sums are the same either way. */
+ * all-reduce, Megatron-LM's overlap_grad_reduce, with one bucket per group): at stage 1 a
+ * reduce-scatter into the rank's own shard of the gradient (the optimizer reads only that; the
+ * rest of the buffer is left undefined until the next backward overwrites it), at stage 0 an
+ * all-reduce. This call then only makes the compute stream wait for them (and all-reduces any
+ * group the backward did not reach). The owned sums are the same either way. */
 int dx_zero_reduce_grads(dx_zero *z);
 
 /* Global gradient L2 norm (over all parameters, all ranks), clipping factor
