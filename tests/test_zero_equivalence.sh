@@ -2,8 +2,12 @@
 # ZeRO stages are the same training as one process: for DP = 2, 3, 4 and ZeRO stages 0-3, 10
 # steps on the same global batch (12 sequences) give the same per-step losses and the same final
 # fp32 master weights as stage 0 with DP = 1, within 1e-5 relative (fp32; only the order of the
-# gradient sums differs). Gradient accumulation is exercised at DP = 2. Then the per-rank bytes
-# of params, grads and optimizer states at DP = 4 are checked against ZeRO's prediction.
+# gradient sums differs). Gradient accumulation is exercised at DP = 2. Stages 0-1 reduce the
+# gradients in the last backward (DX_ZERO_OVERLAP_REDUCE, default on); DP 2 stage 1 runs once more
+# with it off, and the op-level traces at DP 2 must show which reduction ran: all-reduces in the
+# backward (stage 0), reduce-scatters in the backward (stage 1), all-reduces after it (off). Then
+# the per-rank bytes of params, grads and optimizer states at DP = 4 are checked against ZeRO's
+# prediction.
 #
 # The same script checks GPUs (bf16 compute, NCCL) when run with, e.g.
 #   ZE_DEVICE=cuda ZE_DPS=2 ZE_RTOL=2e-2 ZE_STEPS=20 ZE_MODEL=brown-small tests/test_zero_equivalence.sh
@@ -19,20 +23,53 @@ trap 'rm -rf "$tmp"' EXIT
 
 common=(train --model "$model" --train-data "$tmp/train.bin" --seq-length 32 --train-iters "$steps"
         --warmup-iters 3 --lr 3e-3 --eval-interval 0 --sample-tokens 0 --log-interval 100 --device "$device")
-run() { # name np stage micro accum
-  OMP_NUM_THREADS=1 mpirun -np "$2" "$DISSECT" "${common[@]}" --zero-stage "$3" --micro-batch "$4" \
-    --grad-accum "$5" --trace "$tmp/$1.h5" --save "$tmp/$1.ck.h5" > "$tmp/$1.log" 2>&1 \
-    || { cat "$tmp/$1.log"; exit 1; }
+run() { # name np stage micro accum [more flags]
+  local name=$1 np=$2 stage=$3 mb=$4 acc=$5; shift 5
+  OMP_NUM_THREADS=1 mpirun -np "$np" -x DX_ZERO_OVERLAP_REDUCE "$DISSECT" "${common[@]}" --zero-stage "$stage" \
+    --micro-batch "$mb" --grad-accum "$acc" --trace "$tmp/$name.h5" --save "$tmp/$name.ck.h5" "$@" \
+    > "$tmp/$name.log" 2>&1 || { cat "$tmp/$name.log"; exit 1; }
 }
+export DX_ZERO_OVERLAP_REDUCE=1
 run ref 1 0 12 1
 runs=()
 for stage in 0 1 2 3; do
   for dp in "${dps[@]}"; do
     case $dp in 2) mb=3 acc=2 ;; 3) mb=4 acc=1 ;; 4) mb=3 acc=1 ;; *) echo "DP $dp: no batch split of 12"; exit 2 ;; esac
-    run "dp${dp}_s$stage" "$dp" $stage $mb $acc; runs+=("dp${dp}_s$stage")
+    run "dp${dp}_s$stage" "$dp" $stage $mb $acc --trace-level op; runs+=("dp${dp}_s$stage")
   done
 done
+# stages 0-1 reduce each layer's gradient in the last backward (stage 0 all-reduce, stage 1
+# reduce-scatter); with DX_ZERO_OVERLAP_REDUCE=0 all-reduces after the backward: both paths
+# are checked for equivalence above and below, and the op-level trace says which one ran
+DX_ZERO_OVERLAP_REDUCE=0 run dp2_s1_after 2 1 3 2 --trace-level op; runs+=(dp2_s1_after)
 fail=0
+reductions() { # trace: "OP WHEN COUNT" of the layers' gradient reductions over all ranks and steps
+  # (WHEN: in_backward = traced with the micro-batch of a backward; after_backward = micro-batch -1)
+  "$PYTHON3" - "$1" <<'PY'
+import collections, sys
+import h5py
+with h5py.File(sys.argv[1], "r") as f:
+    ev = f["events"]
+    ops = {v: k for k, v in h5py.check_enum_dtype(ev.dtype["op"]).items()}
+    mods = {v: k for k, v in h5py.check_enum_dtype(ev.dtype["module"]).items()}
+    e = ev[:]
+    n = collections.Counter((ops[o], "in_backward" if mb >= 0 else "after_backward")
+                            for o, m, mb in zip(e["op"], e["module"], e["micro"])
+                            if mods[m] == "layer" and ops[o] in ("all_reduce", "reduce_scatter"))
+    for (o, p), c in sorted(n.items()):
+        print(o, p, c)
+PY
+}
+expect_reductions() { # name want: the only kind of layer reduction the trace may hold
+  local got; got=$(reductions "$tmp/$1.h5")
+  if [[ -n $got && $(echo "$got" | wc -l) == 1 && $got == "$2 "* ]]; then echo "ok   $1: layer gradients reduced by $got"
+  else echo "FAIL $1: want only '$2' layer reductions, trace has: ${got:-none}"; fail=1; fi
+}
+if [[ " ${dps[*]} " == *" 2 "* ]]; then
+  expect_reductions dp2_s0 "all_reduce in_backward"
+  expect_reductions dp2_s1 "reduce_scatter in_backward"
+  expect_reductions dp2_s1_after "all_reduce after_backward"
+fi
 ( cd "$tmp" && "$PYTHON3" "$SRCDIR/tests/compare_traces.py" --rtol "$rtol" ref.h5 "${runs[@]/%/.h5}" ) || fail=1
 ( cd "$tmp" && "$PYTHON3" "$SRCDIR/tests/compare_checkpoints.py" --rtol "$rtol" ref.ck.h5 "${runs[@]/%/.ck.h5}" ) || fail=1
 # memory per rank at DP = 4 falls as ZeRO predicts (fp32 CPU backend)
