@@ -702,7 +702,7 @@ typedef struct {
         op_bytes[DX_OP_COUNT][DX_MOD_COUNT];
     long long op_count[DX_OP_COUNT][DX_MOD_COUNT];
     /* communication units by op, module and phase: time (clipped to the step) and the part of
-     * it not covered by compute-stream ops (exposed) */
+     * it not covered by compute-stream or host ops (exposed) */
     double comm_ns[DX_OP_COUNT][DX_MOD_COUNT][DX_PH_COUNT], exp_ns[DX_OP_COUNT][DX_MOD_COUNT][DX_PH_COUNT];
     long long comm_count[DX_OP_COUNT][DX_MOD_COUNT][DX_PH_COUNT];
     double *layer_ns;        /* [(max_layer + 2) * DX_MOD_COUNT]; row max_layer + 1 = other */
@@ -860,7 +860,9 @@ static int analyse(report *r, analysis *a)
                 com[nm++] = (ival){s, t};
                 continue;
             }
-            if (ev->stream == DX_STREAM_COMPUTE) cmp[nc++] = (ival){s, t};
+            /* what covers a collective: compute-stream ops and host work (the offloaded AdamW,
+             * which ZeRO-2's parameter all-gathers run beside), as check_events.py counts them */
+            if (ev->stream == DX_STREAM_COMPUTE || ev->stream == DX_STREAM_HOST) cmp[nc++] = (ival){s, t};
             if (ev->stream == DX_STREAM_COMPUTE || ev->stream == DX_STREAM_HOST) {
                 double d = (double)(t - s);
                 g->compute += d;
@@ -1430,7 +1432,7 @@ static void print_top(const report *r, const analysis *a, int top)
 }
 
 /* Where the exposed communication is: collectives by op, module and phase, with the part of
- * their time that no compute-stream op covers. */
+ * their time that no compute-stream or host op covers. */
 static void print_exposed(const report *r, const analysis *a)
 {
     if (!use_events(r, a)) return;
@@ -1444,7 +1446,7 @@ static void print_exposed(const report *r, const analysis *a)
     qsort(rows, (size_t)n, sizeof rows[0], cmp_op_row);
     double per = (double)r->n_sel * (double)r->world; /* (step, rank) groups */
     printf("Exposed communication (per step, mean over ranks; exposed = time of the collective "
-           "not covered by any compute-stream op)\n");
+           "not covered by any compute-stream or host op)\n");
     printf("  %-16s %-10s %-10s %8s %10s %12s %10s\n", "op", "module", "phase", "count", "comm ms",
            "exposed ms", "exposed %");
     double tc = 0, te = 0;
@@ -1566,7 +1568,7 @@ static void print_tp_row(const report *r, const analysis *a, int row, double tot
 /* Tensor-parallel collectives (tp > 1) of compute modules per layer (rows outside layers named by
  * module: embedding first, then the layers, the final rmsnorm and lm_head): calls and ms per
  * step, mean over the ranks that recorded the row, and the part of that time not covered by
- * compute-stream ops (exposed). The last row is the mean over all ranks of their whole TP time. */
+ * compute-stream or host ops (exposed). The last row is the mean over all ranks of their whole TP time. */
 static void print_tp(const report *r, const analysis *a)
 {
     if (r->tp <= 1) return;
@@ -1577,7 +1579,7 @@ static void print_tp(const report *r, const analysis *a)
     }
     printf("Tensor-parallel collectives per layer (per step, mean over the ranks that hold the "
            "layer; AR = all_reduce, AG = all_gather, RS = reduce_scatter; n = calls; exposed = not "
-           "covered by compute-stream ops)\n");
+           "covered by compute-stream or host ops)\n");
     printf("  %-10s %5s %7s %9s %7s %9s %7s %9s %10s %11s\n", "layer", "ranks", "AR n", "AR ms",
            "AG n", "AG ms", "RS n", "RS ms", "total ms", "exposed ms");
     double tot[2] = {0, 0};
