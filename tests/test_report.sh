@@ -70,6 +70,19 @@ expect_line "--steps 10:10" "$out2" "mean rank 0 225.000 375.000 75.000 37.500 3
 expect_line "--steps 10:10" "$out2" "mean max 225.000 390.000 75.000 37.500 37.500 750.000"
 if [[ $(sed -n '/^Top operators/,/^$/p' "$out2" | wc -l) -eq 6 ]]; then ok "--top 3: 3 rows"; else bad "--top 3"; fi
 
+# host work covers a collective: the same trace with the offloaded AdamW (stream host) beside
+# the all-reduce's last 5u (rank 1: 3u) leaves no exposed communication, and the breakdown's
+# columns still add up to the step (backward 55u on both ranks: 1237.5 ms per step)
+if [[ $1 != *.h5 ]]; then
+  if "$1" "$tmp/hc.h5" host-cover >"$tmp/hc_trace.log" && "$DISSECT" report "$tmp/hc.h5" >"$tmp/hc.txt" 2>&1; then
+    expect_line "host cover: breakdown" "$tmp/hc.txt" "mean max 675.000 1237.500 225.000 0.000 112.500 2250.000"
+    expect_line "host cover: exposed comm" "$tmp/hc.txt" "all_reduce layer backward 1.0 562.500 0.000 0.0"
+    if "$PYTHON3" "$SRCDIR/tests/check_events.py" "$tmp/hc.h5" >"$tmp/hc_ce.txt" 2>&1; then
+      ok "host cover: check_events.py: $(tail -1 "$tmp/hc_ce.txt")"
+    else bad "host cover: check_events.py:"; sed 's/^/     /' "$tmp/hc_ce.txt"; fi
+  else bad "host cover: trace or report failed"; cat "$tmp/hc_trace.log" "$tmp/hc.txt" 2>/dev/null; fi
+fi
+
 # --- check_events.py ---------------------------------------------------------------------
 if "$PYTHON3" "$SRCDIR/tests/check_events.py" "$trace" --require-op gemm --require-op all_reduce \
      --require-op adamw >"$tmp/ce.txt" 2>&1; then

@@ -22,7 +22,11 @@
  * forward 30u, backward 50u (rank 1: 52u), optimizer 10u, exposed communication 5u (rank 1: 3u),
  * idle 5u. Rank 1's times are shifted by 50 us. Flops: gemm 50/ns, attention 20/ns, adamw 1/ns;
  * bytes: memcpy 10/ns, all_reduce 2/ns, other ops 4/ns (so gemm runs at 50 GFLOP/s).
- * Events are appended rank by rank (the step span last), step 10 first, then 20 and 30. */
+ * Events are appended rank by rank (the step span last), step 10 first, then 20 and 30.
+ * With a second argument "host-cover": also, per rank and step, host work (op adamw on stream
+ * host, phase backward, as the offloaded AdamW inside the backward) from the end of the
+ * backward's compute (80u, rank 1: 82u) to 85u, covering the rest of the all-reduce: no
+ * exposed communication, backward 55u on both ranks (tests/test_report.sh). */
 #include "common/common.h"
 #include "trace/events.h"
 #include "trace/trace.h"
@@ -35,6 +39,7 @@
 #include <string.h>
 
 static const int64_t step_ms[3] = {750, 1750, 2750}, base_ms[3] = {100, 1000, 3000};
+static int host_cover; /* argv[2] "host-cover" */
 
 static void push(dx_event_buf *b, int rank, int r, int64_t u0, int64_t u1, int phase, int module,
                  int op, int stream, int layer, int micro)
@@ -119,6 +124,8 @@ static void synth_events(dx_event_buf *b, int rank, int r)
     const seq_op emb_b = {DX_MOD_EMBEDDING, DX_OP_EMBEDDING, 3};
     push_seq(b, rank, r, &t, DX_PH_BACKWARD, -1, &emb_b, 1);
     push(b, rank, r, 60, 85, DX_PH_BACKWARD, DX_MOD_LAYER, DX_OP_ALL_REDUCE, DX_STREAM_COMM, -1, -1);
+    if (host_cover)
+        push(b, rank, r, rank == 1 ? 82 : 80, 85, DX_PH_BACKWARD, DX_MOD_OPTIMIZER, DX_OP_ADAMW, DX_STREAM_HOST, -1, -1);
     push(b, rank, r, 85, 87, DX_PH_OPTIMIZER, DX_MOD_OPTIMIZER, DX_OP_GRAD_NORM, DX_STREAM_COMPUTE, -1, -1);
     push(b, rank, r, 87, 95, DX_PH_OPTIMIZER, DX_MOD_OPTIMIZER, DX_OP_ADAMW, DX_STREAM_COMPUTE, -1, -1);
     push(b, rank, r, 0, 100, DX_PH_STEP, DX_MOD_STEP, DX_OP_STEP, DX_STREAM_HOST, -1, -1);
@@ -128,6 +135,7 @@ int main(int argc, char **argv)
 {
     MPI_Init(&argc, &argv);
     const char *path = argc > 1 ? argv[1] : "test_trace.h5";
+    host_cover = argc > 2 && strcmp(argv[2], "host-cover") == 0;
 
     const char *hosts[2] = {"node-a", "node-b.example.org"};
     dx_trace_meta meta = {
