@@ -6,7 +6,9 @@
 # stages 0-2 in turn, gives the same per-step losses and final fp32 master weights (the
 # checkpoint's logical tensors) as one process, within 1e-5 relative (fp32; only the order of
 # sums differs). Also: an uneven stage split, and TP 4 over the model's 2 KV heads (replicated
-# k/v_proj), and ZeRO-3 with TP 2 x DP 2. The peak learning rate is 1e-3: AdamW moves a weight by about lr whatever the size
+# k/v_proj), ZeRO-3 with TP 2 x DP 2, and ZeRO-1 over PP 2 x DP 2 (1F1B and interleaved), whose
+# op-level traces must show where the layers' gradients were reduced (tests/check_reductions.py).
+# The peak learning rate is 1e-3: AdamW moves a weight by about lr whatever the size
 # of its gradient, so it turns rounding differences in near-zero gradients into weight
 # differences in proportion to lr (at 3e-3 the worst tensor differed by 1.6e-5, at 1e-3 by
 # 5.3e-6, on this 2-core CPU, 2026-11-23).
@@ -71,7 +73,17 @@ run tp4_kvrepl_sp_pp2 8 4 2 1 --sequence-parallel
 # ZeRO-3 over the DP axis of a TP grid (it does not compose with PP)
 run tp2_dp2_zero3 4 2 1 2 --zero-stage 3
 run tp2_dp2_sp_zero3 4 2 1 2 --zero-stage 3 --sequence-parallel
+# ZeRO-1 over the DP axis of a pipeline: a one-chunk schedule reduce-scatters each layer's
+# gradient in the last backward (dx_pipeline_set_last_backward_hook), the interleaved one
+# all-reduces after it; both must still train as one process
+run pp2_dp2_zero1_1f1b 4 1 2 2 --zero-stage 1 --trace-level op
+run pp2_dp2_zero1_interleaved 4 1 2 2 --zero-stage 1 --trace-level op --pipeline-schedule interleaved-1f1b \
+  --num-layers-per-virtual-pipeline-stage 2
 fail=0
+for want in "pp2_dp2_zero1_1f1b:reduce_scatter in_backward" "pp2_dp2_zero1_interleaved:all_reduce after_backward"; do
+  [ -f "$tmp/${want%%:*}.h5" ] || continue
+  "$PYTHON3" "$SRCDIR/tests/check_reductions.py" "$tmp/${want%%:*}.h5" "${want#*:}" || fail=1
+done
 ( cd "$tmp" && "$PYTHON3" "$SRCDIR/tests/compare_traces.py" --rtol "$rtol" ref.h5 "${runs[@]/%/.h5}" ) || fail=1
 ( cd "$tmp" && "$PYTHON3" "$SRCDIR/tests/compare_checkpoints.py" --rtol "$rtol" ref.ck.h5 "${runs[@]/%/.ck.h5}" ) || fail=1
 exit $fail

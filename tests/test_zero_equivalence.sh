@@ -43,32 +43,10 @@ done
 # are checked for equivalence above and below, and the op-level trace says which one ran
 DX_ZERO_OVERLAP_REDUCE=0 run dp2_s1_after 2 1 3 2 --trace-level op; runs+=(dp2_s1_after)
 fail=0
-reductions() { # trace: "OP WHEN COUNT" of the layers' gradient reductions over all ranks and steps
-  # (WHEN: in_backward = traced with the micro-batch of a backward; after_backward = micro-batch -1)
-  "$PYTHON3" - "$1" <<'PY'
-import collections, sys
-import h5py
-with h5py.File(sys.argv[1], "r") as f:
-    ev = f["events"]
-    ops = {v: k for k, v in h5py.check_enum_dtype(ev.dtype["op"]).items()}
-    mods = {v: k for k, v in h5py.check_enum_dtype(ev.dtype["module"]).items()}
-    e = ev[:]
-    n = collections.Counter((ops[o], "in_backward" if mb >= 0 else "after_backward")
-                            for o, m, mb in zip(e["op"], e["module"], e["micro"])
-                            if mods[m] == "layer" and ops[o] in ("all_reduce", "reduce_scatter"))
-    for (o, p), c in sorted(n.items()):
-        print(o, p, c)
-PY
-}
-expect_reductions() { # name want: the only kind of layer reduction the trace may hold
-  local got; got=$(reductions "$tmp/$1.h5")
-  if [[ -n $got && $(echo "$got" | wc -l) == 1 && $got == "$2 "* ]]; then echo "ok   $1: layer gradients reduced by $got"
-  else echo "FAIL $1: want only '$2' layer reductions, trace has: ${got:-none}"; fail=1; fi
-}
 if [[ " ${dps[*]} " == *" 2 "* ]]; then
-  expect_reductions dp2_s0 "all_reduce in_backward"
-  expect_reductions dp2_s1 "reduce_scatter in_backward"
-  expect_reductions dp2_s1_after "all_reduce after_backward"
+  for want in "dp2_s0:all_reduce in_backward" "dp2_s1:reduce_scatter in_backward" "dp2_s1_after:all_reduce after_backward"; do
+    "$PYTHON3" "$SRCDIR/tests/check_reductions.py" "$tmp/${want%%:*}.h5" "${want#*:}" || fail=1
+  done
 fi
 ( cd "$tmp" && "$PYTHON3" "$SRCDIR/tests/compare_traces.py" --rtol "$rtol" ref.h5 "${runs[@]/%/.h5}" ) || fail=1
 ( cd "$tmp" && "$PYTHON3" "$SRCDIR/tests/compare_checkpoints.py" --rtol "$rtol" ref.ck.h5 "${runs[@]/%/.ck.h5}" ) || fail=1

@@ -17,9 +17,17 @@ struct dx_pipeline {
     dx_comm_req *req; /* [v * slots]: the last send from each chunk's slot (activation or grad) */
     dx_comm **req_comm; /* [v * slots]: the link that send went on */
     uint64_t seq0;      /* micro-batch 0's first global sequence (dx_pipeline_set_first_sequence) */
+    int (*last_bwd_fn)(void *ctx); /* dx_pipeline_set_last_backward_hook */
+    void *last_bwd_ctx;
 };
 
 void dx_pipeline_set_first_sequence(dx_pipeline *p, uint64_t seq0) { p->seq0 = seq0; }
+
+void dx_pipeline_set_last_backward_hook(dx_pipeline *p, int (*fn)(void *ctx), void *ctx)
+{
+    p->last_bwd_fn = fn;
+    p->last_bwd_ctx = ctx;
+}
 
 dx_pipeline *dx_pipeline_create(const dx_pp_links *links, int np, int stage, dx_pp_schedule kind,
                                 int m, int v)
@@ -171,10 +179,14 @@ int dx_pipeline_train(dx_pipeline *p, int B, int T, void *loss_sum, float dscale
 {
     dx_backend *be = dx_model_backend(p->model);
     double f = 0, b = 0;
+    int last_bwd = -1; /* one chunk: the action whose backward leaves every gradient final */
+    for (int i = 0; p->v == 1 && p->last_bwd_fn && i < p->nact; i++)
+        if (p->act[i].kind == DX_PP_BACKWARD) last_bwd = i;
     for (int i = 0; i < p->nact; i++) {
         const dx_pp_action *a = &p->act[i];
         uint64_t t0 = dx_now_ns();
         p->tr->phase = a->kind == DX_PP_FORWARD ? DX_PH_FORWARD : DX_PH_BACKWARD;
+        if (i == last_bwd && p->last_bwd_fn(p->last_bwd_ctx)) return -1;
         int rc = a->kind == DX_PP_FORWARD
                      ? forward(p, a->chunk, a->micro, B, T, loss_sum, 1, dscale, load, ctx)
                      : backward(p, a->chunk, a->micro, B, T);

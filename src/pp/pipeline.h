@@ -54,6 +54,13 @@ void dx_pipeline_destroy(dx_pipeline *p);
  * (dx_model_set_micro_sequence, set before each chunk forward). */
 void dx_pipeline_set_first_sequence(dx_pipeline *p, uint64_t seq0);
 
+/* fn(ctx) runs in dx_pipeline_train before this rank's last backward action of the step, where
+ * the rank holds one model chunk (v = 1: that action is the last micro-batch's backward of every
+ * group the rank holds, so each group's gradient is final at its post-backward hook there; with
+ * several chunks it is never called). fn returns 0, or -1 + dx_fail to stop the step. The worker
+ * arms ZeRO-0/1's gradient reductions in the backward with it (dx_zero_arm_reduce). */
+void dx_pipeline_set_last_backward_hook(dx_pipeline *p, int (*fn)(void *ctx), void *ctx);
+
 /* One step's forward and backward over m micro-batches of B x T tokens (the schedule's order):
  * chunks holding the head add each micro-batch's loss to loss_sum (A[1], +=) with dL/dlogits
  * scaled by dscale; gradients accumulate in the model's groups. Collective over the pipeline

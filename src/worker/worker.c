@@ -225,6 +225,13 @@ static int open_data_and_model(dx_worker *w, const dx_config *c)
     return 0;
 }
 
+/* The pipeline's last backward action on a one-chunk rank: ZeRO-0/1's reductions in it. */
+static int arm_reduce(void *zero)
+{
+    dx_zero_arm_reduce(zero);
+    return 0;
+}
+
 #if defined(DX_HAVE_NCCL)
 static dx_comm *make_nccl(dx_comm *host, void *be) { return dx_comm_nccl_create(host, be); }
 #endif
@@ -271,6 +278,7 @@ dx_worker *dx_worker_create(const dx_config *c, dx_comm *world, int *rc)
     dx_zero_grid zg = {.tp_dev = w->grid.tp > 1 ? w->grid.tp_dev : NULL, .tp_rank = w->grid.tp_rank,
                        .norm_host = world};
     dx_zero_set_grid(w->zero, &zg);
+    if (w->pipe) dx_pipeline_set_last_backward_hook(w->pipe, arm_reduce, w->zero);
     /* Hugging Face import: the initial weights from the safetensors of c->hf_model (every rank
      * reads them and keeps its shard; collective, with its own agreement) */
     if (c->hf_model[0] && dx_hf_load_weights(c->hf_model, w->model, w->zero, w->dp)) {

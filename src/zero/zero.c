@@ -732,6 +732,11 @@ dx_zero *dx_zero_create(dx_model *m, dx_backend *be, dx_comm *dp, dx_comm *dp_ho
     if (fail || !host) dx_fail_prefix("rank %d: ZeRO stage %d state", dp->rank, stage);
     /* the initialisation below is collective (stages 1-2): agree first, so no rank waits there */
     *rc = dx_comm_agree(dp_host, fail || !host ? -1 : 0);
+    /* the reductions in the backward are collective: on only if every DP rank's environment
+     * says so (a rank launched without DX_ZERO_OVERLAP_REDUCE=0 would otherwise wait forever) */
+    int any_off = 0;
+    if (!*rc && z->P > 1 && stage < 2 && dp_host->max_int(dp_host, !z->overlap_reduce, &any_off)) *rc = -1;
+    if (any_off) z->overlap_reduce = 0;
     if (*rc) {
         free(host);
         dx_zero_destroy(z);
@@ -813,6 +818,7 @@ void dx_zero_destroy(dx_zero *z)
         z->dp->wait(z->dp, &z->bucket_req[s]);
         z->dp->wait(z->dp, &z->gather_req[s]);
     }
+    z->dp->wait(z->dp, &z->ar_req); /* (the newest reduction started in a backward) */
     for (int i = 0; i < z->ngroups; i++) {
         zgroup *g = &z->g[i];
         if ((g->stage == 1 || g->stage == 2) && !g->frozen) zfree_gathered(z, g->work);
@@ -863,7 +869,8 @@ int dx_zero_zero_grad(dx_zero *z)
     for (int i = 0; i < z->ngroups; i++) {
         zgroup *g = &z->g[i];
         if (g->frozen) continue;
-        if (g->stage < 2) /* the backward overwrites it (the padding after it stays zeros) */
+        if (g->stage < 2) /* the backward overwrites it (the padding after it is never read:
+                           * stage 1's in-place reduce-scatter leaves it undefined) */
             dx_model_group(z->model, i)->grad_fresh = 1;
         else
             z->be->zero(z->be, g->grad, g->shard * z->as);
@@ -1068,6 +1075,8 @@ static int offload_redo(dx_zero *z, double clip)
     z->oq_pos = z->oq_issue = done;
     return rc;
 }
+
+void dx_zero_arm_reduce(dx_zero *z) { z->ar_early = z->overlap_reduce; }
 
 int dx_zero_begin_last_backward(dx_zero *z, const dx_adamw_hparams *hp, double max_norm)
 {

@@ -105,7 +105,8 @@ int dx_zero_zero_grad(dx_zero *z);
 /* After the last micro-batch's backward: stages 0 and 1 all-reduce the gradients (stages 2 and 3
  * already reduce-scattered them in the backward hooks); gradients still fresh (a group without
  * a backward since dx_zero_zero_grad) are zeroed first. Where dx_zero_begin_last_backward came
- * before that backward (DP > 1, not with DX_ZERO_OVERLAP_REDUCE=0), each group's reduction
+ * (or dx_zero_arm_reduce) before that backward (DP > 1, unless DX_ZERO_OVERLAP_REDUCE=0 on any
+ * DP rank: dx_zero_create makes the ranks agree), each group's reduction
  * was already started by its post-backward hook, as soon as its gradient was final, and ran on
  * the comm's stream beside the backward of the groups before it (PyTorch DDP's bucketed
  * all-reduce, Megatron-LM's overlap_grad_reduce, with one bucket per group): at stage 1 a
@@ -160,6 +161,13 @@ int dx_zero_step(dx_zero *z, const dx_adamw_hparams *hp, double max_norm, double
  * Stages 0-1 over DP > 1, with or without offload: also arms the gradient all-reduces of that
  * backward's hooks (see dx_zero_reduce_grads). */
 int dx_zero_begin_last_backward(dx_zero *z, const dx_adamw_hparams *hp, double max_norm);
+
+/* Arms only the gradient reductions of dx_zero_begin_last_backward (stages 0-1 over DP > 1,
+ * unless DX_ZERO_OVERLAP_REDUCE=0): each group's reduction starts at its post-backward hook
+ * until dx_zero_reduce_grads. For the pipeline's last backward action on a rank holding one
+ * model chunk (dx_pipeline_set_last_backward_hook), where every group's gradient is final at its
+ * hook; no effect at stages 2-3 or on one DP rank. */
+void dx_zero_arm_reduce(dx_zero *z);
 
 /* The global gradient norm of the last dx_zero_step (-1: no step yet), the guess of the
  * speculative early update; checkpoints keep it (attribute grad_norm), so a resumed run
