@@ -39,8 +39,9 @@ typedef struct {
                              * into it since dx_zero_zero_grad) */
     dx_comm_req work_req;   /* stages 1-2: the all-gather of the updated work, waited for before
                              * the group's next forward (or backward, or any write of work) */
-    int ar_started;         /* stages 0-1: its gradient's DP all-reduce was started in the last
-                             * backward (overlap_reduce), to be waited for by dx_zero_reduce_grads */
+    int ar_started;         /* stages 0-1: its gradient's DP reduction (all-reduce, stage 1
+                             * reduce-scatter) was started in the last backward (overlap_reduce),
+                             * to be waited for by dx_zero_reduce_grads */
     int frozen;             /* dx_group.frozen (LoRA's base): no gradient, no optimizer state,
                              * owned range empty; its parameters replicated (work, stages 0-2;
                              * or NF4, QLoRA) or sharded and gathered on use (stage 3) */
@@ -126,8 +127,8 @@ struct dx_zero {
     unsigned char *side_pending;
 };
 
-/* Whether stages 0-1 start the gradient all-reduces in the last backward: unless the
- * environment's DX_ZERO_OVERLAP_REDUCE is 0. */
+/* Whether stages 0-1 start the gradient reductions in the last backward: unless the
+ * environment's DX_ZERO_OVERLAP_REDUCE is 0 (on any DP rank: dx_zero_create agrees). */
 static int overlap_reduce_mode(void)
 {
     const char *e = getenv("DX_ZERO_OVERLAP_REDUCE");
@@ -880,7 +881,8 @@ int dx_zero_zero_grad(dx_zero *z)
 }
 
 /* Stages 0-1: a gradient still marked fresh (no backward of its group since
- * dx_zero_zero_grad) is zeroed before it is read (groups from..ngroups-1). */
+ * dx_zero_zero_grad) is zeroed before it is read (group i; settle_fresh: groups
+ * from..ngroups-1). */
 static void settle_fresh_one(dx_zero *z, int i)
 {
     zgroup *g = &z->g[i];
@@ -902,7 +904,7 @@ int dx_zero_reduce_grads(dx_zero *z)
     side_join_all(z); /* (a group no forward used since the last step: settle_fresh writes it) */
     settle_fresh(z, 0);
     if (z->P == 1 || z->stage >= 2) return 0;
-    /* the all-reduces started in the backward ran in order on the comm: the newest covers them */
+    /* the reductions started in the backward ran in order on the comm: the newest covers them */
     if (z->dp->wait(z->dp, &z->ar_req)) return -1;
     for (int i = 0; i < z->ngroups; i++) {
         zgroup *g = &z->g[i];
