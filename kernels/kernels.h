@@ -325,6 +325,10 @@ struct dx_backend {
     /* dst X[n] = (X) src A[n]. */
     void (*acc_to_act)(dx_backend *be, void *dst, const void *src, size_t n);
 
+    /* dst A[n] += (A) src X[n] (X -> A is exact: bf16 -> fp32, or a copy where X == A). The
+     * ZeRO gradient shard accumulating a reduce-scatter done in X (DX_ZERO_REDUCE_ACT). */
+    void (*acc_add_act)(dx_backend *be, void *dst, const void *src, size_t n);
+
     /* ---- timing marks, for traces (NULL on backends whose ops finish before returning) ---- */
     /* Records a timestamp in stream order on `stream` (NULL: the compute stream; otherwise a
      * cudaStream_t of the same device, e.g. NCCL's); returns its id (ids count up from the

@@ -1130,6 +1130,14 @@ static void test_sumsq_scale_cast(uint64_t seed, size_t n)
     float *d = g_get(gd, n, BF), *r = xmalloc(n * sizeof(float));
     for (size_t i = 0; i < n; i++) r[i] = bf16_round(x[i]);
     report("acc_to_act == rne(x)", shape, mismatches(d, r, n), 0);
+    /* acc_add_act: fp32 x += bf16 rne(x), exact against the host's fp32 sum */
+    void *ga = g_from(x, n, F32);
+    gpu->acc_add_act(gpu, ga, gd, n);
+    float *a = g_get(ga, n, F32);
+    for (size_t i = 0; i < n; i++) r[i] = x[i] + r[i];
+    report("acc_add_act == x + rne(x)", shape, mismatches(a, r, n), 0);
+    free(a);
+    gfree(ga);
     free(d);
     free(r);
 

@@ -1034,6 +1034,14 @@ static void test_sumsq_scale_copy(uint64_t seed, size_t n)
         double *c = bto(be, bd, n);
         snprintf(what, sizeof what, "acc_to_act n=%zu", n);
         check_err(what, be->name, relerr(c, x, n), 1e-300);
+        void *b2 = bfrom(be, x, n);
+        be->acc_add_act(be, b2, bd, n);
+        double *c2 = bto(be, b2, n);
+        for (size_t i = 0; i < n; i++) c2[i] *= 0.5; /* x + x, exact */
+        snprintf(what, sizeof what, "acc_add_act n=%zu", n);
+        check_err(what, be->name, relerr(c2, x, n), 1e-300);
+        free(c2);
+        be->free(be, b2);
         be->scale(be, bx, n, s);
         double *y = bto(be, bx, n);
         snprintf(what, sizeof what, "scale n=%zu", n);

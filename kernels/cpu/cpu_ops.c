@@ -818,3 +818,11 @@ void DX_OP(acc_to_act)(dx_backend *be, void *dst, const void *src, size_t n)
     (void)be;
     if (dst != src) memcpy(dst, src, n * sizeof(real)); /* act == acc on the CPU */
 }
+
+void DX_OP(acc_add_act)(dx_backend *be, void *dst_, const void *src_, size_t n)
+{
+    real *dst = dst_;
+    const real *src = src_; /* act == acc on the CPU */
+#pragma omp parallel for simd num_threads(NT(be)) schedule(static) if (n >= DX_PAR_MIN)
+    for (size_t i = 0; i < n; i++) dst[i] += src[i];
+}

@@ -57,7 +57,8 @@
                   void *v, size_t n, const dx_adamw_hparams *hp);                              \
     void P##sumsq(dx_backend *be, void *out, const void *x, size_t n);                        \
     void P##scale(dx_backend *be, void *x, size_t n, float s);                                \
-    void P##acc_to_act(dx_backend *be, void *dst, const void *src, size_t n);
+    void P##acc_to_act(dx_backend *be, void *dst, const void *src, size_t n);                \
+    void P##acc_add_act(dx_backend *be, void *dst, const void *src, size_t n);
 
 DX_CPU_OPS_DECLARE(dx_cpu_f32_)
 DX_CPU_OPS_DECLARE(dx_cpu_f64_)
@@ -87,6 +88,7 @@ DX_CPU_OPS_DECLARE(dx_cpu_f64_)
         (be)->sumsq = P##sumsq;                                                                \
         (be)->scale = P##scale;                                                                \
         (be)->acc_to_act = P##acc_to_act;                                                      \
+        (be)->acc_add_act = P##acc_add_act;                                                    \
     } while (0)
 
 #endif

@@ -2117,18 +2117,62 @@ static void cuda_scale(dx_backend *be, void *x, size_t n, float s)
     DXC_LAUNCHED(be, "scale");
 }
 
-static __global__ void k_acc_to_act(bf16 *__restrict__ dst, const float *__restrict__ src, size_t n)
+/* 8 fp32 as two 16-byte accesses (p 16-byte aligned; vector v = p[8 v .. 8 v + 7]) */
+static __device__ __forceinline__ void ld8f(const float *p, size_t v, float f[8])
 {
-    DXC_FOR(i, n) dst[i] = tobf(src[i]);
+    const float4 a = reinterpret_cast<const float4 *>(p)[2 * v], b = reinterpret_cast<const float4 *>(p)[2 * v + 1];
+    f[0] = a.x, f[1] = a.y, f[2] = a.z, f[3] = a.w, f[4] = b.x, f[5] = b.y, f[6] = b.z, f[7] = b.w;
+}
+static __device__ __forceinline__ void st8f(float *p, size_t v, const float f[8])
+{
+    reinterpret_cast<float4 *>(p)[2 * v] = make_float4(f[0], f[1], f[2], f[3]);
+    reinterpret_cast<float4 *>(p)[2 * v + 1] = make_float4(f[4], f[5], f[6], f[7]);
+}
+
+/* nv vectors of 8 (16-byte accesses where every pointer is aligned), the scalar tail after */
+static __global__ void k_acc_to_act(bf16 *__restrict__ dst, const float *__restrict__ src, size_t n, size_t nv)
+{
+    DXC_FOR(v, nv)
+    {
+        float f[8];
+        ld8f(src, v, f);
+        st8(dst, v, pack8(f));
+    }
+    DXC_FOR_FROM(i, nv * 8, n) dst[i] = tobf(src[i]);
 }
 
 static void cuda_acc_to_act(dx_backend *be, void *dst, const void *src, size_t n)
 {
     if (!n) return;
     DXC_ENTER(be, "acc_to_act");
-    k_acc_to_act<<<grid_for(be, n), DXC_THREADS, 0, dxc(be)->stream>>>((bf16 *)dst,
-                                                                       (const float *)src, n);
+    const size_t nv = vec8_count(n, al16(dst) && al16(src));
+    k_acc_to_act<<<grid_for(be, nv ? nv : n), DXC_THREADS, 0, dxc(be)->stream>>>((bf16 *)dst,
+                                                                       (const float *)src, n, nv);
     DXC_LAUNCHED(be, "acc_to_act");
+}
+
+static __global__ void k_acc_add_act(float *__restrict__ dst, const bf16 *__restrict__ src, size_t n, size_t nv)
+{
+    DXC_FOR(v, nv)
+    {
+        float d[8], x[8];
+        ld8f(dst, v, d);
+        unpack8(ldg8(src, v), x);
+#pragma unroll
+        for (int e = 0; e < 8; e++) d[e] += x[e];
+        st8f(dst, v, d);
+    }
+    DXC_FOR_FROM(i, nv * 8, n) dst[i] += __bfloat162float(src[i]);
+}
+
+static void cuda_acc_add_act(dx_backend *be, void *dst, const void *src, size_t n)
+{
+    if (!n) return;
+    DXC_ENTER(be, "acc_add_act");
+    const size_t nv = vec8_count(n, al16(dst) && al16(src));
+    k_acc_add_act<<<grid_for(be, nv ? nv : n), DXC_THREADS, 0, dxc(be)->stream>>>((float *)dst,
+                                                                        (const bf16 *)src, n, nv);
+    DXC_LAUNCHED(be, "acc_add_act");
 }
 
 /* ============================================================================================
@@ -2322,6 +2366,7 @@ extern "C" dx_backend *dx_backend_cuda_create(int device, int nthreads)
     be->sumsq = cuda_sumsq;
     be->scale = cuda_scale;
     be->acc_to_act = cuda_acc_to_act;
+    be->acc_add_act = cuda_acc_add_act;
     be->destroy = cuda_destroy;
     be->side_begin = cuda_side_begin;
     be->side_record = cuda_side_record;

@@ -69,6 +69,15 @@ struct dx_zero {
     void *bucket[2];
     dx_comm_req bucket_req[2];
     int bucket_next;
+    /* stages 2-3 over DP > 1 with DX_ZERO_REDUCE_ACT=1 (reduce_act): gradients reduce-scattered in
+     * the compute dtype X instead of A (bf16 on CUDA: half the bytes; DeepSpeed's
+     * communication_data_type, FSDP2's reduce_dtype). After a group's backward its A bucket is
+     * rounded into bucket_x[b] (X [max n_pad]), reduce-scattered there in place, and the X shard
+     * added into the group's A shard once the collective is waited for (bucket_wait); pend[b]:
+     * the group whose X shard bucket_x[b] holds, not yet added (-1 none) */
+    int reduce_act;
+    void *bucket_x[2];
+    int pend[2];
     int rs_group; /* group of the newest gradient reduce-scatter (bucket 1 - bucket_next); -1 none */
     /* stage 3: two slots of gathered parameters X [max n_pad]: the group in use and the next
      * one, prefetched (its all-gather runs while the current group computes) */
@@ -133,6 +142,14 @@ static int overlap_reduce_mode(void)
 {
     const char *e = getenv("DX_ZERO_OVERLAP_REDUCE");
     return !(e && e[0] == '0');
+}
+
+/* Whether stages 2-3 reduce-scatter gradients in the compute dtype: the environment's
+ * DX_ZERO_REDUCE_ACT is 1 (on every DP rank: dx_zero_create agrees). */
+static int reduce_act_mode(void)
+{
+    const char *e = getenv("DX_ZERO_REDUCE_ACT");
+    return e && e[0] == '1';
 }
 
 /* Whether dx_zero_step may run the GPU AdamW beside the next forward: unless the
@@ -217,6 +234,23 @@ static void trace_comm(dx_zero *z, dx_comm *c, int gi, int op, int64_t bytes, ui
     } while (0)
 /* ... on the DP group (gi < 0: its host form, for optimizer scalars) */
 #define COMM(z, gi, op, bytes, call) COMM_ON(z, (gi) < 0 ? (z)->dp_host : (z)->dp, gi, op, bytes, call)
+
+/* Stages 2-3: later work (the compute stream) waits for bucket b's newest reduce-scatter, which
+ * then no longer reads the bucket and has written its group's shard; with reduce_act, that X
+ * shard is added into the group's A shard here (so every reader of a shard waits through this). */
+static int bucket_wait(dx_zero *z, int b)
+{
+    if (z->dp->wait(z->dp, &z->bucket_req[b])) return -1;
+    const int gi = z->pend[b];
+    if (gi < 0) return 0;
+    z->pend[b] = -1;
+    zgroup *g = &z->g[gi];
+    dx_backend *be = z->be;
+    DX_TRACE_OP(z->tr, group_module(z, gi), group_layer(z, gi), DX_OP_ADD, (int64_t)g->shard,
+                (int64_t)g->shard * (int64_t)(2 * z->as + z->xs),
+                be->acc_add_act(be, g->grad, at(z->bucket_x[b], (size_t)z->r * g->shard, z->xs), g->shard));
+    return 0;
+}
 
 /* Parameter offload: the host shard up into the rank's own part of gather slot `slot`, then the
  * all-gather in place (the copy on the collective's stream where the comm can, so it overlaps
@@ -371,12 +405,13 @@ static int hook(void *ctx, int gi, dx_hook_kind kind)
              * backward adds this micro-batch's gradient; reduce-scatter then sums the slots.
              * Its previous reduce-scatter must have finished reading it. */
             int b = z->bucket_next;
-            if (z->dp->wait(z->dp, &z->bucket_req[b])) return -1;
+            if (bucket_wait(z, b)) return -1;
             /* early update: the bucket's last group (two groups back) has its final shard */
             if (z->in_backward && z->bucket_group[b] >= 0 && early_ready(z, z->bucket_group[b])) return -1;
             const int64_t nb = (int64_t)(g->n_pad * z->as), sb = (int64_t)(g->shard * z->as);
-            if (g->grad_zero) { /* the step's first backward of the group: it overwrites the
-                                 * bucket (grad_fresh); the padding after it is zeroed */
+            if (g->grad_zero || z->reduce_act) { /* the step's first backward of the group, or
+                                 * reduce_act (the shard accumulates after the reduce-scatter): it
+                                 * overwrites the bucket (grad_fresh); the padding after it is zeroed */
                 const int64_t tail = (int64_t)((g->n_pad - g->n) * z->as);
                 if (tail > 0)
                     DX_TRACE_OP(z->tr, group_module(z, gi), group_layer(z, gi), DX_OP_MEMSET, 0, tail,
@@ -398,9 +433,19 @@ static int hook(void *ctx, int gi, dx_hook_kind kind)
     case DX_HOOK_POST_BACKWARD:
         if (g->stage >= 2) {
             int b = z->bucket_next;
-            COMM(z, gi, DX_OP_REDUCE_SCATTER, g->n_pad * z->as,
-                 z->dp->reduce_scatter_start(z->dp, z->bucket[b], g->grad, g->shard, be->acc,
-                                             &z->bucket_req[b]));
+            if (z->reduce_act) { /* rounded to X, reduce-scattered in place, added by bucket_wait */
+                DX_TRACE_OP(z->tr, group_module(z, gi), group_layer(z, gi), DX_OP_MEMCPY, 0,
+                            (int64_t)(g->n_pad * (z->as + z->xs)),
+                            be->acc_to_act(be, z->bucket_x[b], z->bucket[b], g->n_pad));
+                COMM(z, gi, DX_OP_REDUCE_SCATTER, g->n_pad * z->xs,
+                     z->dp->reduce_scatter_start(z->dp, z->bucket_x[b],
+                                                 at(z->bucket_x[b], (size_t)z->r * g->shard, z->xs),
+                                                 g->shard, be->act, &z->bucket_req[b]));
+                z->pend[b] = gi;
+            } else
+                COMM(z, gi, DX_OP_REDUCE_SCATTER, g->n_pad * z->as,
+                     z->dp->reduce_scatter_start(z->dp, z->bucket[b], g->grad, g->shard, be->acc,
+                                                 &z->bucket_req[b]));
             z->bucket_next = 1 - b;
             z->bucket_group[b] = gi;
             z->rs_group = gi;
@@ -575,6 +620,8 @@ dx_zero *dx_zero_create(dx_model *m, dx_backend *be, dx_comm *dp, dx_comm *dp_ho
      * all-gather starts from it); stages 2-3 start collectives from the updated groups */
     z->side = !offload && be->side_begin && (stage == 0 || (stage == 1 && z->P == 1)) && side_mode();
     z->overlap_reduce = stage < 2 && z->P > 1 && overlap_reduce_mode();
+    z->reduce_act = stage >= 2 && z->P > 1 && reduce_act_mode();
+    z->pend[0] = z->pend[1] = -1;
     if (z->side && !(z->side_pending = calloc((size_t)z->ngroups, 1))) {
         free(z->has_tp_replicated);
         free(z->g);
@@ -668,6 +715,7 @@ dx_zero *dx_zero_create(dx_model *m, dx_backend *be, dx_comm *dp, dx_comm *dp_ho
     }
     for (int s = 0; s < 2; s++) {
         if (stage >= 2) z->bucket[s] = zalloc(z, max_pad * as, DX_MEM_GRADS, &fail);
+        if (z->reduce_act) z->bucket_x[s] = zalloc(z, max_pad * xs, DX_MEM_GRADS, &fail);
         if (stage == 3) z->gather[s] = zalloc_gathered(z, max_gather * xs, DX_MEM_PARAMS, &fail);
         z->gather_group[s] = -1;
     }
@@ -738,6 +786,13 @@ dx_zero *dx_zero_create(dx_model *m, dx_backend *be, dx_comm *dp, dx_comm *dp_ho
     int any_off = 0;
     if (!*rc && z->P > 1 && stage < 2 && dp_host->max_int(dp_host, !z->overlap_reduce, &any_off)) *rc = -1;
     if (any_off) z->overlap_reduce = 0;
+    /* the gradients' reduce-scatter dtype, the same on every DP rank: X only if all ask for it */
+    any_off = 0;
+    if (!*rc && z->P > 1 && stage >= 2 && dp_host->max_int(dp_host, !z->reduce_act, &any_off)) *rc = -1;
+    if (any_off && z->reduce_act) {
+        for (int s = 0; s < 2; s++) be->free(be, z->bucket_x[s]), z->bucket_x[s] = NULL;
+        z->reduce_act = 0;
+    }
     if (*rc) {
         free(host);
         dx_zero_destroy(z);
@@ -840,6 +895,7 @@ void dx_zero_destroy(dx_zero *z)
     }
     for (int s = 0; s < 2; s++) {
         be->free(be, z->bucket[s]);
+        be->free(be, z->bucket_x[s]);
         zfree_gathered(z, z->gather[s]);
     }
     be->free(be, z->scalar);
@@ -865,8 +921,7 @@ void dx_zero_destroy(dx_zero *z)
 int dx_zero_zero_grad(dx_zero *z)
 {
     /* a reduce-scatter still writing a shard must finish before the shard is cleared */
-    if (z->stage >= 2 && (z->dp->wait(z->dp, &z->bucket_req[0]) || z->dp->wait(z->dp, &z->bucket_req[1])))
-        return -1;
+    if (z->stage >= 2 && (bucket_wait(z, 0) || bucket_wait(z, 1))) return -1;
     for (int i = 0; i < z->ngroups; i++) {
         zgroup *g = &z->g[i];
         if (g->frozen) continue;
@@ -1110,9 +1165,7 @@ int dx_zero_step(dx_zero *z, const dx_adamw_hparams *hp_in, double max_norm, dou
     /* parameters replicated over TP whose gradients are partial on each TP rank (norm weights
      * under sequence parallelism, replicated k/v_proj): summed over TP on the owned range, once
      * every micro-batch's gradient is in (the sum is linear, so once per step suffices) */
-    if (z->grid.tp_dev && z->stage >= 2 &&
-        (z->dp->wait(z->dp, &z->bucket_req[0]) || z->dp->wait(z->dp, &z->bucket_req[1])))
-        return -1;
+    if (z->grid.tp_dev && z->stage >= 2 && (bucket_wait(z, 0) || bucket_wait(z, 1))) return -1;
     const int np_ = dx_model_num_params_table(z->model);
     for (int pi = 0; z->grid.tp_dev && pi < np_; pi++) {
         const dx_param *p = dx_model_param(z->model, pi);
@@ -1126,7 +1179,7 @@ int dx_zero_step(dx_zero *z, const dx_adamw_hparams *hp_in, double max_norm, dou
     be->zero(be, z->scalar, z->as);
     const int newest = z->stage >= 2 ? z->rs_group : -1;
     for (int pass = 0; pass < 2; pass++) {
-        if (z->stage >= 2 && z->dp->wait(z->dp, &z->bucket_req[pass ? 1 - z->bucket_next : z->bucket_next]))
+        if (z->stage >= 2 && bucket_wait(z, pass ? 1 - z->bucket_next : z->bucket_next))
             return -1;
         for (int i = 0; i < z->ngroups; i++) {
             zgroup *g = &z->g[i];

@@ -58,6 +58,16 @@ typedef struct dx_zero dx_zero;
  * another rank did (see dx_comm_agree). */
 dx_zero *dx_zero_create(dx_model *m, dx_backend *be, dx_comm *dp, dx_comm *dp_host, int stage,
                         int offload, uint64_t seed, int *rc);
+/* Gradient reduce-scatters in the compute dtype (stages 2-3, DP > 1, the environment's
+ * DX_ZERO_REDUCE_ACT=1 on every DP rank, else off on all: dx_zero_create agrees; experimental,
+ * for measurements): each group's A gradient bucket is rounded to X after its backward (bf16 on
+ * CUDA, round to nearest even), reduce-scattered in X (half the bytes of fp32), and the rank's X
+ * shard added into its A gradient shard before anything reads it. DeepSpeed's bf16 default
+ * (communication_data_type follows the model's dtype) and FSDP2's reduce_dtype = bf16; the
+ * default keeps fp32 sums. The sums are then of bf16-rounded per-rank gradients, added in bf16 by
+ * NCCL; micro-batches still accumulate in A. Traced as memcpy (the rounding), reduce_scatter (X
+ * bytes) and add (the accumulation). On the CPU backends X == A: the same sums through the
+ * extra copies (how the tests check the bookkeeping). */
 
 /* Offload staging: DX_ZERO_OFFLOAD_SLOTS page-locked slots, each of dx_zero_offload_chunk()
  * elements (fp32 gradient + act-dtype parameters). */
