@@ -23,7 +23,10 @@
 # benchmarks/torch_grid_ref.py --mode fsdp), FSDP2 + CPUOffloadPolicy with per-layer checkpointing
 # (benchmarks/torch_offload_ref.py under torchrun), TP = NGPU (torch_grid_ref.py --mode tp) and
 # PP = NGPU 1F1B (--mode pp); their ranks get OMP_NUM_THREADS = cores / NGPU unless it is set
-# (torchrun's default is 1). RUNS and TORCH_MODES (fsdp fsdp_off tp pp) pick subsets;
+# (torchrun's default is 1). RUNS and TORCH_MODES (fsdp fsdp_off tp pp; also tp_compile and
+# fsdp_compile: each block under torch.compile) pick subsets; after the table, each PyTorch row's
+# host time (rank 0's main-thread CPU ms per step: near the step time when the host's kernel
+# dispatch, not the GPU, bounds it);
 # SKIP_TORCH=1 skips PyTorch; RUN_TIMEOUT (default 420 s) bounds each dissect run. DISSECT,
 # DEVICE, MODEL, LAYERS and VOCAB override the binary, --device, --model and its shape (a CPU
 # smoke test of the script: DISSECT=build/dissect DEVICE=cpu MODEL=tiny NGPU=4 SKIP_TORCH=1).
@@ -109,6 +112,7 @@ if [ "${SKIP_TORCH:-0}" != 1 ] && [ ${#shape[@]} -gt 0 ]; then
     case $m in
       fsdp_off) script=benchmarks/torch_offload_ref.py; extra=(--warmup 2 --steps $(( steps - 3 > 2 ? steps - 3 : 2 ))) ;;
       pp) script=benchmarks/torch_grid_ref.py; extra=(--mode pp --micro-batches "$ppm" --warmup 3 --steps $(( steps - 3 ))) ;;
+      *_compile) script=benchmarks/torch_grid_ref.py; extra=(--mode "${m%_compile}" --compile --warmup 3 --steps $(( steps - 3 ))) ;;
       *) script=benchmarks/torch_grid_ref.py; extra=(--mode "$m" --warmup 3 --steps $(( steps - 3 ))) ;;
     esac
     # torchrun sets OMP_NUM_THREADS=1 for every worker unless told: FSDP2's CPU AdamW would then
@@ -180,7 +184,8 @@ for name, label in labels.items():
         except Exception as e:  # noqa: BLE001 (one unreadable trace is one row)
             row["status"] = f"trace unreadable: {e}"
     rows.append(row)
-tnames = {"fsdp": "FSDP2", "fsdp_off": "FSDP2 + CPUOffloadPolicy + checkpointing", "tp": f"TP={ngpu}", "pp": f"PP={ngpu} 1F1B"}
+tnames = {"fsdp": "FSDP2", "fsdp_compile": "FSDP2 + torch.compile", "fsdp_off": "FSDP2 + CPUOffloadPolicy + checkpointing",
+          "tp": f"TP={ngpu}", "tp_compile": f"TP={ngpu} + torch.compile", "pp": f"PP={ngpu} 1F1B"}
 for m, label in tnames.items():
     path = f"{out}/torch_{m}.jsonl"
     if not os.path.exists(path):
@@ -196,7 +201,7 @@ for m, label in tnames.items():
     row = dict(label="pytorch " + label, n=ngpu, status="ok" if ok else "failed: " + (recs[0].get("error", "?")[:200] if recs else "no result"))
     if ok:
         r = ok[0]
-        row.update(tok=r["tokens_per_s"], ms=r["step_ms"], mfu=r.get("mfu", float("nan")),
+        row.update(tok=r["tokens_per_s"], ms=r["step_ms"], mfu=r.get("mfu", float("nan")), host_ms=r.get("host_ms"),
                    gpu=r.get("peak_mem_gib", r.get("peak_gpu_gib", float("nan"))), host=r.get("peak_host_gib", float("nan")))
     rows.append(row)
 
@@ -214,5 +219,8 @@ for r in rows:
     bs = f"{bub[0]:.3f}/{bub[1]:.3f}" if bub else "-"
     print(f"{r['label']:<44} {r['n']:>4} {r['tok']:>9.0f} {r['mfu']:>6.3f} {r['gpu']:>8.1f} {r['host']:>8.1f} {b[0]:>7.1f}"
           f" {b[1]:>7.1f} {b[2]:>7.1f} {b[3]:>8.1f} {b[4]:>6.1f} {bs:>11} {r['ms']:>8.1f}")
+for r in rows:
+    if r.get("host_ms") is not None:
+        print(f"{r['label']}: rank 0's main thread on the CPU {r['host_ms']:.1f} ms of a {r['ms']:.1f} ms step")
 PY
 echo "paper_tables: $(( SECONDS - t_start )) s; logs, traces, reports and JSON in $OUT"

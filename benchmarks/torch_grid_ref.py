@@ -26,8 +26,13 @@ Modes (world = number of processes, 2 on the benchmark host):
   fsdp  FSDP2 (fully_shard per block, then the root) data parallel, --micro-batch sequences per
         GPU per step; tokens counted over all GPUs.
 
+--compile (tp, fsdp): each block compiled with torch.compile after its tensor-parallel plan and
+before fully_shard (torchtitan's order); impl gets "+compile".
+
 Timing: torch.cuda.synchronize + dist.barrier around each step, median of --steps steps after
---warmup. Rank 0 prints one JSON line: impl, tokens_per_s, step_ms, mfu (tokens/s x (6 x
+--warmup. Rank 0 prints one JSON line: impl, tokens_per_s, step_ms, host_ms (median CPU time of
+rank 0's main thread per step, time.thread_time: near step_ms when the step is bound by the
+host's dispatch of kernels rather than by the GPU), mfu (tokens/s x (6 x
 non-embedding params + 12 x layers x hidden x seq) / (989e12 x GPUs)), peak_mem_gib (max over
 ranks), loss, notes. On an exception the rank prints {"impl", "error", "rank"} and exits 0.
 """
@@ -62,6 +67,7 @@ ap.add_argument("--micro-batches", type=int, default=8, help="micro-batches per 
 ap.add_argument("--warmup", type=int, default=3)
 ap.add_argument("--steps", type=int, default=7)
 ap.add_argument("--clip", type=float, default=1.0, help="global gradient-norm clip (0 = off)")
+ap.add_argument("--compile", action="store_true", help="torch.compile each block (tp, fsdp)")
 ap.add_argument("--peak-tflops", type=float, default=989.0, help="per GPU, for the MFU")
 a = ap.parse_args()
 
@@ -235,6 +241,8 @@ def main(rank, world, local_rank):
             })
             blk.attention.n_heads //= world  # local heads (the forward uses -1 in its views)
             blk.attention.n_kv_heads //= world
+            if a.compile:
+                blk.compile()
         # fused AdamW takes DTensor parameters, but not DTensor and plain tensors in one call:
         # the RMSNorm weights (replicated, plain tensors) get their own optimizer
         dparams = [p for p in model.parameters() if isinstance(p, DTensor)]
@@ -302,6 +310,8 @@ def main(rank, world, local_rank):
         with torch.device(dev):
             model = Llama(a)
         for blk in model.layers.values():
+            if a.compile:
+                blk.compile()
             fully_shard(blk, mesh=mesh)
         fully_shard(model, mesh=mesh)
         opts = [torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.95), weight_decay=0.1,
@@ -329,12 +339,12 @@ def main(rank, world, local_rank):
     torch.cuda.synchronize()
     dist.barrier()
     torch.cuda.reset_peak_memory_stats()
-    times = []
+    times, host = [], []
     loss = None
     for i in range(a.warmup + a.steps):
         torch.cuda.synchronize()
         dist.barrier()
-        t0 = time.perf_counter()
+        t0, h0 = time.perf_counter(), time.thread_time()
         loss = step()
         if a.clip > 0:
             clip_grad_norm(params, a.clip, clip_plain_sharded)
@@ -342,10 +352,12 @@ def main(rank, world, local_rank):
             o.step()
         for o in opts:
             o.zero_grad(set_to_none=True)
+        h1 = time.thread_time()  # before the synchronize, whose wait may spin
         torch.cuda.synchronize()
         dist.barrier()
         if i >= a.warmup:
             times.append(time.perf_counter() - t0)
+            host.append(h1 - h0)
 
     t = statistics.median(times)
     peak = torch.tensor([torch.cuda.max_memory_allocated(dev)], dtype=torch.float64, device=dev)
@@ -354,7 +366,10 @@ def main(rank, world, local_rank):
     if a.mode == "pp":  # the loss lives on the last stage
         dist.all_reduce(lt)
     tok = tokens_per_step / t
-    out = dict(impl=IMPL[a.mode], gpus=world, tokens_per_s=tok, step_ms=t * 1e3,
+    if a.compile and a.mode != "pp":
+        notes.append("torch.compile per block")
+    out = dict(impl=IMPL[a.mode] + ("+compile" if a.compile and a.mode != "pp" else ""), gpus=world,
+               tokens_per_s=tok, step_ms=t * 1e3, host_ms=statistics.median(host) * 1e3,
                mfu=tok * flops_per_token / (a.peak_tflops * 1e12 * world),
                peak_mem_gib=float(peak.item()) / 2**30, loss=float(lt.item()), steps=len(times),
                step_ms_min=min(times) * 1e3, step_ms_max=max(times) * 1e3,
