@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The memory plan (src/plan, `dissect plan`) against the allocator: for a grid of configs on the
-# CPU (DP 1 and 2 with ZeRO 0-3, TP 2 with and without sequence parallelism, TP 4 over 2 KV heads,
+# CPU (DP 1 and 2 with ZeRO 0-3, ZeRO-2 with DX_ZERO_REDUCE_ACT=1, TP 2 with and without sequence parallelism, TP 4 over 2 KV heads,
 # PP 2 with each schedule, recomputation selective / full, ZeRO-2 with optimizer offload, LoRA with ZeRO 0, 2 and 3, QLoRA with ZeRO 1 and 3 and with PP 2, LoRA under TP 2 with SP, LoRA with dropout), every rank's planned bytes per
 # category and peak (/metadata/plan_bytes) are within 5% of what its allocator held (/steps:
 # params, grads, optimizer states and activations bytes at the end of each step, and the peak);
@@ -17,7 +17,7 @@ trap 'rm -rf "$tmp"' EXIT
 common=(--model tiny --num-layers 8 --seq-length 32 --grad-accum 4 --device cpu)
 train=(train "${common[@]}" --train-data "$tmp/train.bin" --train-iters 2 --eval-interval 0 --sample-tokens 0 --log-interval 100)
 configs=("dp1_z0:1:--micro-batch 4" "dp2_z1:2:--micro-batch 2 --zero-stage 1" "dp2_z2:2:--micro-batch 2 --zero-stage 2"
-         "dp2_z3:2:--micro-batch 2 --zero-stage 3" "tp2:2:--micro-batch 4 --tp 2" "tp2_sp:2:--micro-batch 4 --tp 2 --sequence-parallel"
+         "dp2_z3:2:--micro-batch 2 --zero-stage 3" "dp2_z2_act:2:--micro-batch 2 --zero-stage 2:DX_ZERO_REDUCE_ACT=1" "tp2:2:--micro-batch 4 --tp 2" "tp2_sp:2:--micro-batch 4 --tp 2 --sequence-parallel"
          "tp4_kv:4:--micro-batch 4 --tp 4" "pp2_1f1b:2:--micro-batch 4 --pp 2" "pp2_gpipe:2:--micro-batch 4 --pp 2 --pipeline-schedule gpipe"
          "pp2_int:2:--micro-batch 4 --pp 2 --pipeline-schedule interleaved-1f1b --num-layers-per-virtual-pipeline-stage 2"
          "sel:1:--micro-batch 4 --recompute-granularity selective"
@@ -33,12 +33,12 @@ configs=("dp1_z0:1:--micro-batch 4" "dp2_z1:2:--micro-batch 2 --zero-stage 1" "d
          "lora_tp2_sp:2:--micro-batch 2 --tp 2 --sequence-parallel --lora-rank 4 --lora-targets q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj")
 fail=0
 for cf in "${configs[@]}"; do
-  IFS=: read -r name np flags <<<"$cf"
+  IFS=: read -r name np flags envs <<<"$cf" # envs: VAR=value ... for both runs (optional)
   # shellcheck disable=SC2086
-  OMP_NUM_THREADS=1 mpirun -np "$np" "$DISSECT" "${train[@]}" $flags --trace "$tmp/$name.h5" > "$tmp/$name.log" 2>&1 \
+  env $envs OMP_NUM_THREADS=1 mpirun -np "$np" "$DISSECT" "${train[@]}" $flags --trace "$tmp/$name.h5" > "$tmp/$name.log" 2>&1 \
     || { echo "FAIL $name: dissect exited with an error"; cat "$tmp/$name.log"; exit 1; }
   # shellcheck disable=SC2086
-  "$DISSECT" plan "${common[@]}" $flags --world "$np" --memory-gib 1 > "$tmp/$name.plan.txt" 2>&1 || { cat "$tmp/$name.plan.txt"; fail=1; }
+  env $envs "$DISSECT" plan "${common[@]}" $flags --world "$np" --memory-gib 1 > "$tmp/$name.plan.txt" 2>&1 || { cat "$tmp/$name.plan.txt"; fail=1; }
 done
 "$PYTHON3" - "$tmp" "${configs[@]}" <<'PY' || fail=1
 import sys, h5py, numpy as np

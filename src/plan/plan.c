@@ -123,6 +123,7 @@ int dx_plan_rank_bytes(const dx_config *c, int rank, const char *device, dx_plan
         if (gs == 3 && n_pad > max_gather) max_gather = n_pad;
     }
     if (st >= 2) grads += 2 * max_pad * as;                                 /* the two gradient buckets */
+    if (st >= 2 && P > 1 && dx_zero_reduce_act_requested()) grads += 2 * max_pad * xs; /* their X copies */
     if (st == 3) params += 2 * (max_gather ? max_gather * xs : 1);          /* the two gather slots */
 
     /* ---- activations (model.c dx_model_create_part) ---- */

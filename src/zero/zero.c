@@ -146,7 +146,7 @@ static int overlap_reduce_mode(void)
 
 /* Whether stages 2-3 reduce-scatter gradients in the compute dtype: the environment's
  * DX_ZERO_REDUCE_ACT is 1 (on every DP rank: dx_zero_create agrees). */
-static int reduce_act_mode(void)
+int dx_zero_reduce_act_requested(void)
 {
     const char *e = getenv("DX_ZERO_REDUCE_ACT");
     return e && e[0] == '1';
@@ -620,7 +620,7 @@ dx_zero *dx_zero_create(dx_model *m, dx_backend *be, dx_comm *dp, dx_comm *dp_ho
      * all-gather starts from it); stages 2-3 start collectives from the updated groups */
     z->side = !offload && be->side_begin && (stage == 0 || (stage == 1 && z->P == 1)) && side_mode();
     z->overlap_reduce = stage < 2 && z->P > 1 && overlap_reduce_mode();
-    z->reduce_act = stage >= 2 && z->P > 1 && reduce_act_mode();
+    z->reduce_act = stage >= 2 && z->P > 1 && dx_zero_reduce_act_requested();
     z->pend[0] = z->pend[1] = -1;
     if (z->side && !(z->side_pending = calloc((size_t)z->ngroups, 1))) {
         free(z->has_tp_replicated);

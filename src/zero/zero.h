@@ -67,7 +67,10 @@ dx_zero *dx_zero_create(dx_model *m, dx_backend *be, dx_comm *dp, dx_comm *dp_ho
  * default keeps fp32 sums. The sums are then of bf16-rounded per-rank gradients, added in bf16 by
  * NCCL; micro-batches still accumulate in A. Traced as memcpy (the rounding), reduce_scatter (X
  * bytes) and add (the accumulation). On the CPU backends X == A: the same sums through the
- * extra copies (how the tests check the bookkeeping). */
+ * extra copies (how the tests check the bookkeeping). Memory: two X buckets of the largest group
+ * (src/plan counts them). */
+/* Whether this process's environment asks for it (DX_ZERO_REDUCE_ACT=1); no errors. */
+int dx_zero_reduce_act_requested(void);
 
 /* Offload staging: DX_ZERO_OFFLOAD_SLOTS page-locked slots, each of dx_zero_offload_chunk()
  * elements (fp32 gradient + act-dtype parameters). */
