@@ -55,6 +55,11 @@ common=(train --device "${DEVICE:-cuda}" --model "$model" --train-data "$OUT/tok
         --micro-batch "$mb" --eval-interval 0 --sample-tokens 0 --log-interval 1 --train-iters "$steps")
 [ -n "${LAYERS:-}" ] && common+=(--num-layers "$LAYERS")
 mpi=(mpirun -x LD_LIBRARY_PATH -x PATH)
+# MPIRUN_FLAGS: extra mpirun options for dissect's runs, word-split (e.g. placement: "--map-by
+# ppr:2:package --bind-to package"); Open MPI's default for more than 2 ranks maps them round-robin
+# over the packages and binds each to its package
+# shellcheck disable=SC2206
+[ -n "${MPIRUN_FLAGS:-}" ] && mpi+=(${MPIRUN_FLAGS})
 [ -n "${CUDA_VISIBLE_DEVICES:-}" ] && mpi+=(-x CUDA_VISIBLE_DEVICES)
 for v in $(env | grep -o '^\(NCCL\|DX\|OMP\)_[A-Za-z0-9_]*'); do mpi+=(-x "$v"); done
 limit=${RUN_TIMEOUT:-420}
