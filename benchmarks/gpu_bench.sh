@@ -11,18 +11,19 @@
 # FLOPs per token, 989 TFLOP/s), peak memory; and the GPU's SM clock and power draw while each side
 # trained (nvidia-smi every 100 ms, the samples at half the power limit or more: at the limit the
 # clock drops, and every kernel with it). SKIP_TORCH=1 runs dissect only (quick iterations);
-# TORCH_MODES=compile runs torch.compile only.
+# TORCH_MODES=compile runs torch.compile only. ACCUM=N: N micro-batches per step (gradient
+# accumulation, one optimizer step per N micro-batches) on both sides; tokens/s counts all of them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-seq=${1:-2048} mb=${2:-8} steps=${3:-10}
+seq=${1:-2048} mb=${2:-8} steps=${3:-10} accum=${ACCUM:-1}
 . benchmarks/model_shape.sh  # $model, shape=(hidden layers heads kv-heads ffn)
 OUT=${OUT:-/tmp/dissect-bench}; mkdir -p "$OUT"
 py=${PYTHON3:-python3}
 export CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-0}
-"$py" tests/make_synthetic.py "$OUT/ids.txt" --vocab 32000 --tokens $(( (steps + 2) * mb * (seq + 1) * 2 ))
+"$py" tests/make_synthetic.py "$OUT/ids.txt" --vocab 32000 --tokens $(( (steps + 2) * mb * accum * (seq + 1) * 2 ))
 "$py" examples/make_shards.py "$OUT/ids.txt" "$OUT/tok.bin" --vocab-size 32000 > /dev/null
 common=(train --device cuda --model "$model" --num-layers "${shape[1]}" --train-data "$OUT/tok.bin" --seq-length "$seq"
-        --micro-batch "$mb" --eval-interval 0 --sample-tokens 0 --log-interval 1)
+        --micro-batch "$mb" --grad-accum "$accum" --eval-interval 0 --sample-tokens 0 --log-interval 1)
 gpu=${CUDA_VISIBLE_DEVICES%%,*}
 sample_start() { # FILE: SM clock (MHz) and power (W) of the benchmark's GPU every 100 ms, in the background
   sampler=""
@@ -42,15 +43,16 @@ mpirun -np 1 --bind-to none -x CUDA_VISIBLE_DEVICES build-gpu/dissect "${common[
 build-gpu/dissect report "$OUT/op.h5" > "$OUT/report.txt" 2>&1 || true
 if [ "${SKIP_TORCH:-0}" = 1 ]; then : > "$OUT/torch.jsonl"  # dissect only (quick iterations)
 else sample_start "$OUT/clock_torch.csv"
-  "$py" benchmarks/torch_ref.py --seq "$seq" --micro-batch "$mb" --attention --modes "${TORCH_MODES:-eager,compile}" \
+  "$py" benchmarks/torch_ref.py --seq "$seq" --micro-batch "$mb" --grad-accum "$accum" --attention --modes "${TORCH_MODES:-eager,compile}" \
   --hidden "${shape[0]}" --layers "${shape[1]}" --heads "${shape[2]}" --kv-heads "${shape[3]}" --intermediate "${shape[4]}" > "$OUT/torch.jsonl" 2> "$OUT/torch.err" \
   || { tail -20 "$OUT/torch.err"; }
   sample_stop
 fi
-"$py" - "$OUT" "$seq" "$mb" "$model" "${shape[@]}" <<'PY'
+"$py" - "$OUT" "$seq" "$mb" "$model" "${shape[@]}" "$accum" <<'PY'
 import json, sys, h5py, numpy as np
 out, seq, mb, model = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
 D, L, H, Hkv, I = (int(x) for x in sys.argv[5:10])
+accum = int(sys.argv[10])
 V = 32000
 Dh = D // H
 nonembed = L * (2 * D + D * D + 2 * D * Hkv * Dh + D * D + 3 * D * I) + D + V * D
@@ -59,7 +61,7 @@ rows = []
 with h5py.File(f"{out}/step.h5") as f:
     s = f["steps"]
     t = float(np.median(np.asarray(s["step_time_s"])[3:]))
-    tok = mb * seq / t
+    tok = mb * seq * accum / t
     rows.append(("dissect", tok, t * 1e3, tok * fpt / 989e12, float(np.max(s["peak_mem_bytes"][-1])) / 2**30))
 att = {}
 with h5py.File(f"{out}/op.h5") as f:
@@ -73,7 +75,8 @@ ref = [json.loads(l) for l in open(f"{out}/torch.jsonl") if l.strip()]
 for r in ref:
     if r["impl"].startswith("pytorch"):
         rows.append((r["impl"], r["tokens_per_s"], r["step_ms"], r["mfu"], r["peak_mem_gib"]))
-print(f"\n{model} shapes, {L} layers, seq {seq}, micro-batch {mb}, 1 GPU (median step after warm-up)")
+print(f"\n{model} shapes, {L} layers, seq {seq}, micro-batch {mb}" + (f" x {accum} per step (accumulation)" if accum > 1 else "")
+      + ", 1 GPU (median step after warm-up)")
 print(f"{'implementation':<18} {'tokens/s':>10} {'step ms':>9} {'MFU':>6} {'peak GiB':>9}")
 for n, tok, ms, mfu, mem in rows:
     print(f"{n:<18} {tok:>10.0f} {ms:>9.1f} {mfu:>6.3f} {mem:>9.1f}")

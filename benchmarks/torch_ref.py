@@ -25,6 +25,7 @@ ap.add_argument("--intermediate", type=int, default=5632)
 ap.add_argument("--vocab", type=int, default=32000)
 ap.add_argument("--seq", type=int, default=2048)
 ap.add_argument("--micro-batch", type=int, default=8)
+ap.add_argument("--grad-accum", type=int, default=1, help="micro-batches per optimizer step")
 ap.add_argument("--warmup", type=int, default=3)
 ap.add_argument("--steps", type=int, default=7)
 ap.add_argument("--modes", default="eager,compile")
@@ -58,10 +59,11 @@ def run(mode):
     for i in range(a.warmup + a.steps):
         torch.cuda.synchronize()
         t0 = time.perf_counter()
-        with torch.autocast("cuda", dtype=torch.bfloat16):
-            logits = step_fn(input_ids=inp).logits
-        loss = torch.nn.functional.cross_entropy(logits.float().view(-1, a.vocab), tgt.view(-1))
-        loss.backward()
+        for _ in range(a.grad_accum):  # gradient accumulation: the loss of each micro-batch / N
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                logits = step_fn(input_ids=inp).logits
+            loss = torch.nn.functional.cross_entropy(logits.float().view(-1, a.vocab), tgt.view(-1))
+            (loss / a.grad_accum).backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         opt.zero_grad(set_to_none=True)
@@ -69,7 +71,7 @@ def run(mode):
         if i >= a.warmup:
             times.append(time.perf_counter() - t0)
     t = statistics.median(times)
-    tok = a.micro_batch * a.seq / t
+    tok = a.micro_batch * a.seq * a.grad_accum / t
     out = dict(impl="pytorch-" + mode, step_ms=t * 1e3, tokens_per_s=tok, mfu=tok * flops_per_token / 989e12,
                peak_mem_gib=torch.cuda.max_memory_allocated() / 2**30, loss=float(loss), steps=len(times))
     print(json.dumps(out), flush=True)
