@@ -19,6 +19,7 @@ struct dx_pipeline {
     uint64_t seq0;      /* micro-batch 0's first global sequence (dx_pipeline_set_first_sequence) */
     int (*last_bwd_fn)(void *ctx); /* dx_pipeline_set_last_backward_hook */
     void *last_bwd_ctx;
+    int last_bwd; /* one chunk: the action whose backward leaves every gradient final; -1 none */
 };
 
 void dx_pipeline_set_first_sequence(dx_pipeline *p, uint64_t seq0) { p->seq0 = seq0; }
@@ -27,6 +28,9 @@ void dx_pipeline_set_last_backward_hook(dx_pipeline *p, int (*fn)(void *ctx), vo
 {
     p->last_bwd_fn = fn;
     p->last_bwd_ctx = ctx;
+    p->last_bwd = -1;
+    for (int i = 0; p->v == 1 && fn && i < p->nact; i++)
+        if (p->act[i].kind == DX_PP_BACKWARD) p->last_bwd = i;
 }
 
 dx_pipeline *dx_pipeline_create(const dx_pp_links *links, int np, int stage, dx_pp_schedule kind,
@@ -49,6 +53,7 @@ dx_pipeline *dx_pipeline_create(const dx_pp_links *links, int np, int stage, dx_
     p->m = m;
     p->v = v;
     p->kind = kind;
+    p->last_bwd = -1; /* no hook (dx_pipeline_set_last_backward_hook) */
     p->act = calloc((size_t)2 * m * v, sizeof *p->act);
     if (!p->act) { dx_pipeline_destroy(p); dx_fail("pipeline: out of memory"); return NULL; }
     p->nact = dx_pp_schedule_build(kind, p->p, p->s, m, v, p->act);
@@ -179,14 +184,11 @@ int dx_pipeline_train(dx_pipeline *p, int B, int T, void *loss_sum, float dscale
 {
     dx_backend *be = dx_model_backend(p->model);
     double f = 0, b = 0;
-    int last_bwd = -1; /* one chunk: the action whose backward leaves every gradient final */
-    for (int i = 0; p->v == 1 && p->last_bwd_fn && i < p->nact; i++)
-        if (p->act[i].kind == DX_PP_BACKWARD) last_bwd = i;
     for (int i = 0; i < p->nact; i++) {
         const dx_pp_action *a = &p->act[i];
         uint64_t t0 = dx_now_ns();
         p->tr->phase = a->kind == DX_PP_FORWARD ? DX_PH_FORWARD : DX_PH_BACKWARD;
-        if (i == last_bwd && p->last_bwd_fn(p->last_bwd_ctx)) return -1;
+        if (i == p->last_bwd && p->last_bwd_fn(p->last_bwd_ctx)) return -1;
         int rc = a->kind == DX_PP_FORWARD
                      ? forward(p, a->chunk, a->micro, B, T, loss_sum, 1, dscale, load, ctx)
                      : backward(p, a->chunk, a->micro, B, T);

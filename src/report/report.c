@@ -862,8 +862,8 @@ static int analyse(report *r, analysis *a)
             }
             /* what covers a collective: compute-stream ops and host work (the offloaded AdamW,
              * which ZeRO-2's parameter all-gathers run beside), as check_events.py counts them */
-            if (ev->stream == DX_STREAM_COMPUTE || ev->stream == DX_STREAM_HOST) cmp[nc++] = (ival){s, t};
             if (ev->stream == DX_STREAM_COMPUTE || ev->stream == DX_STREAM_HOST) {
+                cmp[nc++] = (ival){s, t};
                 double d = (double)(t - s);
                 g->compute += d;
                 if (ev->phase == DX_PH_FORWARD) g->fwd += d;
