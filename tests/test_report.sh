@@ -42,6 +42,36 @@ expect_line "summary" "$out" "steps in range 2 (steps 20..30 of 10..30; the firs
 expect_line "summary" "$out" "mean step time (ms) 2250.000"
 # tokens/s = (512 + 768) tokens / (1.75 + 2.75) s
 expect_line "summary" "$out" "tokens/s 284.4"
+# model FLOPs per token of test_trace.c's config_json (preset tiny: vocab 64, hidden 32, FFN 88,
+# 2 layers, 4 heads of 8, 2 KV heads; seq 32): N (no token embedding) = 2 x (2 x 32 + 32 x 32 +
+# 2 x 32 x 16 + 32 x 32 + 3 x 32 x 88) + 32 + 64 x 32 = 25248; 6 N + 12 x 2 x 32 x 32 = 176064;
+# per rank 284.44 tokens/s x 176064 / 2 ranks = 2.504e-05 TFLOP/s
+expect_line "model FLOPs" "$out" "model FLOPs per token 176064 (6 x 25248 parameters + 12 x 2 layers x 32 hidden x 32 seq; recomputed passes not counted)"
+expect_line "model TFLOP/s" "$out" "model TFLOP/s per rank 2.504e-05"
+expect_line "no MFU without a peak" "$out" "MFU - (give --peak-tflops: a rank's device peak, e.g. 989 for an H100 SXM's dense bf16)"
+"$DISSECT" report "$trace" --peak-tflops 1e-4 >"$tmp/mfu.txt" 2>&1 || bad "report --peak-tflops 1e-4 exit $?"
+expect_line "MFU" "$tmp/mfu.txt" "MFU 0.2504 (of --peak-tflops 0.0001)"
+for v in 0 -3 abc 1e999; do
+  "$DISSECT" report "$trace" --peak-tflops "$v" >"$tmp/mfu_bad.txt" 2>&1
+  rc=$?
+  if [[ $rc -eq 2 ]] && grep -q "^dissect: error: report: --peak-tflops '$v': expected a positive number of TFLOP/s" "$tmp/mfu_bad.txt"; then
+    ok "--peak-tflops '$v' refused"; else bad "--peak-tflops '$v': exit $rc: $(cat "$tmp/mfu_bad.txt")"; fi
+done
+# a LoRA run's config, and a trace whose config has no model: no FLOPs, the rest of the report as before
+for case in lora nomodel; do
+  "$PYTHON3" - "$trace" "$tmp/$case.h5" "$case" <<'EOF'
+import shutil, sys, h5py
+shutil.copy(sys.argv[1], sys.argv[2])
+cfg = {"lora": '{"model": {"preset": "tiny"}, "seq_length": 32, "lora": {"r": 4}}', "nomodel": '{"seq_length": 32}'}
+with h5py.File(sys.argv[2], "r+") as f:
+    f["metadata"].attrs["config_json"] = cfg[sys.argv[3]]
+EOF
+  "$DISSECT" report "$tmp/$case.h5" --peak-tflops 1 >"$tmp/$case.txt" 2>&1 || bad "$case: report exit $?"
+  want="no model config in /metadata"; [[ $case == lora ]] && want="a LoRA run: not counted"
+  expect_line "$case: no model FLOPs" "$tmp/$case.txt" "model FLOPs per token - ($want)"
+  if grep -q "^  MFU" "$tmp/$case.txt"; then bad "$case: an MFU line"; else ok "$case: no MFU line"; fi
+  expect_line "$case: breakdown as before" "$tmp/$case.txt" "mean max 675.000 1170.000 225.000 112.500 112.500 2250.000"
+done
 #                                         forward  backward optimizer exposed idle    step
 expect_line "breakdown step 20" "$out" "20 rank 0 525.000 875.000 175.000 87.500 87.500 1750.000"
 expect_line "breakdown step 30" "$out" "30 max 825.000 1430.000 275.000 137.500 137.500 2750.000"

@@ -7,9 +7,11 @@
 #include "report.h"
 
 #include "common/common.h"
+#include "config/config.h"
 #include "trace/h5util.h"
 #include "trace/events.h"
 
+#include <cjson/cJSON.h>
 #include <errno.h>
 #include <getopt.h>
 #include <hdf5.h>
@@ -64,6 +66,12 @@ typedef struct {
     size_t n_ev, cap_ev;
     int has_ops, has_modules; /* among the selected events; ops = non-collective kernels */
     int has_comm_ops;         /* collectives or pipeline send / recv among them */
+
+    /* model FLOPs per token (/metadata config_json; NaN: not known, flops_why says why) */
+    double flops_per_token;
+    int64_t flops_params, flops_layers, flops_hidden, flops_seq;
+    char flops_why[96];
+    double peak_tflops; /* --peak-tflops (0: not given) */
 } report;
 
 /* Per (step, rank) numbers in ns (from /events). */
@@ -182,6 +190,55 @@ static int read_int_attr(hid_t obj, const char *name, long long *v)
 static int read_f64_attr(hid_t obj, const char *name, double *v)
 {
     return dx_h5_read_scalar_attr(obj, name, H5T_NATIVE_DOUBLE, v);
+}
+
+/* Model FLOPs per token of the run's model from /metadata config_json, the count behind MFU in
+ * PaLM (Chowdhery et al. 2022, appendix B) and Megatron-LM: 6 N + 12 L D T, N the parameters
+ * without the token embedding (the LM head included), L layers, D hidden size, T the sequence
+ * length; the 6 N is a forward (2 N) and a backward (4 N) GEMM pass over every weight, the 12 L D T
+ * the attention scores and their product with V over full (not causal) T x T. Recomputation is not
+ * counted (model FLOPs, not hardware FLOPs). Unknown (NaN, with the reason in flops_why) when the
+ * trace has no config, or one that does not parse (a newer dissect's keys), or for a LoRA run
+ * (whose frozen weights get no weight gradient). Never an error: the rest of the report stands. */
+static void model_flops(report *r, hid_t g)
+{
+    r->flops_per_token = NAN;
+    snprintf(r->flops_why, sizeof r->flops_why, "no model config in /metadata");
+    char *js = dx_h5_read_vlen_str_attr(g, "config_json");
+    if (!js) return;
+    cJSON *root = cJSON_Parse(js);
+    int whole = root && cJSON_IsObject(cJSON_GetObjectItemCaseSensitive(root, "model")) &&
+                cJSON_IsNumber(cJSON_GetObjectItemCaseSensitive(root, "seq_length"));
+    cJSON_Delete(root);
+    dx_config c;
+    dx_config_defaults(&c);
+    if (!whole) {
+        free(js);
+        return;
+    }
+    if (dx_config_parse(&c, js, "/metadata config_json")) {
+        snprintf(r->flops_why, sizeof r->flops_why, "/metadata config_json does not parse here");
+        free(js);
+        return;
+    }
+    free(js);
+    if (c.lora_r > 0) {
+        snprintf(r->flops_why, sizeof r->flops_why, "a LoRA run: not counted");
+        return;
+    }
+    const dx_model_config *m = &c.model;
+    int64_t n = dx_model_num_params_nonembed(m);
+    if (n <= 0 || n == INT64_MAX || m->num_hidden_layers <= 0 || m->hidden_size <= 0 || c.seq_length <= 0) {
+        snprintf(r->flops_why, sizeof r->flops_why, "/metadata config_json has no usable model shape");
+        return;
+    }
+    r->flops_params = n;
+    r->flops_layers = m->num_hidden_layers;
+    r->flops_hidden = m->hidden_size;
+    r->flops_seq = c.seq_length;
+    r->flops_per_token = 6.0 * (double)n + 12.0 * (double)m->num_hidden_layers * (double)m->hidden_size *
+                                               (double)c.seq_length;
+    r->flops_why[0] = 0;
 }
 
 /* Reads the grid attributes and /metadata/grid of the open group g (absent ones keep the
@@ -358,6 +415,7 @@ static int open_trace(report *r)
         for (char *c = r->environment; *c; c++)
             if (*c == '\n') *c = ' ';
         rc = read_grid_meta(r, g);
+        if (!rc) model_flops(r, g);
         H5Gclose(g);
         if (rc) return -1;
     }
@@ -1205,6 +1263,28 @@ static double steps_value(const report *r, const double *arr, size_t row, int ra
     return arr[row * (size_t)r->world + (size_t)rank] * 1e9; /* s -> ns */
 }
 
+/* The summary's model FLOPs lines: FLOPs per token (model_flops), model TFLOP/s per rank =
+ * tokens/s x FLOPs per token / world size, and MFU = that / --peak-tflops. */
+static void print_mfu(const report *r, double tok_per_s)
+{
+    if (isnan(r->flops_per_token)) {
+        printf("  %-22s - (%s)\n", "model FLOPs per token", r->flops_why);
+        return;
+    }
+    printf("  %-22s %.6g (6 x %lld parameters + 12 x %lld layers x %lld hidden x %lld seq; "
+           "recomputed passes not counted)\n",
+           "model FLOPs per token", r->flops_per_token, (long long)r->flops_params,
+           (long long)r->flops_layers, (long long)r->flops_hidden, (long long)r->flops_seq);
+    if (isnan(tok_per_s)) return;
+    double tf = tok_per_s * r->flops_per_token / r->world / 1e12;
+    printf("  %-22s %.4g\n", "model TFLOP/s per rank", tf);
+    if (r->peak_tflops > 0)
+        printf("  %-22s %.4f (of --peak-tflops %g)\n", "MFU", tf / r->peak_tflops, r->peak_tflops);
+    else
+        printf("  %-22s - (give --peak-tflops: a rank's device peak, e.g. 989 for an H100 SXM's dense bf16)\n",
+               "MFU");
+}
+
 static void print_summary(const report *r, const analysis *a)
 {
     double st = 0, tok = 0;
@@ -1244,6 +1324,7 @@ static void print_summary(const report *r, const analysis *a)
             printf("  %-22s %.1f\n", "tokens/s", tok / st);
         else
             printf("  %-22s -\n", "tokens/s");
+        print_mfu(r, have_tok && st > 0 ? tok / st : NAN);
     } else {
         printf("  %-22s - (no /steps rows for these steps)\n", "mean step time (ms)");
     }
@@ -1778,7 +1859,8 @@ static void print_idle(const report *r, const analysis *a)
 static void usage(FILE *f)
 {
     fprintf(f,
-            "usage: dissect report RUN.h5 [--steps A:B] [--top N] [--chrome OUT.json]\n\n"
+            "usage: dissect report RUN.h5 [--steps A:B] [--top N] [--chrome OUT.json]\n"
+            "                              [--peak-tflops P]\n\n"
             "Summarises a dissect trace: run summary (with the PP x DP x TP grid), step breakdown\n"
             "(forward, backward, optimizer, exposed communication, idle), pipeline stages (PP > 1),\n"
             "top operators, exposed communication by collective, tensor-parallel collectives per\n"
@@ -1786,6 +1868,8 @@ static void usage(FILE *f)
             "  --steps A:B        steps A..B inclusive (A:, :B and A also work); default: all but\n"
             "                     the first (warm-up) step\n"
             "  --top N            operators listed (default 15)\n"
+            "  --peak-tflops P    a rank's peak TFLOP/s (e.g. 989 for an H100 SXM in dense bf16):\n"
+            "                     the summary then gives MFU = model TFLOP/s per rank / P\n"
             "  --chrome OUT.json  also write a Chrome trace-event file (Perfetto, chrome://tracing)\n"
             "                     with every event (with --steps: the events of those steps): a\n"
             "                     process per rank, a thread per stream and, with PP > 1, a\n"
@@ -1823,11 +1907,14 @@ int dx_report_main(int argc, char **argv)
     static const struct option opts[] = {{"steps", required_argument, NULL, 's'},
                                          {"top", required_argument, NULL, 't'},
                                          {"chrome", required_argument, NULL, 'c'},
+                                         {"peak-tflops", required_argument, NULL, 'p'},
                                          {"help", no_argument, NULL, 'h'},
                                          {NULL, 0, NULL, 0}};
     report r;
     memset(&r, 0, sizeof r);
     r.file = -1;
+    r.flops_per_token = NAN;
+    snprintf(r.flops_why, sizeof r.flops_why, "no /metadata in the trace");
     const char *chrome = NULL;
     int top = 15, o;
     opterr = 0;
@@ -1854,6 +1941,18 @@ int dx_report_main(int argc, char **argv)
         case 'c':
             chrome = optarg;
             break;
+        case 'p': {
+            char *end;
+            errno = 0;
+            double v = strtod(optarg, &end);
+            if (errno || end == optarg || *end || !(v > 0) || !isfinite(v)) {
+                fprintf(stderr, "dissect: error: report: --peak-tflops '%s': expected a positive number "
+                        "of TFLOP/s\n", optarg);
+                return 2;
+            }
+            r.peak_tflops = v;
+            break;
+        }
         case 'h':
             usage(stdout);
             return 0;

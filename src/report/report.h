@@ -1,9 +1,10 @@
 /* dissect report: reads a trace file (layout: trace.h) and prints where the time went.
  *
- *   dissect report RUN.h5 [--steps A:B] [--top N] [--chrome OUT.json]
+ *   dissect report RUN.h5 [--steps A:B] [--top N] [--chrome OUT.json] [--peak-tflops P]
  *
  * Sections: run summary (with the PP x DP x TP grid, sequence parallelism, pipeline schedule,
- * model chunks per rank, micro-batches per step), step breakdown (forward / backward / optimizer /
+ * model chunks per rank, micro-batches per step, tokens/s, model FLOPs per token, model TFLOP/s
+ * per rank and, with --peak-tflops, MFU), step breakdown (forward / backward / optimizer /
  * exposed communication / idle, the shape of Table V of Zhang et al. 2023, "Dissecting the Runtime
  * Performance of the Training, Fine-tuning, and Inference of LLMs"), pipeline stages (PP > 1), top
  * operators, exposed communication, tensor-parallel collectives per layer (TP > 1), per-layer
@@ -30,6 +31,14 @@
  *   by it): calls and ms per step, mean over the ranks that recorded the row; exposed ms = the
  *   part not covered by compute-stream ops.
  * The default step range is every step but the first (warm-up) when there are two or more.
+ * Model FLOPs (the summary): per token 6 N + 12 L D T (PaLM, Chowdhery et al. 2022, appendix B;
+ *   Megatron-LM's MFU count): N = parameters without the token embedding (LM head included), L
+ *   layers, D hidden size, T sequence length, from /metadata config_json; recomputation is not
+ *   counted. Model TFLOP/s per rank = tokens/s x FLOPs per token / world size / 1e12 over the
+ *   step range; MFU = that / P, P a rank's peak in TFLOP/s (--peak-tflops, a positive number;
+ *   e.g. 989 for an H100 SXM in dense bf16). Shown as "-" with the reason for a trace without a
+ *   usable config (older or newer writer) and for LoRA runs (frozen weights get no weight
+ *   gradient, so 6 N does not hold); never an error.
  *
  * The file is validated before anything is printed: a file that is not HDF5, not a dissect trace
  * (root attribute format != "dissect-trace"), truncated or unreadable, with a /metadata grid
