@@ -210,12 +210,12 @@ static void model_flops(report *r, hid_t g)
     int whole = root && cJSON_IsObject(cJSON_GetObjectItemCaseSensitive(root, "model")) &&
                 cJSON_IsNumber(cJSON_GetObjectItemCaseSensitive(root, "seq_length"));
     cJSON_Delete(root);
-    dx_config c;
-    dx_config_defaults(&c);
     if (!whole) {
         free(js);
         return;
     }
+    dx_config c;
+    dx_config_defaults(&c);
     if (dx_config_parse(&c, js, "/metadata config_json")) {
         snprintf(r->flops_why, sizeof r->flops_why, "/metadata config_json does not parse here");
         free(js);
