@@ -99,6 +99,11 @@ struct dx_backend {
     int nthreads;     /* host threads the backend may use */
     dx_mem_stats mem; /* maintained by alloc/free */
     void *impl;       /* backend private state */
+    /* the device: its model as the driver names it ("NVIDIA H100 80GB HBM3"; the CPU backends:
+     * /proc/cpuinfo's model name, else "cpu"), and its dense bf16 peak in TFLOP/s from
+     * dx_peak_tflops (0: unknown, as for every CPU) */
+    char device_name[96];
+    double peak_tflops;
 
     /* ---- memory ---- */
     /* Allocates `bytes` (64-byte aligned, uninitialised) counted under `cat`. NULL + dx_fail on

@@ -184,6 +184,12 @@ def main(path):
             for k, v in per_rank.items():
                 check(list(row[k]) == v, "row %d %s = %r: %r" % (r, k, v, list(row[k])))
 
+        names = f["metadata/device_names"]
+        check(names.shape == (world,) and list(names.asstr()[()]) == ["Test GPU", "Test GPU"],
+              "/metadata/device_names = ['Test GPU', 'Test GPU']: %r" % (list(names.asstr()[()]),))
+        peaks = f["metadata/device_peak_tflops"]
+        check(peaks.dtype == np.float64 and list(peaks[()]) == [1e-4, 1e-4],
+              "/metadata/device_peak_tflops is f64 [1e-4, 1e-4]: %r %r" % (peaks.dtype, list(peaks[()])))
         # /metadata/clock_offset_ns
         check("clock_offset_ns" in f["metadata"], "/metadata/clock_offset_ns exists")
         off = f["metadata/clock_offset_ns"]

@@ -479,6 +479,40 @@ int main(void)
         free(json);
     }
 
+    /* model FLOPs per token (6 N + 12 L D T): tiny at seq 32 is test_report.sh's 176064;
+     * Llama-2-7B at seq 2048: N = 6,738,415,616 - 32000 x 4096 = 6,607,343,616,
+     * 6 N + 12 x 32 x 4096 x 2048 = 39,644,061,696 + 3,221,225,472 */
+    {
+        dx_config f;
+        dx_config_defaults(&f);
+        dx_model_preset(&f.model, "tiny");
+        f.seq_length = 32;
+        check(dx_model_flops_per_token(&f) == 176064.0, "FLOPs per token, tiny seq 32: %.0f (want 176064)",
+              dx_model_flops_per_token(&f));
+        dx_model_preset(&f.model, "llama2-7b");
+        f.seq_length = 2048;
+        check(dx_model_flops_per_token(&f) == 42865287168.0,
+              "FLOPs per token, llama2-7b seq 2048: %.0f (want 42865287168)", dx_model_flops_per_token(&f));
+        f.lora_r = 8;
+        check(isnan(dx_model_flops_per_token(&f)), "FLOPs per token of a LoRA run: NaN");
+    }
+    /* dense bf16 peaks by the names cudaDeviceProp gives (NVIDIA's sparse figures halved) */
+    {
+        static const struct {
+            const char *name;
+            double want;
+        } peaks[] = {
+            {"NVIDIA H100 80GB HBM3", 989}, {"NVIDIA H100 PCIe", 756}, {"NVIDIA H100 NVL", 835},
+            {"NVIDIA H200", 989},           {"NVIDIA H200 NVL", 835},  {"NVIDIA GH200 480GB", 989},
+            {"NVIDIA H800", 989},           {"NVIDIA H800 PCIe", 756}, {"NVIDIA H20", 148},
+            {"NVIDIA A100-SXM4-80GB", 0},   {"NVIDIA H1000", 0},       {"cpu", 0},
+            {"", 0},                        {NULL, 0},
+        };
+        for (size_t i = 0; i < sizeof peaks / sizeof peaks[0]; i++)
+            check(dx_peak_tflops(peaks[i].name) == peaks[i].want, "peak of '%s': %g TFLOP/s (want %g)",
+                  peaks[i].name ? peaks[i].name : "(null)", dx_peak_tflops(peaks[i].name), peaks[i].want);
+    }
+
     printf("%d passed, %d failed\n", n_pass, n_fail);
     return n_fail ? 1 : 0;
 }

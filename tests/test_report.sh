@@ -48,9 +48,39 @@ expect_line "summary" "$out" "tokens/s 284.4"
 # per rank 284.44 tokens/s x 176064 / 2 ranks = 2.504e-05 TFLOP/s
 expect_line "model FLOPs" "$out" "model FLOPs per token 176064 (6 x 25248 parameters + 12 x 2 layers x 32 hidden x 32 seq; recomputed passes not counted)"
 expect_line "model TFLOP/s" "$out" "model TFLOP/s per rank 2.504e-05"
-expect_line "no MFU without a peak" "$out" "MFU - (give --peak-tflops: a rank's device peak, e.g. 989 for an H100 SXM's dense bf16)"
-"$DISSECT" report "$trace" --peak-tflops 1e-4 >"$tmp/mfu.txt" 2>&1 || bad "report --peak-tflops 1e-4 exit $?"
-expect_line "MFU" "$tmp/mfu.txt" "MFU 0.2504 (of --peak-tflops 0.0001)"
+# the trace records both ranks' device ("Test GPU") and its peak, 1e-4 TFLOP/s: 2.504e-05 / 1e-4
+expect_line "MFU from the trace's peaks" "$out" "MFU 0.2504 (of 0.0001 TFLOP/s, the Test GPU's dense bf16 peak)"
+"$DISSECT" report "$trace" --peak-tflops 2e-4 >"$tmp/mfu.txt" 2>&1 || bad "report --peak-tflops 2e-4 exit $?"
+expect_line "--peak-tflops over the trace's" "$tmp/mfu.txt" "MFU 0.1252 (of --peak-tflops 0.0002)"
+# copies: an older trace without the device datasets; a rank whose peak is unknown (0); two
+# devices (MFU = summed model FLOP/s / summed peaks = 2 x 2.504e-05 / 4e-4); a peak dataset of the
+# wrong length (ignored, not an error)
+for case in old unknown mixed badshape; do
+  "$PYTHON3" - "$trace" "$tmp/$case.h5" "$case" <<'EOF'
+import shutil, sys, h5py, numpy as np
+shutil.copy(sys.argv[1], sys.argv[2])
+case = sys.argv[3]
+with h5py.File(sys.argv[2], "r+") as f:
+    m = f["metadata"]
+    if case == "old":
+        del m["device_names"], m["device_peak_tflops"]
+    else:
+        del m["device_peak_tflops"]
+        peaks = {"unknown": [1e-4, 0.0], "mixed": [1e-4, 3e-4], "badshape": [1e-4, 1e-4, 1e-4]}[case]
+        m["device_peak_tflops"] = np.array(peaks, dtype=np.float64)
+    if case == "mixed":
+        del m["device_names"]
+        m["device_names"] = np.array([b"Test GPU", b"Other GPU"], dtype=h5py.string_dtype())
+EOF
+  "$DISSECT" report "$tmp/$case.h5" >"$tmp/$case.txt" 2>&1 || bad "$case: report exit $?"
+done
+expect_line "old trace: no MFU" "$tmp/old.txt" "MFU - (give --peak-tflops: a rank's device peak, e.g. 989 for an H100 SXM's dense bf16)"
+expect_line "a rank's peak unknown: no MFU" "$tmp/unknown.txt" "MFU - (no known peak for Test GPU; give --peak-tflops: a rank's device peak, e.g. 989 for an H100 SXM's dense bf16)"
+expect_line "devices" "$out" "devices Test GPU (every rank)"
+expect_line "two devices" "$tmp/mixed.txt" "devices Test GPU (rank 0; the ranks' differ)"
+if grep -q "^  devices" "$tmp/old.txt"; then bad "old trace: a devices line"; else ok "old trace: no devices line"; fi
+expect_line "two devices: summed peaks" "$tmp/mixed.txt" "MFU 0.1252 (of the ranks' dense bf16 peaks, 0.0004 TFLOP/s summed; rank 0: Test GPU)"
+expect_line "peaks of the wrong length: no MFU" "$tmp/badshape.txt" "MFU - (no known peak for Test GPU; give --peak-tflops: a rank's device peak, e.g. 989 for an H100 SXM's dense bf16)"
 for v in 0 -3 abc 1e999; do
   "$DISSECT" report "$trace" --peak-tflops "$v" >"$tmp/mfu_bad.txt" 2>&1
   rc=$?

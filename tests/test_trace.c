@@ -138,11 +138,15 @@ int main(int argc, char **argv)
     host_cover = argc > 2 && strcmp(argv[2], "host-cover") == 0;
 
     const char *hosts[2] = {"node-a", "node-b.example.org"};
+    const char *devices[2] = {"Test GPU", "Test GPU"};
+    const double peaks[2] = {1e-4, 1e-4}; /* TFLOP/s: test_report.sh's MFU 0.2504 */
     dx_trace_meta meta = {
         .config_json = "{\"model\": {\"preset\": \"tiny\"}, \"seq_length\": 32}",
         .world_size = 2,
         .hosts = hosts,
         .device = "cpu",
+        .device_names = devices,
+        .device_peak_tflops = peaks,
         .trace_level = "op",
     };
 

@@ -22,6 +22,30 @@ fail=0
 for want in "Step breakdown" "Top operators" "Per-layer modules" "Ranks" "Idle" "reduce_scatter"; do
   grep -q "$want" "$tmp/report.txt" || { echo "FAIL report lacks '$want'"; fail=1; }
 done
+# the devices and their peaks in /metadata (CPU ranks: no known peak), and the log's model
+# TFLOP/s per rank = tokens/s x 176064 FLOPs per token (tiny, seq 32: test_config.c) / 2 ranks
+"$PYTHON3" - "$tmp/run.h5" "$tmp/train.log" <<'EOF' || fail=1
+import re, sys, h5py
+f = h5py.File(sys.argv[1], "r")
+names = list(f["metadata/device_names"].asstr()[()])
+peaks = list(f["metadata/device_peak_tflops"][()])
+bad = []
+if len(names) != 2 or names[0] != names[1] or not names[0]:
+    bad.append("device_names %r" % names)
+if peaks != [0.0, 0.0]:
+    bad.append("device_peak_tflops %r (CPU ranks: 0 = unknown)" % peaks)
+lines = [l for l in open(sys.argv[2]) if l.startswith("step ")]
+for l in lines:
+    m = re.search(r"\| (\d+) tokens/s \|.*\| ([0-9.e+-]+) TFLOP/s per rank$", l.strip())
+    if not m or abs(float(m[2]) / (int(m[1]) * 176064 / 2 / 1e12) - 1) > 0.01:
+        bad.append("log line without the matching TFLOP/s per rank: %r" % l)
+if not lines:
+    bad.append("no step lines in the log")
+for b in bad:
+    print("FAIL", b)
+print("ok   /metadata devices %r, peaks %r; %d log lines' TFLOP/s per rank match tokens/s" % (names, peaks, len(lines)) if not bad else "")
+sys.exit(1 if bad else 0)
+EOF
 "$PYTHON3" -c "import json,sys; d=json.load(open(sys.argv[1])); pids={e['pid'] for e in d['traceEvents']}; sys.exit(0 if {0,1} <= pids else 1)" "$tmp/run.json" \
   || { echo "FAIL chrome trace lacks a rank"; fail=1; }
 # a one-rank trace (per-rank fields are arrays of length 1) reports too

@@ -6,6 +6,7 @@
 
 #include <omp.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -240,6 +241,25 @@ static void cpu_sync(dx_backend *be) { (void)be; }
 
 static void cpu_destroy(dx_backend *be) { free(be); }
 
+/* /proc/cpuinfo's first "model name" (x86; "cpu" where there is none, as on most ARM kernels). */
+static void cpu_model_name(char *buf, size_t n)
+{
+    snprintf(buf, n, "cpu");
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (!f) return;
+    char line[256];
+    while (fgets(line, sizeof line, f)) {
+        const char *colon = strchr(line, ':');
+        if (strncmp(line, "model name", 10) != 0 || !colon) continue;
+        colon++;
+        while (*colon == ' ' || *colon == '\t') colon++;
+        size_t len = strcspn(colon, "\n");
+        if (len) snprintf(buf, n, "%.*s", (int)len, colon);
+        break;
+    }
+    fclose(f);
+}
+
 static dx_backend *cpu_create(int nthreads, int f64)
 {
     const char *name = f64 ? "cpu64" : "cpu";
@@ -256,6 +276,8 @@ static dx_backend *cpu_create(int nthreads, int f64)
     be->act = be->acc = f64 ? DX_F64 : DX_F32;
     be->nthreads = nthreads;
     be->impl = NULL;
+    cpu_model_name(be->device_name, sizeof be->device_name);
+    be->peak_tflops = 0; /* no table of CPU peaks: the report asks for --peak-tflops */
     be->alloc = cpu_alloc;
     be->free = cpu_free;
     be->zero = cpu_zero;

@@ -2306,6 +2306,12 @@ extern "C" dx_backend *dx_backend_cuda_create(int device, int nthreads)
     be->act = DX_BF16;
     be->acc = DX_F32;
     be->nthreads = nthreads;
+    cudaDeviceProp prop;
+    if (cudaGetDeviceProperties(&prop, device) == cudaSuccess)
+        snprintf(be->device_name, sizeof be->device_name, "%.95s", prop.name);
+    else
+        snprintf(be->device_name, sizeof be->device_name, "cuda device %d", device);
+    be->peak_tflops = dx_peak_tflops(be->device_name);
     im->device = device;
     im->num_sms = nsm > 0 ? nsm : 1;
     im->smem_optin = smem;

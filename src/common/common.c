@@ -1,6 +1,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include "common.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <math.h>
 #include <stdarg.h>
@@ -114,4 +115,31 @@ char *dx_read_file(const char *path, size_t *len)
     buf[n] = 0;
     if (len) *len = n;
     return buf;
+}
+
+/* Does `name` contain `model` as a word of its own (not followed by a digit or letter: "H20"
+ * must not match "H200")? */
+static int has_model(const char *name, const char *model)
+{
+    size_t n = strlen(model);
+    for (const char *p = strstr(name, model); p; p = strstr(p + 1, model))
+        if (!isalnum((unsigned char)p[n])) return 1;
+    return 0;
+}
+
+double dx_peak_tflops(const char *device_name)
+{
+    if (!device_name) return 0;
+    /* the PCIe and NVL boards first: their names contain the SXM part's */
+    static const struct {
+        const char *model, *board;
+        double tflops;
+    } peaks[] = {
+        {"H100", "PCIe", 756}, {"H800", "PCIe", 756}, {"H100", "NVL", 835}, {"H200", "NVL", 835},
+        {"H100", NULL, 989},   {"H200", NULL, 989},   {"H800", NULL, 989},  {"H20", NULL, 148},
+    };
+    for (size_t i = 0; i < sizeof peaks / sizeof peaks[0]; i++)
+        if (has_model(device_name, peaks[i].model) && (!peaks[i].board || strstr(device_name, peaks[i].board)))
+            return peaks[i].tflops;
+    return 0;
 }

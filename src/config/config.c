@@ -128,6 +128,14 @@ int64_t dx_model_num_params_nonembed(const dx_model_config *m)
     return dx_model_num_params(m) - sat_mul(m->vocab_size, m->hidden_size);
 }
 
+double dx_model_flops_per_token(const dx_config *c)
+{
+    const dx_model_config *m = &c->model;
+    if (c->lora_r > 0 || dx_model_num_params(m) == INT64_MAX) return NAN;
+    return 6.0 * (double)dx_model_num_params_nonembed(m) +
+           12.0 * (double)m->num_hidden_layers * (double)m->hidden_size * (double)c->seq_length;
+}
+
 /* ------------------------------------------------------------------------------------------ */
 /* Defaults                                                                                    */
 

@@ -228,6 +228,14 @@ int64_t dx_model_num_params_nonembed(const dx_model_config *m);
 /* Parameters a run trains: the model's, or with LoRA (lora.r > 0) the adapters' alone,
  * num_hidden_layers x sum over targets of r x (in + out). */
 int64_t dx_num_trainable_params(const dx_config *c);
+/* Model FLOPs per trained token, as PaLM (Chowdhery et al. 2022, appendix B) and Megatron-LM
+ * count them: 6 N (forward 2 N, backward 4 N, N = dx_model_num_params_nonembed) plus
+ * 12 x layers x hidden x seq_length for the attention scores (forward 4 L D T: Q K^T and P V;
+ * backward twice that), the causal mask not subtracted, recomputation not counted. The MFU the
+ * benchmarks, `dissect report` and the training log print is tokens/s x this / peak FLOP/s.
+ * NaN for a LoRA run (its frozen weights get no weight gradient, so 6 N does not hold) or when
+ * the parameter count overflows int64 (sizes are not checked here: see dx_config_finalize). */
+double dx_model_flops_per_token(const dx_config *c);
 
 /* Reads DIR/config.json (a Hugging Face LlamaConfig) into *m (preset "" = custom shape):
  *   vocab_size, hidden_size, intermediate_size, num_hidden_layers, num_attention_heads:

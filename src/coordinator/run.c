@@ -240,6 +240,12 @@ static int finish_async(const dx_config *c, dx_comm *world, dx_ckpt_async *saver
     return 0;
 }
 
+/* A rank's compute device, as gathered to rank 0 (fixed size: one gather of raw bytes). */
+typedef struct {
+    char name[sizeof ((dx_backend *)0)->device_name];
+    double peak_tflops; /* dense bf16, 0 = unknown */
+} device_rec;
+
 int dx_run_train(const dx_config *c, dx_comm *world)
 {
     const int rank = world->rank, P = world->size;
@@ -251,6 +257,7 @@ int dx_run_train(const dx_config *c, dx_comm *world)
     char host[64] = {0};
     gethostname(host, sizeof host - 1);
     char *hosts = rank == 0 ? calloc((size_t)P, sizeof host) : NULL;
+    device_rec *devs = NULL; /* rank 0: every rank's device (gathered once the worker exists) */
     dx_worker *w = NULL;
     /* hangs and dead ranks end the job with a message instead of waiting forever */
     if (c->distributed_timeout_minutes > 0 && dx_watchdog_start(c->distributed_timeout_minutes * 60.0, rank)) rc = -1;
@@ -294,6 +301,25 @@ int dx_run_train(const dx_config *c, dx_comm *world)
 
     if (!rc) w = dx_worker_create(c, world, &rc);
     if (dx_agree_and_report(world, rc)) goto out_err;
+
+    /* each rank's device model and peak, gathered to rank 0 for the trace and the MFU it logs */
+    device_rec dev_mine = {.peak_tflops = dx_worker_backend(w)->peak_tflops};
+    memcpy(dev_mine.name, dx_worker_backend(w)->device_name, sizeof dev_mine.name);
+    dev_mine.name[sizeof dev_mine.name - 1] = 0;
+    devs = rank == 0 ? calloc((size_t)P, sizeof *devs) : NULL;
+    if (rank == 0 && !devs) rc = dx_fail("rank 0: out of memory");
+    if (!rc && world->gather(world, &dev_mine, devs, sizeof dev_mine, 0)) rc = -1;
+    if (dx_agree_and_report(world, rc)) goto out_err;
+    /* model FLOPs per token (NaN for LoRA) and the ranks' summed peak (0: one is unknown) */
+    const double flops_per_token = dx_model_flops_per_token(c);
+    double peak_sum = 0;
+    for (int r = 0; devs && r < P; r++) {
+        if (devs[r].peak_tflops <= 0) {
+            peak_sum = 0;
+            break;
+        }
+        peak_sum += devs[r].peak_tflops;
+    }
 
     /* resumption: the newest checkpoint of save_dir (auto) or the one named */
     long step0 = 0;
@@ -350,8 +376,14 @@ int dx_run_train(const dx_config *c, dx_comm *world)
             coords[3 * r + 1] = d;
             coords[3 * r + 2] = t;
         }
+        const char **dn = calloc((size_t)P, sizeof *dn);
+        double *dp = calloc((size_t)P, sizeof *dp);
+        for (int r = 0; dn && dp && r < P; r++) {
+            dn[r] = devs[r].name;
+            dp[r] = devs[r].peak_tflops;
+        }
         dx_trace_meta meta = {.config_json = cfg_json ? cfg_json : "{}", .world_size = P,
-                              .hosts = hp, .device = c->device,
+                              .hosts = hp, .device = c->device, .device_names = dn, .device_peak_tflops = dp,
                               .trace_level = levels[c->trace_level], .tp = c->tp, .pp = c->pp,
                               .dp = c->dp, .sequence_parallel = c->sequence_parallel && c->tp > 1,
                               .num_model_chunks = v, .num_micro_batches = c->grad_accum,
@@ -367,9 +399,11 @@ int dx_run_train(const dx_config *c, dx_comm *world)
             plan[7 * r + 6] = pr.host;
         }
         meta.plan = plan;
-        tw = hp && coords ? dx_trace_create(c->trace_path, &meta) : NULL;
+        tw = hp && coords && dn && dp ? dx_trace_create(c->trace_path, &meta) : NULL;
         free(plan);
         free(coords);
+        free(dn);
+        free(dp);
         if (!tw) { dx_fail_prefix("key 'trace.path'"); rc = -1; }
         else dx_watch_on_timeout(flush_trace_on_timeout, tw);
         free(hp);
@@ -507,8 +541,15 @@ int dx_run_train(const dx_config *c, dx_comm *world)
         if (step % c->log_interval == 0 || step == step0 + 1 || final_step) {
             char pk[32];
             fmt_bytes(pk, sizeof pk, peak);
-            printf("step %5ld/%ld | loss %.4f | lr %.3e | grad norm %.3f | %.0f tokens/s | step %.1f ms | peak mem %s\n",
-                   step, c->train_iters, st.loss, st.lr, st.grad_norm, tps, step_s * 1e3, pk);
+            /* Megatron-LM's "TFLOP/s per GPU": model FLOPs (dx_model_flops_per_token) per rank */
+            char fl[64] = "";
+            const double tf = tps * flops_per_token / P / 1e12;
+            if (!isnan(tf) && peak_sum > 0)
+                snprintf(fl, sizeof fl, " | %.1f TFLOP/s per rank | MFU %.3f", tf, tf * P / peak_sum);
+            else if (!isnan(tf))
+                snprintf(fl, sizeof fl, tf >= 10 ? " | %.1f TFLOP/s per rank" : " | %.3g TFLOP/s per rank", tf);
+            printf("step %5ld/%ld | loss %.4f | lr %.3e | grad norm %.3f | %.0f tokens/s | step %.1f ms | peak mem %s%s\n",
+                   step, c->train_iters, st.loss, st.lr, st.grad_norm, tps, step_s * 1e3, pk, fl);
         }
         if (step == step0 + 1) {
             char b[4][32];
@@ -591,6 +632,7 @@ int dx_run_train(const dx_config *c, dx_comm *world)
     }
     free(cfg_json);
     free(hosts);
+    free(devs);
     dx_watchdog_stop();
     return rc;
 
@@ -600,6 +642,7 @@ out_err:
     if (tw) dx_trace_close(tw);
     free(cfg_json);
     free(hosts);
+    free(devs);
     dx_watchdog_stop();
     return -1;
 }

@@ -72,6 +72,11 @@ typedef struct {
     int64_t flops_params, flops_layers, flops_hidden, flops_seq;
     char flops_why[96];
     double peak_tflops; /* --peak-tflops (0: not given) */
+    /* from /metadata/device_peak_tflops and device_names (traces from 2026-11-26 on): the ranks'
+     * summed dense bf16 peak (0: absent, or a rank's device has no known peak) and rank 0's device */
+    double device_peak_sum;
+    char device_name[96];
+    int devices_alike; /* every rank's device_names entry equals rank 0's */
 } report;
 
 /* Per (step, rank) numbers in ns (from /events). */
@@ -227,18 +232,69 @@ static void model_flops(report *r, hid_t g)
         return;
     }
     const dx_model_config *m = &c.model;
-    int64_t n = dx_model_num_params_nonembed(m); /* sizes are positive: dx_config_parse checks them */
-    if (n == INT64_MAX) {
+    const double f = dx_model_flops_per_token(&c); /* sizes are positive: dx_config_parse checks them */
+    if (isnan(f)) {
         snprintf(r->flops_why, sizeof r->flops_why, "/metadata config_json: a parameter count past int64");
         return;
     }
-    r->flops_params = n;
+    r->flops_params = dx_model_num_params_nonembed(m);
     r->flops_layers = m->num_hidden_layers;
     r->flops_hidden = m->hidden_size;
     r->flops_seq = c.seq_length;
-    r->flops_per_token = 6.0 * (double)n + 12.0 * (double)m->num_hidden_layers * (double)m->hidden_size *
-                                               (double)c.seq_length;
+    r->flops_per_token = f;
     r->flops_why[0] = 0;
+}
+
+/* The ranks' devices from /metadata/device_names and device_peak_tflops (written since
+ * 2026-11-26): rank 0's name, whether all ranks name the same device, and the summed peak when
+ * every rank's is known. Absent or unreadable datasets leave device_peak_sum 0 (the MFU line then
+ * asks for --peak-tflops); never an error. */
+static void device_peaks(report *r, hid_t g)
+{
+    r->device_peak_sum = 0;
+    r->device_name[0] = 0;
+    r->devices_alike = 0;
+    const size_t W = (size_t)r->world;
+    if (H5Lexists(g, "device_names", H5P_DEFAULT) > 0) {
+        hid_t d = H5Dopen2(g, "device_names", H5P_DEFAULT);
+        hid_t sp = d >= 0 ? H5Dget_space(d) : -1;
+        hid_t t = dx_h5_vlen_str_type();
+        hsize_t n = 0;
+        char **v = NULL;
+        if (sp >= 0 && t >= 0 && H5Sget_simple_extent_ndims(sp) == 1 && H5Sget_simple_extent_dims(sp, &n, NULL) == 1 &&
+            n == W && (v = calloc(W, sizeof *v)) && H5Dread(d, t, H5S_ALL, H5S_ALL, H5P_DEFAULT, v) >= 0) {
+            if (v[0]) snprintf(r->device_name, sizeof r->device_name, "%s", v[0]);
+            r->devices_alike = 1;
+            for (size_t i = 1; i < W; i++)
+                if (!v[i] || !v[0] || strcmp(v[i], v[0])) r->devices_alike = 0;
+            H5Dvlen_reclaim(t, sp, H5P_DEFAULT, v);
+        }
+        free(v);
+        if (t >= 0) H5Tclose(t);
+        if (sp >= 0) H5Sclose(sp);
+        if (d >= 0) H5Dclose(d);
+    }
+    if (H5Lexists(g, "device_peak_tflops", H5P_DEFAULT) > 0) {
+        hid_t d = H5Dopen2(g, "device_peak_tflops", H5P_DEFAULT);
+        hid_t sp = d >= 0 ? H5Dget_space(d) : -1;
+        hsize_t n = 0;
+        double *v = NULL;
+        if (sp >= 0 && H5Sget_simple_extent_ndims(sp) == 1 && H5Sget_simple_extent_dims(sp, &n, NULL) == 1 && n == W &&
+            (v = malloc(W * sizeof *v)) && H5Dread(d, H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, v) >= 0) {
+            double sum = 0;
+            for (size_t i = 0; i < W; i++) {
+                if (!(v[i] > 0) || !isfinite(v[i])) {
+                    sum = 0;
+                    break;
+                }
+                sum += v[i];
+            }
+            r->device_peak_sum = sum;
+        }
+        free(v);
+        if (sp >= 0) H5Sclose(sp);
+        if (d >= 0) H5Dclose(d);
+    }
 }
 
 /* Reads the grid attributes and /metadata/grid of the open group g (absent ones keep the
@@ -416,6 +472,7 @@ static int open_trace(report *r)
             if (*c == '\n') *c = ' ';
         rc = read_grid_meta(r, g);
         if (!rc) model_flops(r, g);
+        if (!rc) device_peaks(r, g);
         H5Gclose(g);
         if (rc) return -1;
     }
@@ -1264,7 +1321,8 @@ static double steps_value(const report *r, const double *arr, size_t row, int ra
 }
 
 /* The summary's model FLOPs lines: FLOPs per token (model_flops), model TFLOP/s per rank =
- * tokens/s x FLOPs per token / world size, and MFU = that / --peak-tflops. */
+ * tokens/s x FLOPs per token / world size, and MFU = that / --peak-tflops, or without it the
+ * trace's own peaks: tokens/s x FLOPs per token / the ranks' summed device peak. */
 static void print_mfu(const report *r, double tok_per_s)
 {
     if (isnan(r->flops_per_token)) {
@@ -1280,9 +1338,16 @@ static void print_mfu(const report *r, double tok_per_s)
     printf("  %-22s %.4g\n", "model TFLOP/s per rank", tf);
     if (r->peak_tflops > 0)
         printf("  %-22s %.4f (of --peak-tflops %g)\n", "MFU", tf / r->peak_tflops, r->peak_tflops);
+    else if (r->device_peak_sum > 0 && r->devices_alike)
+        printf("  %-22s %.4f (of %g TFLOP/s, the %s's dense bf16 peak)\n", "MFU", tf * r->world / r->device_peak_sum,
+               r->device_peak_sum / r->world, r->device_name);
+    else if (r->device_peak_sum > 0)
+        printf("  %-22s %.4f (of the ranks' dense bf16 peaks, %g TFLOP/s summed; rank 0: %s)\n", "MFU",
+               tf * r->world / r->device_peak_sum, r->device_peak_sum, r->device_name);
     else
-        printf("  %-22s - (give --peak-tflops: a rank's device peak, e.g. 989 for an H100 SXM's dense bf16)\n",
-               "MFU");
+        printf("  %-22s - (%s%s%sgive --peak-tflops: a rank's device peak, e.g. 989 for an H100 SXM's dense bf16)\n",
+               "MFU", r->device_name[0] ? "no known peak for " : "", r->device_name,
+               r->device_name[0] ? "; " : "");
 }
 
 static void print_summary(const report *r, const analysis *a)
@@ -1299,6 +1364,9 @@ static void print_summary(const report *r, const analysis *a)
     }
     printf("dissect report: %s\n\nRun summary\n", r->path);
     printf("  %-22s %d\n", "world size (ranks)", r->world);
+    if (r->device_name[0])
+        printf("  %-22s %s%s\n", "devices", r->device_name,
+               r->devices_alike ? (r->world > 1 ? " (every rank)" : "") : " (rank 0; the ranks' differ)");
     printf("  %-22s %s\n", "trace level", r->trace_level);
     if (r->environment[0]) printf("  %-22s %s\n", "switches (environment)", r->environment);
     printf("  %-22s %d x %d x %d%s\n", "grid (PP x DP x TP)", r->pp, r->dp, r->tp,
@@ -1870,6 +1938,8 @@ static void usage(FILE *f)
             "  --top N            operators listed (default 15)\n"
             "  --peak-tflops P    a rank's peak TFLOP/s (e.g. 989 for an H100 SXM in dense bf16):\n"
             "                     the summary then gives MFU = model TFLOP/s per rank / P\n"
+            "                     (default: the GPUs' dense bf16 peaks the trace records, where\n"
+            "                     dissect knows them: Hopper GPUs)\n"
             "  --chrome OUT.json  also write a Chrome trace-event file (Perfetto, chrome://tracing)\n"
             "                     with every event (with --steps: the events of those steps): a\n"
             "                     process per rank, a thread per stream and, with PP > 1, a\n"

@@ -4,7 +4,7 @@
  *
  * Sections: run summary (with the PP x DP x TP grid, sequence parallelism, pipeline schedule,
  * model chunks per rank, micro-batches per step, tokens/s, model FLOPs per token, model TFLOP/s
- * per rank and, with --peak-tflops, MFU), step breakdown (forward / backward / optimizer /
+ * per rank and MFU), step breakdown (forward / backward / optimizer /
  * exposed communication / idle, the shape of Table V of Zhang et al. 2023, "Dissecting the Runtime
  * Performance of the Training, Fine-tuning, and Inference of LLMs"), pipeline stages (PP > 1), top
  * operators, exposed communication, tensor-parallel collectives per layer (TP > 1), per-layer
@@ -36,7 +36,10 @@
  *   layers, D hidden size, T sequence length, from /metadata config_json; recomputation is not
  *   counted. Model TFLOP/s per rank = tokens/s x FLOPs per token / world size / 1e12 over the
  *   step range; MFU = that / P, P a rank's peak in TFLOP/s (--peak-tflops, a positive number;
- *   e.g. 989 for an H100 SXM in dense bf16). Shown as "-" with the reason for a trace without a
+ *   e.g. 989 for an H100 SXM in dense bf16); without --peak-tflops, MFU = tokens/s x FLOPs per
+ *   token / the sum of /metadata/device_peak_tflops over the ranks (dx_peak_tflops of each rank's
+ *   GPU, recorded since 2026-11-26), shown as "-" when the trace has none or a rank's device has no
+ *   known peak (every CPU). FLOPs are shown as "-" with the reason for a trace without a
  *   usable config (older or newer writer) and for LoRA runs (frozen weights get no weight
  *   gradient, so 6 N does not hold); never an error.
  *

@@ -17,6 +17,11 @@
  *                           compute device, host bytes of offloaded optimizer states), beside
  *                           the measured /steps peak_mem_bytes
  *   /metadata/hosts         string dataset [world_size]: host name of each rank
+ *   /metadata/device_names  string dataset [world_size]: each rank's compute device as its
+ *                           backend names it (dx_backend.device_name: "NVIDIA H100 80GB HBM3",
+ *                           a CPU's model name); absent in traces of dissect before 2026-11-26
+ *   /metadata/device_peak_tflops  f64 dataset [world_size]: each rank's device's dense bf16
+ *                           peak in TFLOP/s (dx_peak_tflops; 0 = unknown), for MFU
  *   /metadata/clock_offset_ns  int64 dataset [world_size] (dx_trace_set_clock_offsets): the
  *                           offset added to each rank's clock to get rank 0's
  *   /steps                  extendible chunked compound dataset, one row per step:
@@ -66,6 +71,8 @@ typedef struct {
     int world_size;
     const char *const *hosts; /* world_size host names */
     const char *device;
+    const char *const *device_names; /* world_size device models (NULL: not written) */
+    const double *device_peak_tflops; /* world_size peaks in TFLOP/s, 0 = unknown (NULL: not written) */
     const char *trace_level;
     /* the process grid */
     int tp, pp, dp, sequence_parallel, num_model_chunks, num_micro_batches;

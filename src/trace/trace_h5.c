@@ -100,22 +100,35 @@ static char *switch_environment(void)
     return out;
 }
 
-static int write_hosts(hid_t group, int world, const char *const *hosts)
+/* A string dataset [world] named `name` in `group` (NULL entries written as ""). */
+static int write_rank_strings(hid_t group, const char *name, int world, const char *const *strs)
 {
     const char **v = malloc((size_t)world * sizeof *v);
     if (!v) return -1;
-    for (int i = 0; i < world; i++) v[i] = (hosts && hosts[i]) ? hosts[i] : "";
+    for (int i = 0; i < world; i++) v[i] = (strs && strs[i]) ? strs[i] : "";
     hsize_t dims[1] = {(hsize_t)world};
     hid_t t = dx_h5_vlen_str_type();
     hid_t sp = H5Screate_simple(1, dims, NULL);
     hid_t d = (t >= 0 && sp >= 0)
-                  ? H5Dcreate2(group, "hosts", t, sp, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)
+                  ? H5Dcreate2(group, name, t, sp, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)
                   : -1;
     int rc = (d >= 0 && H5Dwrite(d, t, H5S_ALL, H5S_ALL, H5P_DEFAULT, v) >= 0) ? 0 : -1;
     if (d >= 0) H5Dclose(d);
     if (sp >= 0) H5Sclose(sp);
     if (t >= 0) H5Tclose(t);
     free(v);
+    return rc;
+}
+
+/* An f64 dataset [world] named `name` in `group`. */
+static int write_rank_f64(hid_t group, const char *name, int world, const double *vals)
+{
+    hsize_t dims[1] = {(hsize_t)world};
+    hid_t sp = H5Screate_simple(1, dims, NULL);
+    hid_t d = sp >= 0 ? H5Dcreate2(group, name, H5T_IEEE_F64LE, sp, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT) : -1;
+    int rc = (d >= 0 && H5Dwrite(d, H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, vals) >= 0) ? 0 : -1;
+    if (d >= 0) H5Dclose(d);
+    if (sp >= 0) H5Sclose(sp);
     return rc;
 }
 
@@ -289,7 +302,15 @@ dx_trace_writer *dx_trace_create(const char *path, const dx_trace_meta *meta)
         }
         if (ok) {
             what = "/metadata/hosts";
-            ok = write_hosts(g, w->world, meta->hosts) == 0;
+            ok = write_rank_strings(g, "hosts", w->world, meta->hosts) == 0;
+        }
+        if (ok && meta->device_names) {
+            what = "/metadata/device_names";
+            ok = write_rank_strings(g, "device_names", w->world, meta->device_names) == 0;
+        }
+        if (ok && meta->device_peak_tflops) {
+            what = "/metadata/device_peak_tflops";
+            ok = write_rank_f64(g, "device_peak_tflops", w->world, meta->device_peak_tflops) == 0;
         }
         if (ok) {
             what = "/metadata grid";
