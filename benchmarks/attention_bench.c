@@ -64,13 +64,7 @@ int main(int argc, char **argv)
         cudaEventRecord(e1, st);
         be->attention_bwd(be, dq, dk, dv, dout, q, k, v, o, lse, ld, ld, B, T, H, Hkv, Dh);
         cudaEventRecord(e2, st);
-        if (cudaEventSynchronize(e2) != cudaSuccess) {
-            fprintf(stderr, "attention_bench: %s\n", cudaGetErrorString(cudaGetLastError()));
-            return 1;
-        }
-        float a = 0, b = 0;
-        cudaEventElapsedTime(&a, e0, e1);
-        cudaEventElapsedTime(&b, e1, e2);
+        const double b = bench_elapsed_ms(e1, e2, "attention_bench"), a = bench_elapsed_ms(e0, e1, "attention_bench");
         if (r >= 0) fr[r] = a, br[r] = b;
     }
     qsort(fr, reps, sizeof(double), bench_cmp_d);

@@ -1,4 +1,5 @@
-/* Helpers shared by the kernel benchmarks (attention_bench.c, qkv_gemm_bench.c). */
+/* Helpers shared by the kernel benchmarks (attention_bench.c, qkv_gemm_bench.c,
+ * swiglu_gemm_bench.c), which include cuda_runtime_api.h first. */
 #ifndef DX_BENCH_UTIL_H
 #define DX_BENCH_UTIL_H
 
@@ -36,6 +37,19 @@ static void *bench_rand(dx_backend *be, size_t n, dx_dtype dt, uint64_t seed, co
     }
     free(h);
     return d;
+}
+
+/* ms between events e0 and e1 once e1 (recorded after the case's calls) has completed; a
+ * failure of the work before it prints "prog: <CUDA error>" and exits 1 */
+static double bench_elapsed_ms(cudaEvent_t e0, cudaEvent_t e1, const char *prog)
+{
+    if (cudaEventSynchronize(e1) != cudaSuccess) {
+        fprintf(stderr, "%s: %s\n", prog, cudaGetErrorString(cudaGetLastError()));
+        exit(1);
+    }
+    float ms = 0;
+    cudaEventElapsedTime(&ms, e0, e1);
+    return ms;
 }
 
 #endif

@@ -91,12 +91,7 @@ int main(int argc, char **argv)
             default: be->gemm(be, 1, 0, W3, D, N, 1.0f, dy, W3, x, D, 0.0f, dW, D, 1); break;
             }
             cudaEventRecord(e1, st);
-            if (cudaEventSynchronize(e1) != cudaSuccess) {
-                fprintf(stderr, "qkv_gemm_bench: %s\n", cudaGetErrorString(cudaGetLastError()));
-                return 1;
-            }
-            float ms = 0;
-            cudaEventElapsedTime(&ms, e0, e1);
+            const double ms = bench_elapsed_ms(e0, e1, "qkv_gemm_bench");
             if (r >= 0) t[r] = ms;
         }
         qsort(t, reps, sizeof(double), bench_cmp_d);

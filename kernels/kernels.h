@@ -189,6 +189,15 @@ struct dx_backend {
      * R into C and calls gemm with beta = 1 (the same sum). */
     void (*gemm_res)(dx_backend *be, int trans_a, int trans_b, int M, int N, int K, const void *A,
                      int lda, const void *B, int ldb, const void *R, int ldr, void *C, int ldc);
+    /* The MLP's gate|up projection and SwiGLU as one op (Shazeer 2020; HF LlamaMLP):
+     *   gu[N,2F] = x[N,K] W[2F,K]^T (W = gate_proj rows, then up_proj rows; gu rows 2F apart),
+     *   h[N,F] = silu(g) u of its halves g = gu[:, :F], u = gu[:, F:] after their rounding to X,
+     * all X: the same results as gemm(0,1, N,2F,K, 1, x,K, W,K, 0, gu,2F) then
+     * swiglu_fwd(h, g, u, N, F, 2F), up to the GEMM's order of accumulation. NULL where a backend
+     * has none (the caller runs those two); the CUDA backend's runs SwiGLU in the GEMM's epilogue
+     * (kernels/cuda/gemm_wg.cu) where it can. */
+    void (*gemm_swiglu)(dx_backend *be, void *gu, void *h, const void *x, const void *W, int N, int F,
+                        int K);
 
     /* RMSNorm (Zhang & Sennrich 2019; HF LlamaRMSNorm):
      *   rstd[i] = 1 / sqrt(mean_j x[i,j]^2 + eps) ;  y[i,j] = w[j] * (x[i,j] * rstd[i])

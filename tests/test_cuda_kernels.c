@@ -742,6 +742,30 @@ static void time_attention(int B, int T, int H, int Hkv, int Dh)
 
 /* N x I; fused: on the GPU g and u (dg and du) are the column blocks of one [N, 2I] buffer,
  * the model's gate|up GEMM output; the CPU twin has them dense */
+/* gemm_swiglu: gu[N,2F] = x W^T and h = silu(g) u against the CPU's gemm then swiglu_fwd (the
+ * CUDA backend's fused wgmma kernel where F and K are multiples of 8, cuBLAS + swiglu_fwd
+ * otherwise); h and gu start as NaN, so an element left unwritten fails */
+static void test_gemm_swiglu(uint64_t seed, int N, int F, int K)
+{
+    char shape[64];
+    snprintf(shape, sizeof shape, "N=%d F=%d K=%d", N, F, K);
+    const size_t nx = (size_t)N * K, nw = (size_t)2 * F * K, ngu = (size_t)N * 2 * F, nh = (size_t)N * F;
+    float *x = hrand(nx, seed, 1, 0, 1), *w = hrand(nw, seed + 1, 1.0 / sqrt((double)K), 0, 1);
+    void *gx = g_from(x, nx, BF), *gw = g_from(w, nw, BF), *ggu = g_nan(ngu, BF), *gh = g_nan(nh, BF);
+    void *cx = c_from(x, nx), *cw = c_from(w, nw), *cgu = c_nan(ngu), *ch = c_nan(nh);
+    gpu->gemm_swiglu(gpu, ggu, gh, gx, gw, N, F, K);
+    cpu->gemm(cpu, 0, 1, N, 2 * F, K, 1.0f, cx, K, cw, K, 0.0f, cgu, 2 * F, 0);
+    cpu->swiglu_fwd(cpu, ch, cgu, (float *)cgu + F, N, F, 2 * F);
+    cmp("gemm_swiglu g|u", shape, ggu, BF, cgu, ngu, B_X);
+    cmp("gemm_swiglu h", shape, gh, BF, ch, nh, B_X);
+    free(x);
+    free(w);
+    void *gb[] = {gx, gw, ggu, gh};
+    for (size_t i = 0; i < 4; i++) gfree(gb[i]);
+    void *cb[] = {cx, cw, cgu, ch};
+    for (size_t i = 0; i < 4; i++) cfree(cb[i]);
+}
+
 static void test_swiglu(uint64_t seed, int N, int I, int fused)
 {
     char shape[64];
@@ -1237,6 +1261,10 @@ int main(void)
         test_dropout(seed += 10, 2048, 2048, 0.05f);
         test_swiglu(seed += 10, 129, 5632 / 8, 1); /* fused gate|up, vector form */
         test_swiglu(seed += 10, 7, 13, 1);         /* fused, scalar form */
+        test_gemm_swiglu(seed += 10, 1000, 136, 200); /* wgmma kernel: partial tiles, K not a multiple of 64 */
+        test_gemm_swiglu(seed += 10, 300, 704, 2048); /* TinyLlama's K, 5.5 column tiles */
+        test_gemm_swiglu(seed += 10, 4100, 128, 64);  /* 33 row tiles: more tiles than some GPUs' SMs */
+        test_gemm_swiglu(seed += 10, 7, 13, 24);      /* F % 8 != 0: cuBLAS + swiglu_fwd */
 
         const int en[] = {7, 129, 64}, ed[] = {13, 96, 2048}, ev[] = {1001, 1001, 5};
         for (int a = 0; a < 3; a++) test_embedding(seed += 10, en[a], ed[a], ev[a]);

@@ -1323,13 +1323,6 @@ static void cuda_rope_bwd(dx_backend *be, void *dx, int ld, int B, int T, int H,
  * scalar loop does all of [0, n). The math is the same function in both loops.
  * ========================================================================================== */
 
-/* h = silu(g) u, silu(g) = g / (1 + exp(-g)); __expf (error 2 + 1.2 |g| ulp of fp32) is far
- * below the bf16 rounding of the result */
-static __device__ __forceinline__ float swiglu_h(float g, float u)
-{
-    return g / (1.0f + __expf(-g)) * u;
-}
-
 /* dg = dh u s (1 + g (1 - s)), du = dh silu(g) = dh (g s), s = sigmoid(g) */
 static __device__ __forceinline__ void swiglu_d(float dh, float g, float u, float &dg, float &du)
 {
@@ -1419,6 +1412,16 @@ static void cuda_swiglu_fwd(dx_backend *be, void *h, const void *g, const void *
         <<<grid_for(be, vec ? n / 8 : n), DXC_THREADS, 0, dxc(be)->stream>>>(
         (bf16 *)h, (const bf16 *)g, (const bf16 *)u, (size_t)N, F, (size_t)ld, vec);
     DXC_LAUNCHED(be, "swiglu_fwd");
+}
+
+static void cuda_gemm_swiglu(dx_backend *be, void *gu, void *h, const void *x, const void *W, int N, int F,
+                             int K)
+{
+    if (N <= 0 || F <= 0) return;
+    bf16 *u = (bf16 *)gu + F;
+    if (dxc(be)->swiglu_gemm && dxc_gemm_swiglu(be, gu, u, 2 * F, h, F, x, K, W, K, N, F, K) == 0) return;
+    cuda_gemm(be, 0, 1, N, 2 * F, K, 1.0f, x, K, W, K, 0.0f, gu, 2 * F, 0);
+    cuda_swiglu_fwd(be, h, gu, u, N, F, 2 * F);
 }
 
 static void cuda_swiglu_bwd(dx_backend *be, void *dg, void *du, const void *dh, const void *g,
@@ -2326,6 +2329,8 @@ extern "C" dx_backend *dx_backend_cuda_create(int device, int nthreads)
     const char *fv = getenv("DX_CUDA_ATT_FWD"), *bv = getenv("DX_CUDA_ATT_BWD");
     im->attn_fwd_var = fv ? atoi(fv) : 0;
     im->attn_bwd_var = bv ? atoi(bv) : 0;
+    const char *sg = getenv("DX_CUDA_SWIGLU_GEMM");
+    im->swiglu_gemm = !(sg && strcmp(sg, "0") == 0);
     const char *rf = getenv("DX_CUDA_ROPE_FOLD");
     im->rope_fold = !(rf && strcmp(rf, "0") == 0);
 
@@ -2349,6 +2354,7 @@ extern "C" dx_backend *dx_backend_cuda_create(int device, int nthreads)
     be->copy_stream = cuda_copy_stream;
     be->gemm = cuda_gemm;
     be->gemm_res = cuda_gemm_res;
+    be->gemm_swiglu = cuda_gemm_swiglu;
     be->rmsnorm_fwd = cuda_rmsnorm_fwd;
     be->rmsnorm_bwd = cuda_rmsnorm_bwd;
     be->rope_fwd = cuda_rope_fwd;

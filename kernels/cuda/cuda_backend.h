@@ -21,6 +21,8 @@
  * Attention runs on tensor cores (mma.sync, FlashAttention-2 style; P and dS rounded to bf16
  * as mma operands) when its bf16 pointers are 16-byte aligned; DX_CUDA_ATTENTION=simple
  * selects the CUDA-core kernels instead (fp32 throughout; slower; a reference for debugging).
+ * gemm_swiglu runs the gate|up GEMM with SwiGLU in its epilogue on Hopper (gemm_wg.cu, below);
+ * DX_CUDA_SWIGLU_GEMM=0 selects cuBLAS's GEMM and swiglu_fwd instead (for A/B timing).
  * DX_CUDA_GEMM_SMS=n (0 < n < the device's SM count) has cuBLAS plan its GEMMs for n SMs
  * (cublasSetSmCountTarget), leaving the others to kernels that run beside them, such as NCCL's.
  *
@@ -56,6 +58,19 @@ dx_backend *dx_backend_cuda_create(int device, int nthreads);
 /* The backend's compute stream (a cudaStream_t), e.g. for NCCL calls that must be ordered with
  * the backend's ops. NULL if `be` is not a CUDA backend. */
 void *dx_cuda_stream(dx_backend *be);
+
+/* The MLP's gate|up projection with SwiGLU fused into the GEMM's epilogue (gemm_wg.cu; what the
+ * backend's gemm_swiglu runs where it applies; benchmarks/swiglu_gemm_bench.c times it alone):
+ *   g[M,F] = x W[0:F]^T, u[M,F] = x W[F:2F]^T (bf16, fp32 accumulation, rounded once),
+ *   h[M,F] = silu(g) u computed from the rounded g and u (as swiglu_fwd from stored ones),
+ * x bf16 [M,K] (row stride ldx), W bf16 [2F,K] (gate rows then up rows, HF layout, row stride
+ * ldw), g and u rows ldgu apart (u = g + F in the model's g | u buffer), h rows ldh apart.
+ * Enqueued on the compute stream. Needs compute capability 9.x (wgmma, TMA), F, K and every row
+ * stride multiples of 8, every pointer 16-byte aligned; otherwise -1 + dx_fail and nothing is
+ * enqueued. DX_GEMM_WG_EP=2 in the environment leaves the epilogue out (timing only; wrong
+ * results). */
+int dx_cuda_gemm_swiglu(dx_backend *be, void *g, void *u, int ldgu, void *h, int ldh, const void *x, int ldx,
+                        const void *w, int ldw, int M, int F, int K);
 
 #ifdef __cplusplus
 }

@@ -37,6 +37,7 @@ struct dxc_impl {
     int attn_fwd_var;   /* DX_CUDA_ATT_FWD / _BWD = i: tile-shape variant i of the tensor-core */
     int attn_bwd_var;   /* attention kernels (attention_mma.cu; 0 = the default, for tuning) */
     int wgmma;          /* compute capability 9.x: the sm_90a kernels (wgmma) can run */
+    int swiglu_gemm;    /* DX_CUDA_SWIGLU_GEMM=0 clears it: gemm_swiglu as cuBLAS + swiglu_fwd */
     int rope_fold;      /* be->attention_bwd_rope set (RoPE's backward in att_bwd_wg's dk
                            epilogue and its dq conversion); on unless DX_CUDA_ROPE_FOLD=0 */
     cudaStream_t stream; /* where ops run: the compute stream, or side_stream between
@@ -74,6 +75,22 @@ struct dxc_impl {
 };
 
 static inline dxc_impl *dxc(dx_backend *be) { return (dxc_impl *)be->impl; }
+
+/* gemm_wg.cu: the gate|up GEMM with SwiGLU in its epilogue (kernels.h gemm_swiglu), g and u rows
+ * ldgu apart, h rows ldh apart. Enqueues it and returns 0, or returns 1 (nothing enqueued, no
+ * error set) where it does not apply: no sm_90a kernels, F, K or a row stride not a multiple of
+ * 8, a pointer not 16-byte aligned, or no tensor-map encoder from the driver. */
+int dxc_gemm_swiglu(dx_backend *be, void *g, void *u, int ldgu, void *h, int ldh, const void *x, int ldx,
+                    const void *w, int ldw, int M, int F, int K);
+
+/* h = silu(g) u, silu(g) = g sigmoid(g) = g / (1 + exp(-g)), with __expf (error 2 + 1.2 |g| ulp
+ * of fp32) and the approximate reciprocal of __fdividef (2 ulp; 1 / inf = 0, so silu(g) -> -0 for
+ * g < -88), far below the bf16 rounding of the result. The same function in swiglu_fwd and
+ * gemm_wg.cu's fused epilogue, where the IEEE division's ~15 instructions cost tensor-core time. */
+static __device__ __forceinline__ float swiglu_h(float g, float u)
+{
+    return g * __fdividef(1.0f, 1.0f + __expf(-g)) * u;
+}
 
 /* 2^x (MUFU.EX2, relative error ~2^-22; -inf -> +0): the attention kernels' softmax and
  * k_xent8's exponentials */

@@ -940,14 +940,22 @@ static int layer_fwd(dx_model *m, chunk *C, slot_acts *S, int li, void *out, int
     {
         MOD_BEGIN(m);
         if (norm_fwd(m, DX_MOD_MLP, l, a->xn2, a->rstd2, a->h, at(W, m->o_ln2, xs), N)) return -1;
-        if (all) {
-            /* gate_proj and up_proj rows are adjacent: one GEMM, N = 2 Il, g | u */
+        /* gate_proj and up_proj rows are adjacent: one GEMM, N = 2 Il, g | u; without LoRA on
+         * them, SwiGLU runs in that GEMM's epilogue where the backend can (gemm_swiglu: traced as
+         * the GEMM, its FLOPs and bytes included, and no swiglu op) */
+        const int fused = all && be->gemm_swiglu && !(m->lora_targets & (1u << DX_LORA_GATE | 1u << DX_LORA_UP));
+        if (fused) {
+            OP(DX_MOD_MLP, l, DX_OP_GEMM, gemm_flops(N, 2 * Il, D) + 6 * NI,
+               gemm_bytes(m, N, 2 * Il, D, 0, 0) + NI * xsz,
+               be->gemm_swiglu(be, a->g, a->a, a->xn2, at(W, m->o_gate, xs), N, Il, D));
+        } else if (all) {
             linear_fwd(m, DX_MOD_MLP, l, a->g, a->xn2, at(W, m->o_gate, xs), N, D, 2 * Il, 0.0f);
             lora_fwd_t(m, C, a, li, DX_LORA_GATE, a->g, 2 * Il, a->xn2, N, D, Il);
             lora_fwd_t(m, C, a, li, DX_LORA_UP, a->u, 2 * Il, a->xn2, N, D, Il);
         }
-        OP(DX_MOD_MLP, l, DX_OP_SWIGLU, 6 * NI, 3 * NI * xsz,
-           be->swiglu_fwd(be, a->a, a->g, a->u, N, Il, 2 * Il));
+        if (!fused)
+            OP(DX_MOD_MLP, l, DX_OP_SWIGLU, 6 * NI, 3 * NI * xsz,
+               be->swiglu_fwd(be, a->a, a->g, a->u, N, Il, 2 * Il));
         if (all && row_parallel_fwd(m, DX_MOD_MLP, l, out, a->h, a->a, at(W, m->o_down, xs), N, Il, C, a, li,
                                     DX_LORA_DOWN))
             return -1;

@@ -1,0 +1,353 @@
+/* dissect CUDA backend: GEMMs of our own on Hopper (wgmma, sm_90a), for what cuBLAS cannot
+ * fuse into its epilogues. First: the MLP's gate|up projection with SwiGLU in the epilogue
+ * (kernels.h gemm_swiglu; benchmarks/swiglu_gemm_bench.c times it alone),
+ *   g = x W_gate^T, u = x W_up^T (bf16, kept for the backward), h = silu(g) u (bf16),
+ * where cuBLAS's GEMM and then swiglu_fwd read g and u back from memory.
+ *
+ * Structure (as CUTLASS's warp-specialised "cooperative" Hopper GEMM and FlashAttention-3): a
+ * persistent grid, one block of three warpgroups per SM.
+ * - Warpgroup 0, warp 0, one thread: the producer. TMA tensor copies (cp.async.bulk.tensor,
+ *   128-byte swizzle, completing on the stage's "full" mbarrier) of a 128 x 64 tile of x and the
+ *   128 x 64 tiles of W_gate and W_up (rows f0 .. f0+127 and F+f0 ..) into a ring of 3 stages.
+ * - Warpgroups 1 and 2: the consumers. Each owns 64 rows of the 128 x 256 accumulator (gate
+ *   columns 0-127, up 128-255) and issues wgmma.m64n256k16 over each stage, releasing it (the
+ *   "empty" mbarrier) once the next stage's products are issued and the previous ones are done.
+ *   After a tile's last stage they round g and u to bf16 and write them with stmatrix into their
+ *   two 16 KB buffers (the tensor maps' 64 x 64 boxes, 128-byte swizzle) and go on to the next
+ *   tile: in the accumulator layout a thread holding gate column c of a row holds up column c too.
+ * - Warpgroup 0, warps 1-3: the epilogue, overlapping the consumers' next tile. TMA stores of g
+ *   and u; h = swiglu_h(g, u) from the buffers (the rounded values, as swiglu_fwd computes it from
+ *   stored ones), written over g's buffer once its store has read it, and TMA-stored; then the
+ *   buffers go back to the consumers (mbarriers epi_full / epi_empty).
+ * Without the third role the epilogue (rounding, exponentials, reciprocals, stores) kept the
+ * tensor cores idle for ~10% of the kernel (benchmarks/NOTES.md). Tiles are walked in groups of 16
+ * row tiles (column tiles inner within a group) so the tiles running at once share x and W in L2.
+ * Row and column edges: the TMA loads fill with zeros past M and K, the stores clip past M and F. */
+#include "cuda_internal.cuh"
+#include "wgmma.cuh"
+
+#include <cuda.h> /* CUtensorMap and its enums (the runtime's driver entry point gives the encoder) */
+
+namespace {
+
+constexpr int GS_BM = 128, GS_BF = 128, GS_BK = 64;
+constexpr int GS_A_BYTES = GS_BM * GS_BK * 2;     /* 16 KB */
+constexpr int GS_B_BYTES = 2 * GS_BF * GS_BK * 2; /* 32 KB: gate rows, then up rows */
+constexpr int GS_STAGE_BYTES = GS_A_BYTES + GS_B_BYTES;
+constexpr int GS_STAGES = 3;
+constexpr int GS_EPI_BYTES = 2 * 64 * GS_BF * 2;   /* 32 KB: a consumer's 64 rows of g, then of u */
+constexpr size_t gs_smem() { return 1024 + (size_t)GS_STAGES * GS_STAGE_BYTES + 2 * GS_EPI_BYTES + 128; }
+
+#ifdef DXC_HAVE_WGMMA
+/* keeps a value alive without storing it (the timing variant without an epilogue) */
+__device__ __forceinline__ void base_sink(float v)
+{
+    asm volatile("" ::"f"(v));
+}
+
+/* accumulator registers d[o..o+7] (d[o..o+31]) as write-only operands of an asm statement */
+#define DXC_OUT8(d, o)                                                                                 \
+    "=f"(d[o]), "=f"(d[o + 1]), "=f"(d[o + 2]), "=f"(d[o + 3]), "=f"(d[o + 4]), "=f"(d[o + 5]),          \
+        "=f"(d[o + 6]), "=f"(d[o + 7])
+#define DXC_OUT32(d, o) DXC_OUT8(d, o), DXC_OUT8(d, o + 8), DXC_OUT8(d, o + 16), DXC_OUT8(d, o + 24)
+constexpr int GS_GROUP = 16; /* row tiles per group of the tile order */
+
+/* row tile m0 and column tile f0 of work tile t: groups of GS_GROUP row tiles, column tiles
+ * inner within a group */
+__device__ __forceinline__ void gs_tile(int t, int tiles_m, int tiles_f, int &m0, int &f0)
+{
+    const int per_group = GS_GROUP * tiles_f, grp = t / per_group, first = grp * GS_GROUP;
+    const int rows = min(GS_GROUP, tiles_m - first), in = t - grp * per_group;
+    m0 = (first + in % rows) * GS_BM;
+    f0 = (in / rows) * GS_BF;
+}
+
+/* d[0..127] (+)= A B^T, m64n256k16, A and B from shared memory (descriptors, K-major) */
+__device__ __forceinline__ void wgmma_ss(float (&d)[128], uint64_t da, uint64_t db, int accumulate)
+{
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 "
+                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127},"
+                 "%128, %129, p, 1, 1, 0, 0;\n}\n"
+                 : DXC_ACC32(d, 0), DXC_ACC32(d, 32), DXC_ACC32(d, 64), DXC_ACC32(d, 96)
+                 : "l"(da), "l"(db), "r"(accumulate));
+}
+
+/* d[0..127] = A B^T, m64n256k16 (write-only: the accumulator's old values are dead before) */
+__device__ __forceinline__ void wgmma_ss_first(float (&d)[128], uint64_t da, uint64_t db)
+{
+    asm volatile("wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 "
+                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127},"
+                 "%128, %129, 0, 1, 1, 0, 0;\n"
+                 : DXC_OUT32(d, 0), DXC_OUT32(d, 32), DXC_OUT32(d, 64), DXC_OUT32(d, 96)
+                 : "l"(da), "l"(db));
+}
+
+/* the stage's transaction count: this arrival also expects `bytes` of TMA copies */
+__device__ __forceinline__ void mbar_expect_tx(uint32_t bar, uint32_t bytes)
+{
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+/* dst (shared) <- the box of `map` at coordinates (c0 inner, c1 outer); completes on bar */
+__device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap *map, uint32_t bar, int c0, int c1)
+{
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4}], [%2];\n"
+                 ::"r"(dst), "l"((uint64_t)map), "r"(bar), "r"(c0), "r"(c1)
+                 : "memory");
+}
+/* the box of `map` at (c0 inner, c1 outer) <- src (shared); in this thread's bulk group */
+__device__ __forceinline__ void tma_store_2d(const CUtensorMap *map, uint32_t src, int c0, int c1)
+{
+    asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];\n"
+                 ::"l"((uint64_t)map), "r"(src), "r"(c0), "r"(c1)
+                 : "memory");
+}
+#endif
+
+__global__ void __launch_bounds__(384, 1)
+gemm_swiglu_wg(const __grid_constant__ CUtensorMap tx, const __grid_constant__ CUtensorMap tw,
+               const __grid_constant__ CUtensorMap tg, const __grid_constant__ CUtensorMap tu,
+               const __grid_constant__ CUtensorMap th, int M, int F, int K, int ep)
+{
+#ifdef DXC_HAVE_WGMMA
+    extern __shared__ unsigned char gs_raw[];
+    const uint32_t base = (smem_u32(gs_raw) + 1023) & ~1023u;
+    const uint32_t epi = base + GS_STAGES * GS_STAGE_BYTES; /* consumer c: g at epi + c 32 KB, u 16 KB on */
+    const uint32_t full = epi + 2 * GS_EPI_BYTES, empty = full + 8 * GS_STAGES;
+    const uint32_t epi_full = empty + 8 * GS_STAGES, epi_empty = epi_full + 16;
+    const int wg = threadIdx.x >> 7, tid = threadIdx.x & 127, warp = tid >> 5, lane = tid & 31;
+    const int tiles_m = (M + GS_BM - 1) / GS_BM, tiles_f = (F + GS_BF - 1) / GS_BF;
+    const int tiles = tiles_m * tiles_f, KT = (K + GS_BK - 1) / GS_BK;
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < GS_STAGES; s++) {
+            mbar_init(full + 8 * s, 1);
+            mbar_init(empty + 8 * s, 8); /* the consumers' 8 warps */
+        }
+        for (int c = 0; c < 2; c++) {
+            mbar_init(epi_full + 8 * c, 4); /* consumer c's 4 warps have written g and u */
+            mbar_init(epi_empty + 8 * c, 1); /* the epilogue warps are done with consumer c's buffers */
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    }
+    __syncthreads();
+    if (wg == 0) {
+        setmaxnreg_dec<40>();
+        if (tid == 0) { /* the producer */
+            int it = 0;
+            for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
+                int m0, f0;
+                gs_tile(t, tiles_m, tiles_f, m0, f0);
+                for (int kt = 0; kt < KT; kt++, it++) {
+                    const int s = it % GS_STAGES, r = it / GS_STAGES;
+                    if (r > 0) mbar_wait(empty + 8 * s, (r - 1) & 1);
+                    const uint32_t a = base + s * GS_STAGE_BYTES, b = a + GS_A_BYTES, bar = full + 8 * s;
+                    mbar_expect_tx(bar, GS_STAGE_BYTES);
+                    tma_load_2d(a, &tx, bar, kt * GS_BK, m0);
+                    tma_load_2d(b, &tw, bar, kt * GS_BK, f0);
+                    tma_load_2d(b + GS_B_BYTES / 2, &tw, bar, kt * GS_BK, F + f0);
+                }
+            }
+        } else if (warp > 0 && ep != 2) {
+            /* the epilogue warps (1-3, 96 threads): per tile and consumer, TMA-store its g and u,
+             * compute h = swiglu_h(g, u) over the 64 x 128 tile in place of g once g's store has
+             * read it, TMA-store h, and hand the buffers back */
+            const int et = tid - 32;
+            int n = 0;
+            for (int t = blockIdx.x; t < tiles; t += gridDim.x, n++) {
+                int m0, f0;
+                gs_tile(t, tiles_m, tiles_f, m0, f0);
+                for (int c = 0; c < 2; c++) {
+                    const uint32_t gb = epi + c * GS_EPI_BYTES, ub = gb + GS_EPI_BYTES / 2;
+                    const int row0 = m0 + c * 64;
+                    mbar_wait(epi_full + 8 * c, n & 1);
+                    if (et == 0) {
+                        tma_store_2d(&tg, gb, f0, row0);
+                        tma_store_2d(&tg, gb + 8192, f0 + 64, row0);
+                        bulk_commit();
+                        tma_store_2d(&tu, ub, f0, row0);
+                        tma_store_2d(&tu, ub + 8192, f0 + 64, row0);
+                        bulk_commit();
+                        bulk_wait_read<1>(); /* g's store has read its buffer */
+                    }
+                    bar_sync(3, 96);
+                    for (int e = et; e < 64 * 128 / 8; e += 96) { /* 16-byte chunks, same place in g, u, h */
+                        const uint32_t off = (uint32_t)e * 16;
+                        uint32_t gv[4], uv[4], hv[4];
+                        asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n"
+                                     : "=r"(gv[0]), "=r"(gv[1]), "=r"(gv[2]), "=r"(gv[3]) : "r"(gb + off));
+                        asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n"
+                                     : "=r"(uv[0]), "=r"(uv[1]), "=r"(uv[2]), "=r"(uv[3]) : "r"(ub + off));
+#pragma unroll
+                        for (int i = 0; i < 4; i++) {
+                            const float2 gf = __bfloat1622float2(*(const __nv_bfloat162 *)&gv[i]);
+                            const float2 uf = __bfloat1622float2(*(const __nv_bfloat162 *)&uv[i]);
+                            const __nv_bfloat162 hb =
+                                __floats2bfloat162_rn(swiglu_h(gf.x, uf.x), swiglu_h(gf.y, uf.y));
+                            hv[i] = *(const uint32_t *)&hb;
+                        }
+                        asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(gb + off), "r"(hv[0]),
+                                     "r"(hv[1]), "r"(hv[2]), "r"(hv[3])
+                                     : "memory");
+                    }
+                    fence_proxy_async();
+                    bar_sync(3, 96);
+                    if (et == 0) {
+                        tma_store_2d(&th, gb, f0, row0);
+                        tma_store_2d(&th, gb + 8192, f0 + 64, row0);
+                        bulk_commit();
+                        bulk_wait_read<0>(); /* every store has read its buffer: hand them back */
+                        mbar_arrive(epi_empty + 8 * c);
+                    }
+                }
+            }
+            if (et == 0) bulk_wait<false>(); /* the last stores complete before the block exits */
+        }
+    } else {
+        setmaxnreg_inc<232>();
+        const int c = wg - 1;
+        float acc[128];
+        int it = 0, n = 0;
+        for (int t = blockIdx.x; t < tiles; t += gridDim.x, n++) {
+            /* stage products; the tile's first overwrites the accumulator (wgmma_ss_first: its old
+             * values are dead, so they do not live through the epilogue) */
+            auto stage = [&](const bool first) {
+                const int s = it % GS_STAGES;
+                mbar_wait(full + 8 * s, (it / GS_STAGES) & 1);
+                const uint32_t a = base + s * GS_STAGE_BYTES + c * 64 * 128, b = base + s * GS_STAGE_BYTES + GS_A_BYTES;
+                wg_fence();
+                if (first) wgmma_ss_first(acc, wg_desc(a, 16), wg_desc(b, 16));
+                else wgmma_ss(acc, wg_desc(a, 16), wg_desc(b, 16), 1);
+#pragma unroll
+                for (int kk = 1; kk < GS_BK / 16; kk++)
+                    wgmma_ss(acc, wg_desc(a + 32 * kk, 16), wg_desc(b + 32 * kk, 16), 1);
+                wg_commit();
+            };
+            stage(true);
+            it++;
+            for (int kt = 1; kt < KT; kt++, it++) {
+                stage(false);
+                wg_wait<1>(); /* the previous stage's products are done: release it */
+                if (lane == 0) mbar_arrive(empty + 8 * ((it - 1) % GS_STAGES));
+            }
+            wg_wait<0>();
+            reg_fence(acc);
+            if (lane == 0) mbar_arrive(empty + 8 * ((it - 1) % GS_STAGES));
+            if (ep == 2) { /* timing variant: no epilogue (results wrong) */
+                if (acc[0] == 1234.5f && acc[127] == -1234.5f) base_sink(acc[64]);
+                continue;
+            }
+            /* g and u rounded to bf16 into this consumer's buffers (two 64 x 64 boxes each, 128-byte
+             * swizzle as the tensor maps' boxes) with stmatrix: x4 = matrices (column block j, rows
+             * 0-7), (j, rows 8-15), (j + 1, ..), (j + 1, ..) of the warp's 16 rows, in the accumulator
+             * layout (gate: acc[4 j + ..], up: acc[4 (j + 16) + ..]); lane i gives the address of row
+             * i % 8 of matrix i / 8 */
+            if (n > 0) mbar_wait(epi_empty + 8 * c, (n - 1) & 1);
+            const uint32_t gb = epi + c * GS_EPI_BYTES, ub = gb + GS_EPI_BYTES / 2;
+            const int mi = lane >> 3, r = warp * 16 + 8 * (mi & 1) + (lane & 7);
+#pragma unroll
+            for (int j = 0; j < 16; j += 2) {
+                uint32_t gv[4], uv[4];
+#pragma unroll
+                for (int m = 0; m < 4; m++) {
+                    const int jj = j + (m >> 1), hr = m & 1;
+                    const __nv_bfloat162 g2 = __floats2bfloat162_rn(acc[4 * jj + 2 * hr], acc[4 * jj + 2 * hr + 1]);
+                    const __nv_bfloat162 u2 =
+                        __floats2bfloat162_rn(acc[4 * (jj + 16) + 2 * hr], acc[4 * (jj + 16) + 2 * hr + 1]);
+                    gv[m] = *(const uint32_t *)&g2;
+                    uv[m] = *(const uint32_t *)&u2;
+                }
+                const int jm = j + (mi >> 1);
+                const uint32_t off = (jm >> 3) * 8192 + r * 128 + (((jm & 7) ^ (r & 7)) << 4);
+                asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(gb + off),
+                             "r"(gv[0]), "r"(gv[1]), "r"(gv[2]), "r"(gv[3])
+                             : "memory");
+                asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(ub + off),
+                             "r"(uv[0]), "r"(uv[1]), "r"(uv[2]), "r"(uv[3])
+                             : "memory");
+            }
+            fence_proxy_async(); /* the TMA stores read what stmatrix wrote */
+            __syncwarp();
+            if (lane == 0) mbar_arrive(epi_full + 8 * c);
+        }
+    }
+#endif
+}
+
+typedef CUresult (*encode_tiled_fn)(CUtensorMap *, CUtensorMapDataType, cuuint32_t, void *, const cuuint64_t *,
+                                    const cuuint64_t *, const cuuint32_t *, const cuuint32_t *, CUtensorMapInterleave,
+                                    CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+
+/* cuTensorMapEncodeTiled from the driver, through the runtime (dissect links no libcuda) */
+encode_tiled_fn encode_tiled()
+{
+    static encode_tiled_fn fn = NULL;
+    if (!fn) {
+        void *p = NULL;
+        cudaDriverEntryPointQueryResult q;
+        if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &q) ==
+                cudaSuccess &&
+            q == cudaDriverEntryPointSuccess)
+            fn = (encode_tiled_fn)p;
+    }
+    return fn;
+}
+
+/* a 2-D bf16 tensor map over rows x cols (row stride ld elements), box 64 columns x box_rows rows,
+ * 128-byte swizzle (the wgmma K-major layout of wgmma.cuh) */
+int tensor_map(CUtensorMap *m, const void *p, uint64_t rows, uint64_t cols, uint64_t ld, uint32_t box_rows)
+{
+    encode_tiled_fn fn = encode_tiled();
+    if (!fn) return -1;
+    const cuuint64_t dims[2] = {cols, rows}, strides[1] = {ld * 2};
+    const cuuint32_t box[2] = {64, box_rows}, es[2] = {1, 1};
+    return fn(m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, (void *)p, dims, strides, box, es, CU_TENSOR_MAP_INTERLEAVE_NONE,
+              CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) ==
+                   CUDA_SUCCESS
+               ? 0
+               : -1;
+}
+
+/* DX_GEMM_WG_EP=2: no epilogue (a timing variant; results wrong) */
+int ep_variant()
+{
+    const char *e = getenv("DX_GEMM_WG_EP");
+    return e ? atoi(e) : 0;
+}
+
+} /* namespace */
+
+int dxc_gemm_swiglu(dx_backend *be, void *g, void *u, int ldgu, void *h, int ldh, const void *x, int ldx,
+                    const void *w, int ldw, int M, int F, int K)
+{
+    dxc_impl *im = dxc(be);
+    if (!im->wgmma || M < 1 || F < 1 || K < 1 || F % 8 || K % 8 || ldx % 8 || ldw % 8 || ldgu % 8 || ldh % 8 ||
+        ((uintptr_t)x | (uintptr_t)w | (uintptr_t)g | (uintptr_t)u | (uintptr_t)h) % 16)
+        return 1;
+    CUtensorMap tx, tw, tg, tu, th;
+    if (tensor_map(&tx, x, (uint64_t)M, (uint64_t)K, (uint64_t)ldx, GS_BM) ||
+        tensor_map(&tw, w, 2 * (uint64_t)F, (uint64_t)K, (uint64_t)ldw, GS_BF) ||
+        tensor_map(&tg, g, (uint64_t)M, (uint64_t)F, (uint64_t)ldgu, 64) ||
+        tensor_map(&tu, u, (uint64_t)M, (uint64_t)F, (uint64_t)ldgu, 64) ||
+        tensor_map(&th, h, (uint64_t)M, (uint64_t)F, (uint64_t)ldh, 64))
+        return 1;
+    DXC_ENTER(be, "gemm_swiglu");
+    static bool attr = false;
+    if (!attr) {
+        DXC_CHECK("gemm_swiglu",
+                  cudaFuncSetAttribute(gemm_swiglu_wg, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)gs_smem()));
+        attr = true;
+    }
+    const int tiles = ((M + GS_BM - 1) / GS_BM) * ((F + GS_BF - 1) / GS_BF);
+    gemm_swiglu_wg<<<min(tiles, im->num_sms), 384, gs_smem(), im->stream>>>(tx, tw, tg, tu, th, M, F, K,
+                                                                             ep_variant());
+    DXC_LAUNCHED(be, "gemm_swiglu");
+    return 0;
+}
+
+extern "C" int dx_cuda_gemm_swiglu(dx_backend *be, void *g, void *u, int ldgu, void *h, int ldh, const void *x,
+                                   int ldx, const void *w, int ldw, int M, int F, int K)
+{
+    if (dxc_gemm_swiglu(be, g, u, ldgu, h, ldh, x, ldx, w, ldw, M, F, K))
+        return dx_fail("gemm_swiglu: not on this device, shape M %d F %d K %d or alignment", M, F, K);
+    return 0;
+}
