@@ -9,10 +9,16 @@
  *   swiglu   h[M,F] = silu(g) u, g | u = gu          (swiglu_fwd alone)
  *   split    gemm, then swiglu                       (the model's forward now)
  *   fused    g, u, h from one kernel                 (dx_cuda_gemm_swiglu, into separate buffers)
+ * and the backward through the down projection (W_down [K, F] and dy ~ U(-1, 1),
+ * g | u from the split forward):
+ *   bwd_gemm    dh[M,F] = dy W_down                  (cuBLAS)
+ *   bwd_swiglu  dg, du = swiglu_bwd(dh, g, u)        (alone)
+ *   bwd_split   both                                 (the model's backward with DX_CUDA_SWIGLU_GEMM=0)
+ *   bwd_fused   dg, du from one kernel               (dx_cuda_gemm_swiglu_bwd)
  * Inputs ~ U(-1, 1) in bf16 (x), W ~ U(-1, 1) / sqrt(K); one warm-up, then REPS (default 30)
  * timed repetitions (CUDA events), median. Prints one JSON line per case {"case", "shape":
- * [M, F, K], "ms", "tflops" (2 M 2F K / time)} and a line "check" comparing the fused kernel's g,
- * u, h with the split path's: the largest difference in units of the reference's bf16 spacing
+ * [M, F, K], "ms", "tflops" (2 M 2F K / time; 2 M F K for the backward)} and lines "check" and
+ * "bwd_check" comparing the fused kernels' g, u, h and dg, du with the split paths': the largest difference in units of the reference's bf16 spacing
  * ("max_ulps"), the share of elements more than 1 spacing apart, and "ok" (every element within
  * 2 spacings; accumulation orders differ, so the roundings may). Exit 1 on bad arguments, when
  * the GPU cannot be used, or when the check fails. */
@@ -33,6 +39,24 @@ static double bf16_spacing(double v)
     int e;
     frexp(fabs(v) > 1e-38 ? v : 1e-38, &e);
     return ldexp(1.0, e - 8);
+}
+
+/* largest difference between n bf16 values at a and b (backend memory) in units of a's spacing
+ * (into *max_ulps) and the count more than 1 apart (added to *over1); exits 1 on a failed download */
+static void ulps(dx_backend *be, const void *a, const void *b, size_t n, double *max_ulps, double *over1)
+{
+    float *x = malloc(n * sizeof *x), *y = malloc(n * sizeof *y);
+    if (!x || !y || be->download_f32(be, x, a, DX_BF16, n) || be->download_f32(be, y, b, DX_BF16, n)) {
+        fprintf(stderr, "swiglu_gemm_bench: download failed: %s\n", dx_last_error());
+        exit(1);
+    }
+    for (size_t i = 0; i < n; i++) {
+        const double d = fabs((double)x[i] - (double)y[i]) / bf16_spacing(x[i]);
+        if (!(d <= *max_ulps)) *max_ulps = isnan(d) ? INFINITY : d;
+        *over1 += d > 1.0;
+    }
+    free(x);
+    free(y);
 }
 
 int main(int argc, char **argv)
@@ -61,7 +85,12 @@ int main(int argc, char **argv)
     void *h = be->alloc(be, (size_t)M * F * 2, DX_MEM_ACTIVATIONS);
     void *gu2 = be->alloc(be, (size_t)M * 2 * F * 2, DX_MEM_ACTIVATIONS);
     void *h2 = be->alloc(be, (size_t)M * F * 2, DX_MEM_ACTIVATIONS);
-    if (!wh || !W || !gu || !h || !gu2 || !h2) {
+    void *dy = bench_rand(be, (size_t)M * K, DX_BF16, 2, prog);
+    void *Wd = bench_rand(be, (size_t)K * F, DX_BF16, 3, prog);
+    void *dh = be->alloc(be, (size_t)M * F * 2, DX_MEM_ACTIVATIONS);
+    void *dgu = be->alloc(be, (size_t)M * 2 * F * 2, DX_MEM_ACTIVATIONS);
+    void *dgu2 = be->alloc(be, (size_t)M * 2 * F * 2, DX_MEM_ACTIVATIONS);
+    if (!wh || !W || !gu || !h || !gu2 || !h2 || !dh || !dgu || !dgu2) {
         fprintf(stderr, "%s: cannot allocate: %s\n", prog, dx_last_error());
         return 1;
     }
@@ -80,15 +109,23 @@ int main(int argc, char **argv)
     cudaEventCreate(&e0);
     cudaEventCreate(&e1);
     double *t = malloc(reps * sizeof(double));
-    static const char *names[4] = {"gemm", "swiglu", "split", "fused"};
+    static const char *names[8] = {"gemm", "swiglu", "split", "fused", "bwd_gemm", "bwd_swiglu", "bwd_split",
+                                   "bwd_fused"};
     const double fl = 2.0 * M * 2.0 * F * K;
-    char *u2 = (char *)gu2 + (size_t)F * 2;
-    for (int c = 0; c < 4; c++) {
+    char *u2 = (char *)gu2 + (size_t)F * 2, *u = (char *)gu + (size_t)F * 2;
+    for (int c = 0; c < 8; c++) {
         for (int r = -1; r < reps; r++) {
             cudaEventRecord(e0, st);
             if (c == 0 || c == 2) be->gemm(be, 0, 1, M, 2 * F, K, 1.0f, x, K, W, K, 0.0f, gu, 2 * F, 0);
-            if (c == 1 || c == 2) be->swiglu_fwd(be, h, gu, (char *)gu + (size_t)F * 2, M, F, 2 * F);
+            if (c == 1 || c == 2) be->swiglu_fwd(be, h, gu, u, M, F, 2 * F);
             if (c == 3 && dx_cuda_gemm_swiglu(be, gu2, u2, 2 * F, h2, F, x, K, W, K, M, F, K)) {
+                fprintf(stderr, "%s: %s\n", prog, dx_last_error());
+                return 1;
+            }
+            if (c == 4 || c == 6) be->gemm(be, 0, 0, M, F, K, 1.0f, dy, K, Wd, F, 0.0f, dh, F, 0);
+            if (c == 5 || c == 6) be->swiglu_bwd(be, dgu, (char *)dgu + (size_t)F * 2, dh, gu, u, M, F, 2 * F);
+            if (c == 7 && dx_cuda_gemm_swiglu_bwd(be, dgu2, (char *)dgu2 + (size_t)F * 2, gu, u, 2 * F, dy, K, Wd, F,
+                                                  M, F, K)) {
                 fprintf(stderr, "%s: %s\n", prog, dx_last_error());
                 return 1;
             }
@@ -99,35 +136,28 @@ int main(int argc, char **argv)
         qsort(t, reps, sizeof(double), bench_cmp_d);
         const double ms = t[reps / 2];
         printf("{\"case\": \"%s\", \"shape\": [%d, %d, %d], \"ms\": %.4f, \"tflops\": %.1f}\n", names[c], M, F, K,
-               ms, c == 1 ? 0.0 : fl / ms / 1e9);
+               ms, c == 1 || c == 5 ? 0.0 : (c < 4 ? fl : fl / 2) / ms / 1e9);
     }
-    /* the fused kernel's g | u and h against the split path's */
+    /* the fused kernels' outputs against the split paths' */
     const size_t ngu = (size_t)M * 2 * F, nh = (size_t)M * F;
-    float *a = malloc(ngu * sizeof *a), *b = malloc(ngu * sizeof *b);
-    if (!a || !b) {
-        fprintf(stderr, "%s: out of host memory\n", prog);
-        return 1;
-    }
-    double max_ulps = 0, over1 = 0;
-    size_t n = 0;
-    for (int part = 0; part < 2; part++) {
-        const size_t cnt = part ? nh : ngu;
-        if (be->download_f32(be, a, part ? h : gu, DX_BF16, cnt) || be->download_f32(be, b, part ? h2 : gu2, DX_BF16, cnt)) {
-            fprintf(stderr, "%s: download failed: %s\n", prog, dx_last_error());
-            return 1;
+    int ok = 1;
+    for (int bwd = 0; bwd < 2; bwd++) {
+        double max_ulps = 0, over1 = 0;
+        if (bwd) {
+            ulps(be, dgu, dgu2, ngu, &max_ulps, &over1);
+        } else {
+            ulps(be, gu, gu2, ngu, &max_ulps, &over1);
+            ulps(be, h, h2, nh, &max_ulps, &over1);
         }
-        for (size_t i = 0; i < cnt; i++) {
-            const double d = fabs((double)a[i] - (double)b[i]) / bf16_spacing(a[i]);
-            if (!(d <= max_ulps)) max_ulps = isnan(d) ? INFINITY : d;
-            over1 += d > 1.0;
-        }
-        n += cnt;
+        /* the backward's dh is rounded to bf16 before SwiGLU's backward on both paths, so the
+         * same 2-spacing bound holds */
+        const int good = max_ulps <= 2.0;
+        ok &= good;
+        printf("{\"case\": \"%s\", \"shape\": [%d, %d, %d], \"max_ulps\": %.2f, \"share_over_1ulp\": %.2e, "
+               "\"ok\": %s}\n",
+               bwd ? "bwd_check" : "check", M, F, K, max_ulps, over1 / (double)(bwd ? ngu : ngu + nh),
+               good ? "true" : "false");
     }
-    const int ok = max_ulps <= 2.0;
-    printf("{\"case\": \"check\", \"shape\": [%d, %d, %d], \"max_ulps\": %.2f, \"share_over_1ulp\": %.2e, \"ok\": %s}\n",
-           M, F, K, max_ulps, over1 / (double)n, ok ? "true" : "false");
-    free(a);
-    free(b);
     be->destroy(be);
     return ok ? 0 : 1;
 }

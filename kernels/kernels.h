@@ -198,6 +198,14 @@ struct dx_backend {
      * (kernels/cuda/gemm_wg.cu) where it can. */
     void (*gemm_swiglu)(dx_backend *be, void *gu, void *h, const void *x, const void *W, int N, int F,
                         int K);
+    /* Its backward through the down projection: dh[N,F] = dy[N,K] W[K,F] (W = down_proj, HF
+     * layout [hidden, intermediate]) rounded to X, then dg, du as swiglu_bwd(dg, du, dh, g, u, N, F,
+     * 2F) into dgu = dg | du (rows 2F apart) from gu = g | u (rows 2F apart): the same results
+     * as gemm(0,0, N,F,K, 1, dy,K, W,F, 0, dh,F) then that swiglu_bwd, up to the GEMM's order of
+     * accumulation. dh: [N,F] scratch, written or not (the CUDA backend's fused kernel never
+     * stores dh). NULL where a backend has none. */
+    void (*gemm_swiglu_bwd)(dx_backend *be, void *dgu, void *dh, const void *dy, const void *W, const void *gu,
+                            int N, int F, int K);
 
     /* RMSNorm (Zhang & Sennrich 2019; HF LlamaRMSNorm):
      *   rstd[i] = 1 / sqrt(mean_j x[i,j]^2 + eps) ;  y[i,j] = w[j] * (x[i,j] * rstd[i])

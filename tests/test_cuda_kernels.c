@@ -766,6 +766,31 @@ static void test_gemm_swiglu(uint64_t seed, int N, int F, int K)
     for (size_t i = 0; i < 4; i++) cfree(cb[i]);
 }
 
+/* gemm_swiglu_bwd: dh = dy W_down, then dg, du = swiglu_bwd(dh, g, u), against the CPU's gemm
+ * then swiglu_bwd (dg | du and g | u rows 2F apart; dg | du start as NaN) */
+static void test_gemm_swiglu_bwd(uint64_t seed, int N, int F, int K)
+{
+    char shape[64];
+    snprintf(shape, sizeof shape, "N=%d F=%d K=%d", N, F, K);
+    const size_t ndy = (size_t)N * K, nw = (size_t)K * F, ngu = (size_t)N * 2 * F, nh = (size_t)N * F;
+    float *dy = hrand(ndy, seed, 1, 0, 1), *w = hrand(nw, seed + 1, 1.0 / sqrt((double)K), 0, 1);
+    float *gu = hrand(ngu, seed + 2, 2, 0, 1);
+    void *gdy = g_from(dy, ndy, BF), *gw = g_from(w, nw, BF), *ggu = g_from(gu, ngu, BF);
+    void *gdgu = g_nan(ngu, BF), *gdh = g_nan(nh, BF);
+    void *cdy = c_from(dy, ndy), *cw = c_from(w, nw), *cgu = c_from(gu, ngu), *cdgu = c_nan(ngu), *cdh = c_nan(nh);
+    gpu->gemm_swiglu_bwd(gpu, gdgu, gdh, gdy, gw, ggu, N, F, K);
+    cpu->gemm(cpu, 0, 0, N, F, K, 1.0f, cdy, K, cw, F, 0.0f, cdh, F, 0);
+    cpu->swiglu_bwd(cpu, cdgu, (float *)cdgu + F, cdh, cgu, (float *)cgu + F, N, F, 2 * F);
+    cmp("gemm_swiglu_bwd dg|du", shape, gdgu, BF, cdgu, ngu, B_X);
+    free(dy);
+    free(w);
+    free(gu);
+    void *gb[] = {gdy, gw, ggu, gdgu, gdh};
+    for (size_t i = 0; i < 5; i++) gfree(gb[i]);
+    void *cb[] = {cdy, cw, cgu, cdgu, cdh};
+    for (size_t i = 0; i < 5; i++) cfree(cb[i]);
+}
+
 static void test_swiglu(uint64_t seed, int N, int I, int fused)
 {
     char shape[64];
@@ -1265,6 +1290,10 @@ int main(void)
         test_gemm_swiglu(seed += 10, 300, 704, 2048); /* TinyLlama's K, 5.5 column tiles */
         test_gemm_swiglu(seed += 10, 4100, 128, 64);  /* 33 row tiles: more tiles than some GPUs' SMs */
         test_gemm_swiglu(seed += 10, 7, 13, 24);      /* F % 8 != 0: cuBLAS + swiglu_fwd */
+        test_gemm_swiglu_bwd(seed += 10, 1000, 136, 200); /* wgmma kernel: partial tiles, K % 64 != 0 */
+        test_gemm_swiglu_bwd(seed += 10, 300, 704, 2048);
+        test_gemm_swiglu_bwd(seed += 10, 4100, 128, 64);  /* 33 row tiles */
+        test_gemm_swiglu_bwd(seed += 10, 7, 13, 24);      /* F % 8 != 0: cuBLAS + swiglu_bwd */
 
         const int en[] = {7, 129, 64}, ed[] = {13, 96, 2048}, ev[] = {1001, 1001, 5};
         for (int a = 0; a < 3; a++) test_embedding(seed += 10, en[a], ed[a], ev[a]);

@@ -1323,13 +1323,6 @@ static void cuda_rope_bwd(dx_backend *be, void *dx, int ld, int B, int T, int H,
  * scalar loop does all of [0, n). The math is the same function in both loops.
  * ========================================================================================== */
 
-/* dg = dh u s (1 + g (1 - s)), du = dh silu(g) = dh (g s), s = sigmoid(g) */
-static __device__ __forceinline__ void swiglu_d(float dh, float g, float u, float &dg, float &du)
-{
-    const float s = 1.0f / (1.0f + __expf(-g));
-    dg = dh * u * s * (1.0f + g * (1.0f - s));
-    du = dh * (g * s);
-}
 
 /* SwiGLU over N rows of F: h [N, F] dense, g/u (dg/du) rows `rs` apart. Vector form (F % 8 == 0,
  * rs % 8 == 0, every pointer 16-byte aligned): item v = row * (F/8) + column vector; scalar
@@ -1438,6 +1431,17 @@ static void cuda_swiglu_bwd(dx_backend *be, void *dg, void *du, const void *dh, 
         (bf16 *)dg, (bf16 *)du, (const bf16 *)dh, (const bf16 *)g, (const bf16 *)u, (size_t)N, F,
         (size_t)ld, vec);
     DXC_LAUNCHED(be, "swiglu_bwd");
+}
+
+static void cuda_gemm_swiglu_bwd(dx_backend *be, void *dgu, void *dh, const void *dy, const void *W, const void *gu,
+                                 int N, int F, int K)
+{
+    if (N <= 0 || F <= 0) return;
+    bf16 *du = (bf16 *)dgu + F;
+    const bf16 *u = (const bf16 *)gu + F;
+    if (dxc(be)->swiglu_gemm && dxc_gemm_swiglu_bwd(be, dgu, du, gu, u, 2 * F, dy, K, W, F, N, F, K) == 0) return;
+    cuda_gemm(be, 0, 0, N, F, K, 1.0f, dy, K, W, F, 0.0f, dh, F, 0);
+    cuda_swiglu_bwd(be, dgu, du, dh, gu, u, N, F, 2 * F);
 }
 
 /* y may alias a or b: element i (vector v) is read before it is written, by the same thread;
@@ -2355,6 +2359,7 @@ extern "C" dx_backend *dx_backend_cuda_create(int device, int nthreads)
     be->gemm = cuda_gemm;
     be->gemm_res = cuda_gemm_res;
     be->gemm_swiglu = cuda_gemm_swiglu;
+    be->gemm_swiglu_bwd = cuda_gemm_swiglu_bwd;
     be->rmsnorm_fwd = cuda_rmsnorm_fwd;
     be->rmsnorm_bwd = cuda_rmsnorm_bwd;
     be->rope_fwd = cuda_rope_fwd;

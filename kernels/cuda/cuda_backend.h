@@ -21,8 +21,9 @@
  * Attention runs on tensor cores (mma.sync, FlashAttention-2 style; P and dS rounded to bf16
  * as mma operands) when its bf16 pointers are 16-byte aligned; DX_CUDA_ATTENTION=simple
  * selects the CUDA-core kernels instead (fp32 throughout; slower; a reference for debugging).
- * gemm_swiglu runs the gate|up GEMM with SwiGLU in its epilogue on Hopper (gemm_wg.cu, below);
- * DX_CUDA_SWIGLU_GEMM=0 selects cuBLAS's GEMM and swiglu_fwd instead (for A/B timing).
+ * gemm_swiglu runs the gate|up GEMM with SwiGLU in its epilogue on Hopper, gemm_swiglu_bwd the
+ * down projection's input-gradient GEMM with SwiGLU's backward in its epilogue (gemm_wg.cu,
+ * below); DX_CUDA_SWIGLU_GEMM=0 selects cuBLAS's GEMMs and swiglu_fwd / swiglu_bwd instead.
  * DX_CUDA_GEMM_SMS=n (0 < n < the device's SM count) has cuBLAS plan its GEMMs for n SMs
  * (cublasSetSmCountTarget), leaving the others to kernels that run beside them, such as NCCL's.
  *
@@ -71,6 +72,11 @@ void *dx_cuda_stream(dx_backend *be);
  * results). */
 int dx_cuda_gemm_swiglu(dx_backend *be, void *g, void *u, int ldgu, void *h, int ldh, const void *x, int ldx,
                         const void *w, int ldw, int M, int F, int K);
+/* Its backward through the down projection (kernels.h gemm_swiglu_bwd, fused): dh = dy[M,K]
+ * w[K,F] (w = down_proj, row stride ldw) rounded to bf16, then dg, du from dh, g, u as swiglu_bwd
+ * computes them, all four rows ldgu apart; dh is never stored. Same requirements and errors. */
+int dx_cuda_gemm_swiglu_bwd(dx_backend *be, void *dg, void *du, const void *g, const void *u, int ldgu,
+                            const void *dy, int ldy, const void *w, int ldw, int M, int F, int K);
 
 #ifdef __cplusplus
 }

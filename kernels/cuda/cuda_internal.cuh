@@ -76,12 +76,27 @@ struct dxc_impl {
 
 static inline dxc_impl *dxc(dx_backend *be) { return (dxc_impl *)be->impl; }
 
+/* dg = dh u s (1 + g (1 - s)), du = dh silu(g) = dh (g s), s = sigmoid(g), the reciprocal as in
+ * swiglu_h (swiglu_bwd, and gemm_wg.cu's fused backward) */
+static __device__ __forceinline__ void swiglu_d(float dh, float g, float u, float &dg, float &du)
+{
+    const float s = __fdividef(1.0f, 1.0f + __expf(-g));
+    dg = dh * u * s * (1.0f + g * (1.0f - s));
+    du = dh * (g * s);
+}
+
 /* gemm_wg.cu: the gate|up GEMM with SwiGLU in its epilogue (kernels.h gemm_swiglu), g and u rows
  * ldgu apart, h rows ldh apart. Enqueues it and returns 0, or returns 1 (nothing enqueued, no
  * error set) where it does not apply: no sm_90a kernels, F, K or a row stride not a multiple of
  * 8, a pointer not 16-byte aligned, or no tensor-map encoder from the driver. */
 int dxc_gemm_swiglu(dx_backend *be, void *g, void *u, int ldgu, void *h, int ldh, const void *x, int ldx,
                     const void *w, int ldw, int M, int F, int K);
+/* Its backward through the down projection: dh = dy[M,K] w[K,F] (w = down_proj, row stride ldw)
+ * rounded to bf16, then dg, du = swiglu_bwd(dh, g, u) in the epilogue (dh is never stored); g, u,
+ * dg, du rows ldgu apart. Enqueues it and returns 0, or returns 1 where it does not apply (as
+ * dxc_gemm_swiglu). */
+int dxc_gemm_swiglu_bwd(dx_backend *be, void *dg, void *du, const void *g, const void *u, int ldgu, const void *dy,
+                        int ldy, const void *w, int ldw, int M, int F, int K);
 
 /* h = silu(g) u, silu(g) = g sigmoid(g) = g / (1 + exp(-g)), with __expf (error 2 + 1.2 |g| ulp
  * of fp32) and the approximate reciprocal of __fdividef (2 ulp; 1 / inf = 0, so silu(g) -> -0 for

@@ -83,6 +83,52 @@ __device__ __forceinline__ void wgmma_ss_first(float (&d)[128], uint64_t da, uin
                  : "l"(da), "l"(db));
 }
 
+/* d[0..63] (+)= A B, m64n128k16, A [m][k] K-major and B [k][n] stored MN-major (n contiguous:
+ * the transpose bit), both from shared memory */
+__device__ __forceinline__ void wgmma_ss_tb(float (&d)[64], uint64_t da, uint64_t db, int accumulate)
+{
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
+                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63},"
+                 "%64, %65, p, 1, 1, 0, 1;\n}\n"
+                 : DXC_ACC32(d, 0), DXC_ACC32(d, 32)
+                 : "l"(da), "l"(db), "r"(accumulate));
+}
+/* the same, write-only (the accumulator's old values are dead) */
+__device__ __forceinline__ void wgmma_ss_tb_first(float (&d)[64], uint64_t da, uint64_t db)
+{
+    asm volatile("wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
+                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63},"
+                 "%64, %65, 0, 1, 1, 0, 1;\n"
+                 : DXC_OUT32(d, 0), DXC_OUT32(d, 32)
+                 : "l"(da), "l"(db));
+}
+
+/* 16 bytes of shared memory at addr into / from four registers */
+__device__ __forceinline__ void lds128(uint32_t (&v)[4], uint32_t addr)
+{
+    asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n" : "=r"(v[0]), "=r"(v[1]), "=r"(v[2]), "=r"(v[3]) : "r"(addr));
+}
+__device__ __forceinline__ void sts128(uint32_t addr, const uint32_t (&v)[4])
+{
+    asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(v[0]), "r"(v[1]), "r"(v[2]), "r"(v[3])
+                 : "memory");
+}
+/* four 8 x 8 bf16 matrices from mma accumulator-layout registers; lane i gives row i % 8 of matrix i / 8 */
+__device__ __forceinline__ void stmatrix4(uint32_t addr, const uint32_t (&v)[4])
+{
+    asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(v[0]), "r"(v[1]),
+                 "r"(v[2]), "r"(v[3])
+                 : "memory");
+}
+/* (lo, hi) rounded to bf16, packed (lo in the low half) */
+__device__ __forceinline__ uint32_t bf2(float lo, float hi)
+{
+    const __nv_bfloat162 b = __floats2bfloat162_rn(lo, hi);
+    return *(const uint32_t *)&b;
+}
+__device__ __forceinline__ float2 unbf2(uint32_t v) { return __bfloat1622float2(*(const __nv_bfloat162 *)&v); }
+
 /* the stage's transaction count: this arrival also expects `bytes` of TMA copies */
 __device__ __forceinline__ void mbar_expect_tx(uint32_t bar, uint32_t bytes)
 {
@@ -101,6 +147,55 @@ __device__ __forceinline__ void tma_store_2d(const CUtensorMap *map, uint32_t sr
     asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];\n"
                  ::"l"((uint64_t)map), "r"(src), "r"(c0), "r"(c1)
                  : "memory");
+}
+
+/* The producer thread: for each of the block's tiles and each of its KT stages, wait until the
+ * ring slot is free ("empty"), announce STAGE_BYTES on its "full" barrier and load(stage, bar, kt,
+ * m0, f0) issues the TMA copies into it. */
+template <int ST, int STAGE_BYTES, class Load>
+__device__ __forceinline__ void produce_tiles(int tiles, int tiles_m, int tiles_f, int KT, uint32_t base,
+                                              uint32_t full, uint32_t empty, Load load)
+{
+    int it = 0;
+    for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
+        int m0, f0;
+        gs_tile(t, tiles_m, tiles_f, m0, f0);
+        for (int kt = 0; kt < KT; kt++, it++) {
+            const int s = it % ST, r = it / ST;
+            if (r > 0) mbar_wait(empty + 8 * s, (r - 1) & 1);
+            const uint32_t bar = full + 8 * s;
+            mbar_expect_tx(bar, STAGE_BYTES);
+            load(base + s * STAGE_BYTES, bar, kt, m0, f0);
+        }
+    }
+}
+
+/* A consumer warpgroup's products over one tile's KT stages of a ring of ST stages (ring position
+ * `it`, advanced): wait for each stage's copies ("full"), issue(a, b, first) the stage's wgmmas on
+ * the stage's A rows of this warpgroup (a) and its B (b) -- the tile's first stage overwrites the
+ * accumulator, so its old values are dead and do not live through an epilogue --, commit, and
+ * release the previous stage ("empty", one arrival per warp) once its products are done; the last
+ * stage's after all are. */
+template <int ST, int STAGE_BYTES, int A_BYTES, class Issue>
+__device__ __forceinline__ void consume_tile(int &it, int KT, uint32_t base, uint32_t full, uint32_t empty, int c,
+                                             int lane, Issue issue)
+{
+    auto stage = [&](const bool first) {
+        const int s = it % ST;
+        mbar_wait(full + 8 * s, (it / ST) & 1);
+        wg_fence();
+        issue(base + s * STAGE_BYTES + c * 64 * 128, base + s * STAGE_BYTES + A_BYTES, first);
+        wg_commit();
+    };
+    stage(true);
+    it++;
+    for (int kt = 1; kt < KT; kt++, it++) {
+        stage(false);
+        wg_wait<1>(); /* the previous stage's products are done: release it */
+        if (lane == 0) mbar_arrive(empty + 8 * ((it - 1) % ST));
+    }
+    wg_wait<0>();
+    if (lane == 0) mbar_arrive(empty + 8 * ((it - 1) % ST));
 }
 #endif
 
@@ -133,20 +228,13 @@ gemm_swiglu_wg(const __grid_constant__ CUtensorMap tx, const __grid_constant__ C
     if (wg == 0) {
         setmaxnreg_dec<40>();
         if (tid == 0) { /* the producer */
-            int it = 0;
-            for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
-                int m0, f0;
-                gs_tile(t, tiles_m, tiles_f, m0, f0);
-                for (int kt = 0; kt < KT; kt++, it++) {
-                    const int s = it % GS_STAGES, r = it / GS_STAGES;
-                    if (r > 0) mbar_wait(empty + 8 * s, (r - 1) & 1);
-                    const uint32_t a = base + s * GS_STAGE_BYTES, b = a + GS_A_BYTES, bar = full + 8 * s;
-                    mbar_expect_tx(bar, GS_STAGE_BYTES);
+            produce_tiles<GS_STAGES, GS_STAGE_BYTES>(
+                tiles, tiles_m, tiles_f, KT, base, full, empty, [&](uint32_t a, uint32_t bar, int kt, int m0, int f0) {
+                    const uint32_t b = a + GS_A_BYTES;
                     tma_load_2d(a, &tx, bar, kt * GS_BK, m0);
                     tma_load_2d(b, &tw, bar, kt * GS_BK, f0);
                     tma_load_2d(b + GS_B_BYTES / 2, &tw, bar, kt * GS_BK, F + f0);
-                }
-            }
+                });
         } else if (warp > 0 && ep != 2) {
             /* the epilogue warps (1-3, 96 threads): per tile and consumer, TMA-store its g and u,
              * compute h = swiglu_h(g, u) over the 64 x 128 tile in place of g once g's store has
@@ -173,21 +261,14 @@ gemm_swiglu_wg(const __grid_constant__ CUtensorMap tx, const __grid_constant__ C
                     for (int e = et; e < 64 * 128 / 8; e += 96) { /* 16-byte chunks, same place in g, u, h */
                         const uint32_t off = (uint32_t)e * 16;
                         uint32_t gv[4], uv[4], hv[4];
-                        asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n"
-                                     : "=r"(gv[0]), "=r"(gv[1]), "=r"(gv[2]), "=r"(gv[3]) : "r"(gb + off));
-                        asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n"
-                                     : "=r"(uv[0]), "=r"(uv[1]), "=r"(uv[2]), "=r"(uv[3]) : "r"(ub + off));
+                        lds128(gv, gb + off);
+                        lds128(uv, ub + off);
 #pragma unroll
                         for (int i = 0; i < 4; i++) {
-                            const float2 gf = __bfloat1622float2(*(const __nv_bfloat162 *)&gv[i]);
-                            const float2 uf = __bfloat1622float2(*(const __nv_bfloat162 *)&uv[i]);
-                            const __nv_bfloat162 hb =
-                                __floats2bfloat162_rn(swiglu_h(gf.x, uf.x), swiglu_h(gf.y, uf.y));
-                            hv[i] = *(const uint32_t *)&hb;
+                            const float2 gf = unbf2(gv[i]), uf = unbf2(uv[i]);
+                            hv[i] = bf2(swiglu_h(gf.x, uf.x), swiglu_h(gf.y, uf.y));
                         }
-                        asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(gb + off), "r"(hv[0]),
-                                     "r"(hv[1]), "r"(hv[2]), "r"(hv[3])
-                                     : "memory");
+                        sts128(gb + off, hv);
                     }
                     fence_proxy_async();
                     bar_sync(3, 96);
@@ -208,30 +289,15 @@ gemm_swiglu_wg(const __grid_constant__ CUtensorMap tx, const __grid_constant__ C
         float acc[128];
         int it = 0, n = 0;
         for (int t = blockIdx.x; t < tiles; t += gridDim.x, n++) {
-            /* stage products; the tile's first overwrites the accumulator (wgmma_ss_first: its old
-             * values are dead, so they do not live through the epilogue) */
-            auto stage = [&](const bool first) {
-                const int s = it % GS_STAGES;
-                mbar_wait(full + 8 * s, (it / GS_STAGES) & 1);
-                const uint32_t a = base + s * GS_STAGE_BYTES + c * 64 * 128, b = base + s * GS_STAGE_BYTES + GS_A_BYTES;
-                wg_fence();
-                if (first) wgmma_ss_first(acc, wg_desc(a, 16), wg_desc(b, 16));
-                else wgmma_ss(acc, wg_desc(a, 16), wg_desc(b, 16), 1);
+            consume_tile<GS_STAGES, GS_STAGE_BYTES, GS_A_BYTES>(
+                it, KT, base, full, empty, c, lane, [&](uint32_t a, uint32_t b, bool first) {
+                    if (first) wgmma_ss_first(acc, wg_desc(a, 16), wg_desc(b, 16));
+                    else wgmma_ss(acc, wg_desc(a, 16), wg_desc(b, 16), 1);
 #pragma unroll
-                for (int kk = 1; kk < GS_BK / 16; kk++)
-                    wgmma_ss(acc, wg_desc(a + 32 * kk, 16), wg_desc(b + 32 * kk, 16), 1);
-                wg_commit();
-            };
-            stage(true);
-            it++;
-            for (int kt = 1; kt < KT; kt++, it++) {
-                stage(false);
-                wg_wait<1>(); /* the previous stage's products are done: release it */
-                if (lane == 0) mbar_arrive(empty + 8 * ((it - 1) % GS_STAGES));
-            }
-            wg_wait<0>();
+                    for (int kk = 1; kk < GS_BK / 16; kk++)
+                        wgmma_ss(acc, wg_desc(a + 32 * kk, 16), wg_desc(b + 32 * kk, 16), 1);
+                });
             reg_fence(acc);
-            if (lane == 0) mbar_arrive(empty + 8 * ((it - 1) % GS_STAGES));
             if (ep == 2) { /* timing variant: no epilogue (results wrong) */
                 if (acc[0] == 1234.5f && acc[127] == -1234.5f) base_sink(acc[64]);
                 continue;
@@ -250,22 +316,155 @@ gemm_swiglu_wg(const __grid_constant__ CUtensorMap tx, const __grid_constant__ C
 #pragma unroll
                 for (int m = 0; m < 4; m++) {
                     const int jj = j + (m >> 1), hr = m & 1;
-                    const __nv_bfloat162 g2 = __floats2bfloat162_rn(acc[4 * jj + 2 * hr], acc[4 * jj + 2 * hr + 1]);
-                    const __nv_bfloat162 u2 =
-                        __floats2bfloat162_rn(acc[4 * (jj + 16) + 2 * hr], acc[4 * (jj + 16) + 2 * hr + 1]);
-                    gv[m] = *(const uint32_t *)&g2;
-                    uv[m] = *(const uint32_t *)&u2;
+                    gv[m] = bf2(acc[4 * jj + 2 * hr], acc[4 * jj + 2 * hr + 1]);
+                    uv[m] = bf2(acc[4 * (jj + 16) + 2 * hr], acc[4 * (jj + 16) + 2 * hr + 1]);
                 }
                 const int jm = j + (mi >> 1);
                 const uint32_t off = (jm >> 3) * 8192 + r * 128 + (((jm & 7) ^ (r & 7)) << 4);
-                asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(gb + off),
-                             "r"(gv[0]), "r"(gv[1]), "r"(gv[2]), "r"(gv[3])
-                             : "memory");
-                asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(ub + off),
-                             "r"(uv[0]), "r"(uv[1]), "r"(uv[2]), "r"(uv[3])
-                             : "memory");
+                stmatrix4(gb + off, gv);
+                stmatrix4(ub + off, uv);
             }
             fence_proxy_async(); /* the TMA stores read what stmatrix wrote */
+            __syncwarp();
+            if (lane == 0) mbar_arrive(epi_full + 8 * c);
+        }
+    }
+#endif
+}
+
+
+/* ---- the backward through the down projection ------------------------------------------------
+ * dh = dy W_down (dy [M, K] K-major; W_down [K, F] row-major, so B is MN-major: the transpose
+ * bit, 64 x 64 boxes, LBO = one box) over 128 x 128 tiles of dh (wgmma.m64n128k16 per consumer),
+ * 4 stages of 32 KB. Consumers round dh to bf16 into their 16 KB dh buffer (stmatrix, as the
+ * forward's g). The epilogue warps TMA-load the tile's g and u (4 boxes each) as soon as the last
+ * tile's stores have read their buffers, compute dg, du = swiglu_d(dh, g, u) in place of g and
+ * u, and TMA-store them: dh never reaches global memory. */
+constexpr int GB_STAGES = 4, GB_A_BYTES = 128 * 64 * 2, GB_B_BYTES = 64 * 128 * 2;
+constexpr int GB_STAGE_BYTES = GB_A_BYTES + GB_B_BYTES, GB_TILE_BYTES = 128 * 128 * 2; /* 32 KB */
+constexpr size_t gb_smem() { return 1024 + (size_t)GB_STAGES * GB_STAGE_BYTES + 3 * GB_TILE_BYTES + 128; }
+
+__global__ void __launch_bounds__(384, 1)
+gemm_swiglu_bwd_wg(const __grid_constant__ CUtensorMap tdy, const __grid_constant__ CUtensorMap tw,
+                   const __grid_constant__ CUtensorMap tg, const __grid_constant__ CUtensorMap tu,
+                   const __grid_constant__ CUtensorMap tdg, const __grid_constant__ CUtensorMap tdu, int M, int F,
+                   int K)
+{
+#ifdef DXC_HAVE_WGMMA
+    extern __shared__ unsigned char gs_raw[];
+    const uint32_t base = (smem_u32(gs_raw) + 1023) & ~1023u;
+    const uint32_t dhb = base + GB_STAGES * GB_STAGE_BYTES, gbuf = dhb + GB_TILE_BYTES, ubuf = gbuf + GB_TILE_BYTES;
+    const uint32_t full = ubuf + GB_TILE_BYTES, empty = full + 8 * GB_STAGES;
+    const uint32_t epi_full = empty + 8 * GB_STAGES, epi_empty = epi_full + 16, gu_full = epi_empty + 16;
+    const int wg = threadIdx.x >> 7, tid = threadIdx.x & 127, warp = tid >> 5, lane = tid & 31;
+    const int tiles_m = (M + 127) / 128, tiles_f = (F + 127) / 128;
+    const int tiles = tiles_m * tiles_f, KT = (K + 63) / 64;
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < GB_STAGES; s++) {
+            mbar_init(full + 8 * s, 1);
+            mbar_init(empty + 8 * s, 8);
+        }
+        for (int c = 0; c < 2; c++) {
+            mbar_init(epi_full + 8 * c, 4);
+            mbar_init(epi_empty + 8 * c, 1);
+        }
+        mbar_init(gu_full, 1);
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    }
+    __syncthreads();
+    if (wg == 0) {
+        setmaxnreg_dec<104>(); /* the epilogue warps' math wants more than 40 */
+        if (tid == 0) { /* the producer */
+            produce_tiles<GB_STAGES, GB_STAGE_BYTES>(
+                tiles, tiles_m, tiles_f, KT, base, full, empty, [&](uint32_t a, uint32_t bar, int kt, int m0, int f0) {
+                    tma_load_2d(a, &tdy, bar, kt * 64, m0);
+                    tma_load_2d(a + GB_A_BYTES, &tw, bar, f0, kt * 64);
+                    tma_load_2d(a + GB_A_BYTES + 8192, &tw, bar, f0 + 64, kt * 64);
+                });
+        } else if (warp > 0) { /* the epilogue warps */
+            const int et = tid - 32;
+            int n = 0;
+            for (int t = blockIdx.x; t < tiles; t += gridDim.x, n++) {
+                int m0, f0;
+                gs_tile(t, tiles_m, tiles_f, m0, f0);
+                if (et == 0) { /* g and u of this tile (the buffers are free: the last stores have read them) */
+                    mbar_expect_tx(gu_full, 2 * GB_TILE_BYTES);
+                    for (int q = 0; q < 4; q++) {
+                        const int c0 = f0 + 64 * (q & 1), r0 = m0 + 64 * (q >> 1);
+                        tma_load_2d(gbuf + q * 8192, &tg, gu_full, c0, r0);
+                        tma_load_2d(ubuf + q * 8192, &tu, gu_full, c0, r0);
+                    }
+                }
+                mbar_wait(gu_full, n & 1);
+                mbar_wait(epi_full, n & 1);
+                mbar_wait(epi_full + 8, n & 1);
+                /* 16-byte chunks, the same place in dh, g and u; two chunks per round in flight */
+#pragma unroll 2
+                for (int e = et; e < 128 * 128 / 8; e += 96) {
+                    const uint32_t off = (uint32_t)e * 16;
+                    uint32_t hv[4], gv[4], uv[4];
+                    lds128(hv, dhb + off);
+                    lds128(gv, gbuf + off);
+                    lds128(uv, ubuf + off);
+#pragma unroll
+                    for (int i = 0; i < 4; i++) {
+                        const float2 hf = unbf2(hv[i]), gf = unbf2(gv[i]), uf = unbf2(uv[i]);
+                        float dg0, du0, dg1, du1;
+                        swiglu_d(hf.x, gf.x, uf.x, dg0, du0);
+                        swiglu_d(hf.y, gf.y, uf.y, dg1, du1);
+                        gv[i] = bf2(dg0, dg1); /* dg over g, du over u */
+                        uv[i] = bf2(du0, du1);
+                    }
+                    sts128(gbuf + off, gv);
+                    sts128(ubuf + off, uv);
+                }
+                fence_proxy_async();
+                bar_sync(3, 96);
+                if (et == 0) {
+                    mbar_arrive(epi_empty);     /* dh read: the consumers may write the next tile's */
+                    mbar_arrive(epi_empty + 8);
+                    for (int q = 0; q < 4; q++) {
+                        const int c0 = f0 + 64 * (q & 1), r0 = m0 + 64 * (q >> 1);
+                        tma_store_2d(&tdg, gbuf + q * 8192, c0, r0);
+                        tma_store_2d(&tdu, ubuf + q * 8192, c0, r0);
+                    }
+                    bulk_commit();
+                    bulk_wait_read<0>(); /* before the next tile's loads overwrite the buffers */
+                }
+            }
+            if (et == 0) bulk_wait<false>();
+        }
+    } else {
+        setmaxnreg_inc<200>(); /* 64 accumulators: 128 x 104 + 256 x 200 <= 64 K registers */
+        const int c = wg - 1;
+        float acc[64];
+        int it = 0, n = 0;
+        for (int t = blockIdx.x; t < tiles; t += gridDim.x, n++) {
+            consume_tile<GB_STAGES, GB_STAGE_BYTES, GB_A_BYTES>(
+                it, KT, base, full, empty, c, lane, [&](uint32_t a, uint32_t b, bool first) {
+                    /* B MN-major: 16 k rows of 128 bytes per k-step, the second 64-column box 8 KB on */
+                    if (first) wgmma_ss_tb_first(acc, wg_desc(a, 16), wg_desc(b, 8192));
+                    else wgmma_ss_tb(acc, wg_desc(a, 16), wg_desc(b, 8192), 1);
+#pragma unroll
+                    for (int kk = 1; kk < 4; kk++)
+                        wgmma_ss_tb(acc, wg_desc(a + 32 * kk, 16), wg_desc(b + kk * 16 * 128, 8192), 1);
+                });
+            reg_fence(acc);
+            /* dh rounded to bf16 into this consumer's 64 rows of the dh buffer (boxes 2c, 2c + 1) */
+            if (n > 0) mbar_wait(epi_empty + 8 * c, (n - 1) & 1);
+            const uint32_t hb = dhb + c * 2 * 8192;
+            const int mi = lane >> 3, r = warp * 16 + 8 * (mi & 1) + (lane & 7);
+#pragma unroll
+            for (int j = 0; j < 16; j += 2) {
+                uint32_t v[4];
+#pragma unroll
+                for (int m = 0; m < 4; m++) {
+                    const int jj = j + (m >> 1), hr = m & 1;
+                    v[m] = bf2(acc[4 * jj + 2 * hr], acc[4 * jj + 2 * hr + 1]);
+                }
+                const int jm = j + (mi >> 1);
+                stmatrix4(hb + (jm >> 3) * 8192 + r * 128 + (((jm & 7) ^ (r & 7)) << 4), v);
+            }
             __syncwarp();
             if (lane == 0) mbar_arrive(epi_full + 8 * c);
         }
@@ -349,5 +548,41 @@ extern "C" int dx_cuda_gemm_swiglu(dx_backend *be, void *g, void *u, int ldgu, v
 {
     if (dxc_gemm_swiglu(be, g, u, ldgu, h, ldh, x, ldx, w, ldw, M, F, K))
         return dx_fail("gemm_swiglu: not on this device, shape M %d F %d K %d or alignment", M, F, K);
+    return 0;
+}
+
+int dxc_gemm_swiglu_bwd(dx_backend *be, void *dg, void *du, const void *g, const void *u, int ldgu, const void *dy,
+                        int ldy, const void *w, int ldw, int M, int F, int K)
+{
+    dxc_impl *im = dxc(be);
+    if (!im->wgmma || M < 1 || F < 1 || K < 1 || F % 8 || K % 8 || ldy % 8 || ldw % 8 || ldgu % 8 ||
+        ((uintptr_t)dg | (uintptr_t)du | (uintptr_t)g | (uintptr_t)u | (uintptr_t)dy | (uintptr_t)w) % 16)
+        return 1;
+    CUtensorMap tdy, tw, tg, tu, tdg, tdu;
+    if (tensor_map(&tdy, dy, (uint64_t)M, (uint64_t)K, (uint64_t)ldy, 128) ||
+        tensor_map(&tw, w, (uint64_t)K, (uint64_t)F, (uint64_t)ldw, 64) ||
+        tensor_map(&tg, g, (uint64_t)M, (uint64_t)F, (uint64_t)ldgu, 64) ||
+        tensor_map(&tu, u, (uint64_t)M, (uint64_t)F, (uint64_t)ldgu, 64) ||
+        tensor_map(&tdg, dg, (uint64_t)M, (uint64_t)F, (uint64_t)ldgu, 64) ||
+        tensor_map(&tdu, du, (uint64_t)M, (uint64_t)F, (uint64_t)ldgu, 64))
+        return 1;
+    DXC_ENTER(be, "gemm_swiglu_bwd");
+    static bool attr = false;
+    if (!attr) {
+        DXC_CHECK("gemm_swiglu_bwd", cudaFuncSetAttribute(gemm_swiglu_bwd_wg, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                          (int)gb_smem()));
+        attr = true;
+    }
+    const int tiles = ((M + 127) / 128) * ((F + 127) / 128);
+    gemm_swiglu_bwd_wg<<<min(tiles, im->num_sms), 384, gb_smem(), im->stream>>>(tdy, tw, tg, tu, tdg, tdu, M, F, K);
+    DXC_LAUNCHED(be, "gemm_swiglu_bwd");
+    return 0;
+}
+
+extern "C" int dx_cuda_gemm_swiglu_bwd(dx_backend *be, void *dg, void *du, const void *g, const void *u, int ldgu,
+                                       const void *dy, int ldy, const void *w, int ldw, int M, int F, int K)
+{
+    if (dxc_gemm_swiglu_bwd(be, dg, du, g, u, ldgu, dy, ldy, w, ldw, M, F, K))
+        return dx_fail("gemm_swiglu_bwd: not on this device, shape M %d F %d K %d or alignment", M, F, K);
     return 0;
 }

@@ -1121,11 +1121,20 @@ int dx_model_backward_chunk(dx_model *m, int c, int s)
             MOD_BEGIN(m);
             const void *dy = row_parallel_dy(m, DX_MOD_MLP, l, N, &rc);
             if (rc) return -1;
-            linear_bwd(m, DX_MOD_MLP, l, m->da, gat(G, m->o_down, as), dy, a->a,
-                       at(W, m->o_down, xs), N, Il, D, 0.0f);
-            lora_bwd_t(m, C, a, li, DX_LORA_DOWN, m->da, dy, D, a->a, N, Il, D);
-            OP(DX_MOD_MLP, l, DX_OP_SWIGLU, 12 * NI, 5 * NI * xsz,
-               be->swiglu_bwd(be, m->dg, m->du, m->da, a->g, a->u, N, Il, 2 * Il));
+            /* without LoRA on down_proj, SwiGLU's backward runs in the epilogue of the GEMM for dh
+             * where the backend can (gemm_swiglu_bwd: traced as that GEMM, its FLOPs and bytes
+             * included, and no swiglu op) */
+            if (be->gemm_swiglu_bwd && !(m->lora_targets & 1u << DX_LORA_DOWN)) {
+                OP(DX_MOD_MLP, l, DX_OP_GEMM, gemm_flops(N, Il, D) + 12 * NI, gemm_bytes(m, N, Il, D, 0, 0) + 3 * NI * xsz,
+                   be->gemm_swiglu_bwd(be, m->dg, m->da, dy, at(W, m->o_down, xs), a->g, N, Il, D));
+                linear_bwd_dw(m, DX_MOD_MLP, l, gat(G, m->o_down, as), dy, D, a->a, N, Il, D);
+            } else {
+                linear_bwd(m, DX_MOD_MLP, l, m->da, gat(G, m->o_down, as), dy, a->a,
+                           at(W, m->o_down, xs), N, Il, D, 0.0f);
+                lora_bwd_t(m, C, a, li, DX_LORA_DOWN, m->da, dy, D, a->a, N, Il, D);
+                OP(DX_MOD_MLP, l, DX_OP_SWIGLU, 12 * NI, 5 * NI * xsz,
+                   be->swiglu_bwd(be, m->dg, m->du, m->da, a->g, a->u, N, Il, 2 * Il));
+            }
             linear_bwd(m, DX_MOD_MLP, l, m->dxn, gat(G, m->o_gate, as), m->dg, a->xn2,
                        at(W, m->o_gate, xs), N, D, 2 * Il, 0.0f); /* gate | up */
             lora_bwd_t(m, C, a, li, DX_LORA_GATE, m->dxn, m->dg, 2 * Il, a->xn2, N, D, Il);
