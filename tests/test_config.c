@@ -506,7 +506,7 @@ int main(void)
             {"NVIDIA H200", 989},           {"NVIDIA H200 NVL", 835},  {"NVIDIA GH200 480GB", 989},
             {"NVIDIA H800", 989},           {"NVIDIA H800 PCIe", 756}, {"NVIDIA H20", 148},
             {"NVIDIA A100-SXM4-80GB", 0},   {"NVIDIA H1000", 0},       {"cpu", 0},
-            {"", 0},                        {NULL, 0},
+            {"", 0},                        {NULL, 0},                 {"NVIDIA H100 80GB HBM3 MIG 1g.10gb", 0},
         };
         for (size_t i = 0; i < sizeof peaks / sizeof peaks[0]; i++)
             check(dx_peak_tflops(peaks[i].name) == peaks[i].want, "peak of '%s': %g TFLOP/s (want %g)",

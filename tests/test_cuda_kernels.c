@@ -1290,10 +1290,12 @@ int main(void)
         test_gemm_swiglu(seed += 10, 300, 704, 2048); /* TinyLlama's K, 5.5 column tiles */
         test_gemm_swiglu(seed += 10, 4100, 128, 64);  /* 33 row tiles: more tiles than some GPUs' SMs */
         test_gemm_swiglu(seed += 10, 7, 13, 24);      /* F % 8 != 0: cuBLAS + swiglu_fwd */
+        test_gemm_swiglu(seed += 10, 4200, 1152, 128); /* 297 tiles: > 2 per block on a 132-SM GPU (persistent) */
         test_gemm_swiglu_bwd(seed += 10, 1000, 136, 200); /* wgmma kernel: partial tiles, K % 64 != 0 */
         test_gemm_swiglu_bwd(seed += 10, 300, 704, 2048);
         test_gemm_swiglu_bwd(seed += 10, 4100, 128, 64);  /* 33 row tiles */
         test_gemm_swiglu_bwd(seed += 10, 7, 13, 24);      /* F % 8 != 0: cuBLAS + swiglu_bwd */
+        test_gemm_swiglu_bwd(seed += 10, 4200, 1152, 128); /* 297 tiles: > 2 per block (persistent) */
 
         const int en[] = {7, 129, 64}, ed[] = {13, 96, 2048}, ev[] = {1001, 1001, 5};
         for (int a = 0; a < 3; a++) test_embedding(seed += 10, en[a], ed[a], ev[a]);

@@ -22,7 +22,8 @@
  * Without the third role the epilogue (rounding, exponentials, reciprocals, stores) kept the
  * tensor cores idle for ~10% of the kernel (benchmarks/NOTES.md). Tiles are walked in groups of 16
  * row tiles (column tiles inner within a group) so the tiles running at once share x and W in L2.
- * Row and column edges: the TMA loads fill with zeros past M and K, the stores clip past M and F. */
+ * Row and column edges: the TMA loads fill with zeros past M and K, the stores clip past M and F
+ * (gate rows past F of the last column tile are up rows of W, computed and never stored). */
 #include "cuda_internal.cuh"
 #include "wgmma.cuh"
 
@@ -506,6 +507,9 @@ int tensor_map(CUtensorMap *m, const void *p, uint64_t rows, uint64_t cols, uint
                : -1;
 }
 
+/* the persistent grids' block count: every SM, or DX_CUDA_GEMM_SMS's target (SMs left to NCCL) */
+int grid_sms(const dxc_impl *im) { return im->gemm_sms > 0 && im->gemm_sms < im->num_sms ? im->gemm_sms : im->num_sms; }
+
 /* DX_GEMM_WG_EP=2: no epilogue (a timing variant; results wrong) */
 int ep_variant()
 {
@@ -519,7 +523,8 @@ int dxc_gemm_swiglu(dx_backend *be, void *g, void *u, int ldgu, void *h, int ldh
                     const void *w, int ldw, int M, int F, int K)
 {
     dxc_impl *im = dxc(be);
-    if (!im->wgmma || M < 1 || F < 1 || K < 1 || F % 8 || K % 8 || ldx % 8 || ldw % 8 || ldgu % 8 || ldh % 8 ||
+    if (!im->wgmma || (size_t)im->smem_optin < gs_smem() || M < 1 || F < 1 || K < 1 || F % 8 || K % 8 || ldx % 8 ||
+        ldw % 8 || ldgu % 8 || ldh % 8 ||
         ((uintptr_t)x | (uintptr_t)w | (uintptr_t)g | (uintptr_t)u | (uintptr_t)h) % 16)
         return 1;
     CUtensorMap tx, tw, tg, tu, th;
@@ -530,15 +535,10 @@ int dxc_gemm_swiglu(dx_backend *be, void *g, void *u, int ldgu, void *h, int ldh
         tensor_map(&th, h, (uint64_t)M, (uint64_t)F, (uint64_t)ldh, 64))
         return 1;
     DXC_ENTER(be, "gemm_swiglu");
-    static bool attr = false;
-    if (!attr) {
-        DXC_CHECK("gemm_swiglu",
-                  cudaFuncSetAttribute(gemm_swiglu_wg, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)gs_smem()));
-        attr = true;
-    }
+    dxc_set_smem(be, (const void *)gemm_swiglu_wg, gs_smem(), "gemm_swiglu"); /* per device, each call */
     const int tiles = ((M + GS_BM - 1) / GS_BM) * ((F + GS_BF - 1) / GS_BF);
-    gemm_swiglu_wg<<<min(tiles, im->num_sms), 384, gs_smem(), im->stream>>>(tx, tw, tg, tu, th, M, F, K,
-                                                                             ep_variant());
+    gemm_swiglu_wg<<<min(tiles, grid_sms(im)), 384, gs_smem(), im->stream>>>(tx, tw, tg, tu, th, M, F, K,
+                                                                              ep_variant());
     DXC_LAUNCHED(be, "gemm_swiglu");
     return 0;
 }
@@ -555,7 +555,8 @@ int dxc_gemm_swiglu_bwd(dx_backend *be, void *dg, void *du, const void *g, const
                         int ldy, const void *w, int ldw, int M, int F, int K)
 {
     dxc_impl *im = dxc(be);
-    if (!im->wgmma || M < 1 || F < 1 || K < 1 || F % 8 || K % 8 || ldy % 8 || ldw % 8 || ldgu % 8 ||
+    if (!im->wgmma || (size_t)im->smem_optin < gb_smem() || M < 1 || F < 1 || K < 1 || F % 8 || K % 8 || ldy % 8 ||
+        ldw % 8 || ldgu % 8 ||
         ((uintptr_t)dg | (uintptr_t)du | (uintptr_t)g | (uintptr_t)u | (uintptr_t)dy | (uintptr_t)w) % 16)
         return 1;
     CUtensorMap tdy, tw, tg, tu, tdg, tdu;
@@ -567,14 +568,10 @@ int dxc_gemm_swiglu_bwd(dx_backend *be, void *dg, void *du, const void *g, const
         tensor_map(&tdu, du, (uint64_t)M, (uint64_t)F, (uint64_t)ldgu, 64))
         return 1;
     DXC_ENTER(be, "gemm_swiglu_bwd");
-    static bool attr = false;
-    if (!attr) {
-        DXC_CHECK("gemm_swiglu_bwd", cudaFuncSetAttribute(gemm_swiglu_bwd_wg, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                          (int)gb_smem()));
-        attr = true;
-    }
+    dxc_set_smem(be, (const void *)gemm_swiglu_bwd_wg, gb_smem(), "gemm_swiglu_bwd");
     const int tiles = ((M + 127) / 128) * ((F + 127) / 128);
-    gemm_swiglu_bwd_wg<<<min(tiles, im->num_sms), 384, gb_smem(), im->stream>>>(tdy, tw, tg, tu, tdg, tdu, M, F, K);
+    gemm_swiglu_bwd_wg<<<min(tiles, grid_sms(im)), 384, gb_smem(), im->stream>>>(tdy, tw, tg, tu, tdg, tdu, M, F,
+                                                                                   K);
     DXC_LAUNCHED(be, "gemm_swiglu_bwd");
     return 0;
 }

@@ -129,7 +129,8 @@ static int has_model(const char *name, const char *model)
 
 double dx_peak_tflops(const char *device_name)
 {
-    if (!device_name) return 0;
+    /* a MIG instance ("NVIDIA H100 80GB HBM3 MIG 1g.10gb") has a part of the GPU's peak */
+    if (!device_name || strstr(device_name, " MIG ")) return 0;
     /* the PCIe and NVL boards first: their names contain the SXM part's */
     static const struct {
         const char *model, *board;

@@ -54,8 +54,8 @@ char *dx_read_file(const char *path, size_t *len);
  * ("NVIDIA H100 80GB HBM3"), for MFU: NVIDIA's datasheet figures, which are quoted with 2:4
  * sparsity, halved (H100 / H200 / H800 / GH200 SXM 989, H100 and H800 PCIe 756, H100 and H200
  * NVL 835, H20 148; the SXM figure rounded down to the 989 the benchmarks use). Only the Hopper
- * GPUs this build's kernels target are listed; 0 for any other name (also NULL): the caller then
- * asks the user for the peak. */
+ * GPUs this build's kernels target are listed; 0 for any other name (also NULL) and for a MIG
+ * instance (" MIG " in the name: a slice of the GPU): the caller then asks the user for the peak. */
 double dx_peak_tflops(const char *device_name);
 
 #endif

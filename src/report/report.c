@@ -1342,8 +1342,9 @@ static void print_mfu(const report *r, double tok_per_s)
         printf("  %-22s %.4f (of %g TFLOP/s, the %s's dense bf16 peak)\n", "MFU", tf * r->world / r->device_peak_sum,
                r->device_peak_sum / r->world, r->device_name);
     else if (r->device_peak_sum > 0)
-        printf("  %-22s %.4f (of the ranks' dense bf16 peaks, %g TFLOP/s summed; rank 0: %s)\n", "MFU",
-               tf * r->world / r->device_peak_sum, r->device_peak_sum, r->device_name);
+        printf("  %-22s %.4f (of the ranks' dense bf16 peaks, %g TFLOP/s summed%s%s)\n", "MFU",
+               tf * r->world / r->device_peak_sum, r->device_peak_sum, r->device_name[0] ? "; rank 0: " : "",
+               r->device_name);
     else
         printf("  %-22s - (%s%s%sgive --peak-tflops: a rank's device peak, e.g. 989 for an H100 SXM's dense bf16)\n",
                "MFU", r->device_name[0] ? "no known peak for " : "", r->device_name,
