@@ -1323,7 +1323,6 @@ static void cuda_rope_bwd(dx_backend *be, void *dx, int ld, int B, int T, int H,
  * scalar loop does all of [0, n). The math is the same function in both loops.
  * ========================================================================================== */
 
-
 /* SwiGLU over N rows of F: h [N, F] dense, g/u (dg/du) rows `rs` apart. Vector form (F % 8 == 0,
  * rs % 8 == 0, every pointer 16-byte aligned): item v = row * (F/8) + column vector; scalar
  * form otherwise: item i = row * F + column. Ix: the item index type, unsigned when the items
@@ -2335,6 +2334,8 @@ extern "C" dx_backend *dx_backend_cuda_create(int device, int nthreads)
     im->attn_bwd_var = bv ? atoi(bv) : 0;
     const char *sg = getenv("DX_CUDA_SWIGLU_GEMM");
     im->swiglu_gemm = !(sg && strcmp(sg, "0") == 0);
+    const char *wep = getenv("DX_GEMM_WG_EP");
+    im->gemm_wg_ep = wep ? atoi(wep) : 0;
     const char *rf = getenv("DX_CUDA_ROPE_FOLD");
     im->rope_fold = !(rf && strcmp(rf, "0") == 0);
 

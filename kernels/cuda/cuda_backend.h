@@ -68,8 +68,8 @@ void *dx_cuda_stream(dx_backend *be);
  * ldw), g and u rows ldgu apart (u = g + F in the model's g | u buffer), h rows ldh apart.
  * Enqueued on the compute stream. Needs compute capability 9.x (wgmma, TMA), F, K and every row
  * stride multiples of 8, every pointer 16-byte aligned; otherwise -1 + dx_fail and nothing is
- * enqueued. DX_GEMM_WG_EP=2 in the environment leaves the epilogue out (timing only; wrong
- * results). */
+ * enqueued. DX_GEMM_WG_EP=2 in the environment when the backend is created leaves the epilogue
+ * out (timing only; wrong results). */
 int dx_cuda_gemm_swiglu(dx_backend *be, void *g, void *u, int ldgu, void *h, int ldh, const void *x, int ldx,
                         const void *w, int ldw, int M, int F, int K);
 /* Its backward through the down projection (kernels.h gemm_swiglu_bwd, fused): dh = dy[M,K]

@@ -38,6 +38,9 @@ struct dxc_impl {
     int attn_bwd_var;   /* attention kernels (attention_mma.cu; 0 = the default, for tuning) */
     int wgmma;          /* compute capability 9.x: the sm_90a kernels (wgmma) can run */
     int swiglu_gemm;    /* DX_CUDA_SWIGLU_GEMM=0 clears it: gemm_swiglu as cuBLAS + swiglu_fwd */
+    int gemm_wg_ep;     /* DX_GEMM_WG_EP (gemm_wg.cu's timing variants; 0 = the kernels as they are) */
+    int gemm_wg_smem;   /* gemm_wg.cu's kernels whose shared-memory limit is set on this device
+                           (bit 0 forward, bit 1 backward) */
     int rope_fold;      /* be->attention_bwd_rope set (RoPE's backward in att_bwd_wg's dk
                            epilogue and its dq conversion); on unless DX_CUDA_ROPE_FOLD=0 */
     cudaStream_t stream; /* where ops run: the compute stream, or side_stream between

@@ -510,11 +510,12 @@ int tensor_map(CUtensorMap *m, const void *p, uint64_t rows, uint64_t cols, uint
 /* the persistent grids' block count: every SM, or DX_CUDA_GEMM_SMS's target (SMs left to NCCL) */
 int grid_sms(const dxc_impl *im) { return im->gemm_sms > 0 && im->gemm_sms < im->num_sms ? im->gemm_sms : im->num_sms; }
 
-/* DX_GEMM_WG_EP=2: no epilogue (a timing variant; results wrong) */
-int ep_variant()
+/* the kernel's shared-memory limit raised once per device (bit `which` of gemm_wg_smem) */
+void wg_smem(dx_backend *be, const void *func, size_t bytes, int which, const char *op)
 {
-    const char *e = getenv("DX_GEMM_WG_EP");
-    return e ? atoi(e) : 0;
+    if (dxc(be)->gemm_wg_smem & which) return;
+    dxc_set_smem(be, func, bytes, op);
+    dxc(be)->gemm_wg_smem |= which;
 }
 
 } /* namespace */
@@ -535,10 +536,10 @@ int dxc_gemm_swiglu(dx_backend *be, void *g, void *u, int ldgu, void *h, int ldh
         tensor_map(&th, h, (uint64_t)M, (uint64_t)F, (uint64_t)ldh, 64))
         return 1;
     DXC_ENTER(be, "gemm_swiglu");
-    dxc_set_smem(be, (const void *)gemm_swiglu_wg, gs_smem(), "gemm_swiglu"); /* per device, each call */
+    wg_smem(be, (const void *)gemm_swiglu_wg, gs_smem(), 1, "gemm_swiglu");
     const int tiles = ((M + GS_BM - 1) / GS_BM) * ((F + GS_BF - 1) / GS_BF);
     gemm_swiglu_wg<<<min(tiles, grid_sms(im)), 384, gs_smem(), im->stream>>>(tx, tw, tg, tu, th, M, F, K,
-                                                                              ep_variant());
+                                                                              im->gemm_wg_ep);
     DXC_LAUNCHED(be, "gemm_swiglu");
     return 0;
 }
@@ -568,7 +569,7 @@ int dxc_gemm_swiglu_bwd(dx_backend *be, void *dg, void *du, const void *g, const
         tensor_map(&tdu, du, (uint64_t)M, (uint64_t)F, (uint64_t)ldgu, 64))
         return 1;
     DXC_ENTER(be, "gemm_swiglu_bwd");
-    dxc_set_smem(be, (const void *)gemm_swiglu_bwd_wg, gb_smem(), "gemm_swiglu_bwd");
+    wg_smem(be, (const void *)gemm_swiglu_bwd_wg, gb_smem(), 2, "gemm_swiglu_bwd");
     const int tiles = ((M + 127) / 128) * ((F + 127) / 128);
     gemm_swiglu_bwd_wg<<<min(tiles, grid_sms(im)), 384, gb_smem(), im->stream>>>(tdy, tw, tg, tu, tdg, tdu, M, F,
                                                                                    K);

@@ -144,3 +144,13 @@ double dx_peak_tflops(const char *device_name)
             return peaks[i].tflops;
     return 0;
 }
+
+double dx_peak_tflops_sum(const double *peaks, size_t n)
+{
+    double sum = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (!(peaks[i] > 0) || !isfinite(peaks[i])) return 0;
+        sum += peaks[i];
+    }
+    return sum;
+}

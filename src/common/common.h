@@ -57,5 +57,8 @@ char *dx_read_file(const char *path, size_t *len);
  * GPUs this build's kernels target are listed; 0 for any other name (also NULL) and for a MIG
  * instance (" MIG " in the name: a slice of the GPU): the caller then asks the user for the peak. */
 double dx_peak_tflops(const char *device_name);
+/* The summed peak of n ranks' devices (peaks[i] from dx_peak_tflops), for MFU over a job; 0 when
+ * one is unknown (not a finite positive number): no MFU then. */
+double dx_peak_tflops_sum(const double *peaks, size_t n);
 
 #endif

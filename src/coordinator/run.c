@@ -240,12 +240,6 @@ static int finish_async(const dx_config *c, dx_comm *world, dx_ckpt_async *saver
     return 0;
 }
 
-/* A rank's compute device, as gathered to rank 0 (fixed size: one gather of raw bytes). */
-typedef struct {
-    char name[sizeof ((dx_backend *)0)->device_name];
-    double peak_tflops; /* dense bf16, 0 = unknown */
-} device_rec;
-
 int dx_run_train(const dx_config *c, dx_comm *world)
 {
     const int rank = world->rank, P = world->size;
@@ -257,7 +251,11 @@ int dx_run_train(const dx_config *c, dx_comm *world)
     char host[64] = {0};
     gethostname(host, sizeof host - 1);
     char *hosts = rank == 0 ? calloc((size_t)P, sizeof host) : NULL;
-    device_rec *devs = NULL; /* rank 0: every rank's device (gathered once the worker exists) */
+    /* rank 0: every rank's device name (DEV_NAME bytes each) and dense bf16 peak (TFLOP/s, 0 =
+     * unknown), gathered once the worker exists */
+    enum { DEV_NAME = sizeof ((dx_backend *)0)->device_name };
+    char *dev_names = NULL;
+    double *dev_peaks = NULL;
     dx_worker *w = NULL;
     /* hangs and dead ranks end the job with a message instead of waiting forever */
     if (c->distributed_timeout_minutes > 0 && dx_watchdog_start(c->distributed_timeout_minutes * 60.0, rank)) rc = -1;
@@ -303,23 +301,20 @@ int dx_run_train(const dx_config *c, dx_comm *world)
     if (dx_agree_and_report(world, rc)) goto out_err;
 
     /* each rank's device model and peak, gathered to rank 0 for the trace and the MFU it logs */
-    device_rec dev_mine = {.peak_tflops = dx_worker_backend(w)->peak_tflops};
-    memcpy(dev_mine.name, dx_worker_backend(w)->device_name, sizeof dev_mine.name);
-    dev_mine.name[sizeof dev_mine.name - 1] = 0;
-    devs = rank == 0 ? calloc((size_t)P, sizeof *devs) : NULL;
-    if (rank == 0 && !devs) rc = dx_fail("rank 0: out of memory");
-    if (!rc && world->gather(world, &dev_mine, devs, sizeof dev_mine, 0)) rc = -1;
+    char name_mine[DEV_NAME];
+    snprintf(name_mine, sizeof name_mine, "%s", dx_worker_backend(w)->device_name);
+    if (rank == 0) {
+        dev_names = calloc((size_t)P, DEV_NAME);
+        dev_peaks = calloc((size_t)P, sizeof *dev_peaks);
+        if (!dev_names || !dev_peaks) rc = dx_fail("rank 0: out of memory");
+    }
+    if (!rc && (world->gather(world, name_mine, dev_names, DEV_NAME, 0) ||
+                world->gather(world, &dx_worker_backend(w)->peak_tflops, dev_peaks, sizeof *dev_peaks, 0)))
+        rc = -1;
     if (dx_agree_and_report(world, rc)) goto out_err;
     /* model FLOPs per token (NaN for LoRA) and the ranks' summed peak (0: one is unknown) */
     const double flops_per_token = dx_model_flops_per_token(c);
-    double peak_sum = 0;
-    for (int r = 0; devs && r < P; r++) {
-        if (devs[r].peak_tflops <= 0) {
-            peak_sum = 0;
-            break;
-        }
-        peak_sum += devs[r].peak_tflops;
-    }
+    const double peak_sum = dev_peaks ? dx_peak_tflops_sum(dev_peaks, (size_t)P) : 0;
 
     /* resumption: the newest checkpoint of save_dir (auto) or the one named */
     long step0 = 0;
@@ -377,13 +372,9 @@ int dx_run_train(const dx_config *c, dx_comm *world)
             coords[3 * r + 2] = t;
         }
         const char **dn = calloc((size_t)P, sizeof *dn);
-        double *dp = calloc((size_t)P, sizeof *dp);
-        for (int r = 0; dn && dp && r < P; r++) {
-            dn[r] = devs[r].name;
-            dp[r] = devs[r].peak_tflops;
-        }
+        for (int r = 0; dn && r < P; r++) dn[r] = dev_names + (size_t)r * DEV_NAME;
         dx_trace_meta meta = {.config_json = cfg_json ? cfg_json : "{}", .world_size = P,
-                              .hosts = hp, .device = c->device, .device_names = dn, .device_peak_tflops = dp,
+                              .hosts = hp, .device = c->device, .device_names = dn, .device_peak_tflops = dev_peaks,
                               .trace_level = levels[c->trace_level], .tp = c->tp, .pp = c->pp,
                               .dp = c->dp, .sequence_parallel = c->sequence_parallel && c->tp > 1,
                               .num_model_chunks = v, .num_micro_batches = c->grad_accum,
@@ -399,11 +390,10 @@ int dx_run_train(const dx_config *c, dx_comm *world)
             plan[7 * r + 6] = pr.host;
         }
         meta.plan = plan;
-        tw = hp && coords && dn && dp ? dx_trace_create(c->trace_path, &meta) : NULL;
+        tw = hp && coords && dn ? dx_trace_create(c->trace_path, &meta) : NULL;
         free(plan);
         free(coords);
         free(dn);
-        free(dp);
         if (!tw) { dx_fail_prefix("key 'trace.path'"); rc = -1; }
         else dx_watch_on_timeout(flush_trace_on_timeout, tw);
         free(hp);
@@ -632,7 +622,8 @@ int dx_run_train(const dx_config *c, dx_comm *world)
     }
     free(cfg_json);
     free(hosts);
-    free(devs);
+    free(dev_names);
+    free(dev_peaks);
     dx_watchdog_stop();
     return rc;
 
@@ -642,7 +633,8 @@ out_err:
     if (tw) dx_trace_close(tw);
     free(cfg_json);
     free(hosts);
-    free(devs);
+    free(dev_names);
+    free(dev_peaks);
     dx_watchdog_stop();
     return -1;
 }

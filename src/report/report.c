@@ -281,15 +281,7 @@ static void device_peaks(report *r, hid_t g)
         double *v = NULL;
         if (sp >= 0 && H5Sget_simple_extent_ndims(sp) == 1 && H5Sget_simple_extent_dims(sp, &n, NULL) == 1 && n == W &&
             (v = malloc(W * sizeof *v)) && H5Dread(d, H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, v) >= 0) {
-            double sum = 0;
-            for (size_t i = 0; i < W; i++) {
-                if (!(v[i] > 0) || !isfinite(v[i])) {
-                    sum = 0;
-                    break;
-                }
-                sum += v[i];
-            }
-            r->device_peak_sum = sum;
+            r->device_peak_sum = dx_peak_tflops_sum(v, W);
         }
         free(v);
         if (sp >= 0) H5Sclose(sp);
