@@ -1296,6 +1296,7 @@ int main(void)
         test_gemm_swiglu_bwd(seed += 10, 4100, 128, 64);  /* 33 row tiles */
         test_gemm_swiglu_bwd(seed += 10, 7, 13, 24);      /* F % 8 != 0: cuBLAS + swiglu_bwd */
         test_gemm_swiglu_bwd(seed += 10, 4200, 1152, 128); /* 297 tiles: > 2 per block (persistent) */
+        test_gemm_swiglu_bwd(seed += 10, 8400, 1280, 40); /* 330 tiles of 128 x 256: > 2 per block, K % 32 != 0 */
 
         const int en[] = {7, 129, 64}, ed[] = {13, 96, 2048}, ev[] = {1001, 1001, 5};
         for (int a = 0; a < 3; a++) test_embedding(seed += 10, en[a], ed[a], ev[a]);

@@ -53,14 +53,15 @@ __device__ __forceinline__ void base_sink(float v)
 #define DXC_OUT32(d, o) DXC_OUT8(d, o), DXC_OUT8(d, o + 8), DXC_OUT8(d, o + 16), DXC_OUT8(d, o + 24)
 constexpr int GS_GROUP = 16; /* row tiles per group of the tile order */
 
-/* row tile m0 and column tile f0 of work tile t: groups of GS_GROUP row tiles, column tiles
- * inner within a group */
+/* row tile m0 (128 rows) and column tile f0 (BF columns) of work tile t: groups of GS_GROUP row
+ * tiles, column tiles inner within a group */
+template <int BF = GS_BF>
 __device__ __forceinline__ void gs_tile(int t, int tiles_m, int tiles_f, int &m0, int &f0)
 {
     const int per_group = GS_GROUP * tiles_f, grp = t / per_group, first = grp * GS_GROUP;
     const int rows = min(GS_GROUP, tiles_m - first), in = t - grp * per_group;
     m0 = (first + in % rows) * GS_BM;
-    f0 = (in / rows) * GS_BF;
+    f0 = (in / rows) * BF;
 }
 
 /* d[0..127] (+)= A B^T, m64n256k16, A and B from shared memory (descriptors, K-major) */
@@ -84,25 +85,33 @@ __device__ __forceinline__ void wgmma_ss_first(float (&d)[128], uint64_t da, uin
                  : "l"(da), "l"(db));
 }
 
-/* d[0..63] (+)= A B, m64n128k16, A [m][k] K-major and B [k][n] stored MN-major (n contiguous:
- * the transpose bit), both from shared memory */
-__device__ __forceinline__ void wgmma_ss_tb(float (&d)[64], uint64_t da, uint64_t db, int accumulate)
+/* d[0..127] (+)= A B, m64n256k16, A K-major and B [k][n] stored MN-major (the transpose bit),
+ * both from shared memory */
+__device__ __forceinline__ void wgmma_ss_tb(float (&d)[128], uint64_t da, uint64_t db, int accumulate)
 {
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
-                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63},"
-                 "%64, %65, p, 1, 1, 0, 1;\n}\n"
-                 : DXC_ACC32(d, 0), DXC_ACC32(d, 32)
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 "
+                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127},"
+                 "%128, %129, p, 1, 1, 0, 1;\n}\n"
+                 : DXC_ACC32(d, 0), DXC_ACC32(d, 32), DXC_ACC32(d, 64), DXC_ACC32(d, 96)
                  : "l"(da), "l"(db), "r"(accumulate));
 }
 /* the same, write-only (the accumulator's old values are dead) */
-__device__ __forceinline__ void wgmma_ss_tb_first(float (&d)[64], uint64_t da, uint64_t db)
+__device__ __forceinline__ void wgmma_ss_tb_first(float (&d)[128], uint64_t da, uint64_t db)
 {
-    asm volatile("wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
-                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63},"
-                 "%64, %65, 0, 1, 1, 0, 1;\n"
-                 : DXC_OUT32(d, 0), DXC_OUT32(d, 32)
+    asm volatile("wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 "
+                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127},"
+                 "%128, %129, 0, 1, 1, 0, 1;\n"
+                 : DXC_OUT32(d, 0), DXC_OUT32(d, 32), DXC_OUT32(d, 64), DXC_OUT32(d, 96)
                  : "l"(da), "l"(db));
+}
+
+/* A K-major operand descriptor for rows of 64 bytes (32 bf16) with the 64-byte swizzle (TMA's
+ * CU_TENSOR_MAP_SWIZZLE_64B: 16-byte chunk c of row r at chunk c ^ ((r / 2) % 4)): 8-row groups
+ * 512 bytes apart, layout type 2 (CUTLASS's GmmaDescriptor, cute/arch/mma_sm90_desc.hpp) */
+__device__ __forceinline__ uint64_t wg_desc_sw64(uint32_t addr)
+{
+    return (uint64_t)((addr & 0x3FFFF) >> 4) | (uint64_t)1 << 16 | (uint64_t)(512 >> 4) << 32 | 2ull << 62;
 }
 
 /* 16 bytes of shared memory at addr into / from four registers */
@@ -153,14 +162,14 @@ __device__ __forceinline__ void tma_store_2d(const CUtensorMap *map, uint32_t sr
 /* The producer thread: for each of the block's tiles and each of its KT stages, wait until the
  * ring slot is free ("empty"), announce STAGE_BYTES on its "full" barrier and load(stage, bar, kt,
  * m0, f0) issues the TMA copies into it. */
-template <int ST, int STAGE_BYTES, class Load>
+template <int ST, int STAGE_BYTES, int BF, class Load>
 __device__ __forceinline__ void produce_tiles(int tiles, int tiles_m, int tiles_f, int KT, uint32_t base,
                                               uint32_t full, uint32_t empty, Load load)
 {
     int it = 0;
     for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
         int m0, f0;
-        gs_tile(t, tiles_m, tiles_f, m0, f0);
+        gs_tile<BF>(t, tiles_m, tiles_f, m0, f0);
         for (int kt = 0; kt < KT; kt++, it++) {
             const int s = it % ST, r = it / ST;
             if (r > 0) mbar_wait(empty + 8 * s, (r - 1) & 1);
@@ -173,11 +182,12 @@ __device__ __forceinline__ void produce_tiles(int tiles, int tiles_m, int tiles_
 
 /* A consumer warpgroup's products over one tile's KT stages of a ring of ST stages (ring position
  * `it`, advanced): wait for each stage's copies ("full"), issue(a, b, first) the stage's wgmmas on
- * the stage's A rows of this warpgroup (a) and its B (b) -- the tile's first stage overwrites the
+ * the stage's A rows of this warpgroup (a: 64 rows of A_ROW_BYTES on) and its B (b) -- the tile's
+ * first stage overwrites the
  * accumulator, so its old values are dead and do not live through an epilogue --, commit, and
  * release the previous stage ("empty", one arrival per warp) once its products are done; the last
  * stage's after all are. */
-template <int ST, int STAGE_BYTES, int A_BYTES, class Issue>
+template <int ST, int STAGE_BYTES, int A_BYTES, int A_ROW_BYTES, class Issue>
 __device__ __forceinline__ void consume_tile(int &it, int KT, uint32_t base, uint32_t full, uint32_t empty, int c,
                                              int lane, Issue issue)
 {
@@ -185,7 +195,7 @@ __device__ __forceinline__ void consume_tile(int &it, int KT, uint32_t base, uin
         const int s = it % ST;
         mbar_wait(full + 8 * s, (it / ST) & 1);
         wg_fence();
-        issue(base + s * STAGE_BYTES + c * 64 * 128, base + s * STAGE_BYTES + A_BYTES, first);
+        issue(base + s * STAGE_BYTES + c * 64 * A_ROW_BYTES, base + s * STAGE_BYTES + A_BYTES, first);
         wg_commit();
     };
     stage(true);
@@ -229,7 +239,7 @@ gemm_swiglu_wg(const __grid_constant__ CUtensorMap tx, const __grid_constant__ C
     if (wg == 0) {
         setmaxnreg_dec<40>();
         if (tid == 0) { /* the producer */
-            produce_tiles<GS_STAGES, GS_STAGE_BYTES>(
+            produce_tiles<GS_STAGES, GS_STAGE_BYTES, GS_BF>(
                 tiles, tiles_m, tiles_f, KT, base, full, empty, [&](uint32_t a, uint32_t bar, int kt, int m0, int f0) {
                     const uint32_t b = a + GS_A_BYTES;
                     tma_load_2d(a, &tx, bar, kt * GS_BK, m0);
@@ -290,7 +300,7 @@ gemm_swiglu_wg(const __grid_constant__ CUtensorMap tx, const __grid_constant__ C
         float acc[128];
         int it = 0, n = 0;
         for (int t = blockIdx.x; t < tiles; t += gridDim.x, n++) {
-            consume_tile<GS_STAGES, GS_STAGE_BYTES, GS_A_BYTES>(
+            consume_tile<GS_STAGES, GS_STAGE_BYTES, GS_A_BYTES, 128>(
                 it, KT, base, full, empty, c, lane, [&](uint32_t a, uint32_t b, bool first) {
                     if (first) wgmma_ss_first(acc, wg_desc(a, 16), wg_desc(b, 16));
                     else wgmma_ss(acc, wg_desc(a, 16), wg_desc(b, 16), 1);
@@ -336,30 +346,42 @@ gemm_swiglu_wg(const __grid_constant__ CUtensorMap tx, const __grid_constant__ C
 
 /* ---- the backward through the down projection ------------------------------------------------
  * dh = dy W_down (dy [M, K] K-major; W_down [K, F] row-major, so B is MN-major: the transpose
- * bit, 64 x 64 boxes, LBO = one box) over 128 x 128 tiles of dh (wgmma.m64n128k16 per consumer),
- * 4 stages of 32 KB. Consumers round dh to bf16 into their 16 KB dh buffer (stmatrix, as the
- * forward's g). The epilogue warps TMA-load the tile's g and u (4 boxes each) as soon as the last
- * tile's stores have read their buffers, compute dg, du = swiglu_d(dh, g, u) in place of g and
- * u, and TMA-store them: dh never reaches global memory. */
-constexpr int GB_STAGES = 4, GB_A_BYTES = 128 * 64 * 2, GB_B_BYTES = 64 * 128 * 2;
-constexpr int GB_STAGE_BYTES = GB_A_BYTES + GB_B_BYTES, GB_TILE_BYTES = 128 * 128 * 2; /* 32 KB */
-constexpr size_t gb_smem() { return 1024 + (size_t)GB_STAGES * GB_STAGE_BYTES + 3 * GB_TILE_BYTES + 128; }
+ * bit) over 128 x 256 tiles of dh (wgmma.m64n256k16 per consumer, as the forward's), rounded to
+ * bf16 into shared memory by the consumers (stmatrix, as the forward's g); the epilogue warps
+ * compute dg, du = swiglu_d(dh, g, u) and store them: dh never reaches global memory. Shared
+ * memory holds a ring of 4 stages of 32-deep k slices (8 KB of dy: rows of 64 bytes with the
+ * 64-byte swizzle; 16 KB of W_down: four 64 x 32 boxes, MN-major), the 64 KB dh tile (8 boxes of
+ * 64 x 64: box k holds rows 64 (k / 4) .., columns 64 (k % 4) ..; consumer c writes boxes 4c ..
+ * 4c + 3) and a ring of 4 slots of g and u boxes (8 KB each). The epilogue warps walk the tile's
+ * 8 boxes ("units"): wait for the unit's g and u (TMA loads), compute dg, du in place, TMA-store
+ * them, then load the unit 3 on into the slot the previous unit's stores have just read, so the
+ * loads of three units are in flight while one is computed. 230.5 KB of shared memory: Hopper's
+ * 227 KB opt-in limit. (Against the first version's 128 x 128 tiles with one g|u buffer per tile:
+ * NOTES item 18.) */
+constexpr int GB_BN = 256, GB_BK = 32, GB_STAGES = 4;
+constexpr int GB_A_BYTES = 128 * GB_BK * 2, GB_B_BYTES = GB_BK * GB_BN * 2; /* 8 KB, 16 KB */
+constexpr int GB_STAGE_BYTES = GB_A_BYTES + GB_B_BYTES;                      /* 24 KB */
+constexpr int GB_DH_BYTES = 128 * GB_BN * 2, GB_GU_BYTES = 4 * 64 * 64 * 2;  /* 64 KB, 32 KB */
+constexpr size_t gb_smem()
+{
+    return 1024 + (size_t)GB_STAGES * GB_STAGE_BYTES + GB_DH_BYTES + 2 * GB_GU_BYTES + 128;
+}
 
 __global__ void __launch_bounds__(384, 1)
 gemm_swiglu_bwd_wg(const __grid_constant__ CUtensorMap tdy, const __grid_constant__ CUtensorMap tw,
-                   const __grid_constant__ CUtensorMap tg, const __grid_constant__ CUtensorMap tu,
-                   const __grid_constant__ CUtensorMap tdg, const __grid_constant__ CUtensorMap tdu, int M, int F,
-                   int K)
+                    const __grid_constant__ CUtensorMap tg, const __grid_constant__ CUtensorMap tu,
+                    const __grid_constant__ CUtensorMap tdg, const __grid_constant__ CUtensorMap tdu, int M, int F,
+                    int K)
 {
 #ifdef DXC_HAVE_WGMMA
     extern __shared__ unsigned char gs_raw[];
     const uint32_t base = (smem_u32(gs_raw) + 1023) & ~1023u;
-    const uint32_t dhb = base + GB_STAGES * GB_STAGE_BYTES, gbuf = dhb + GB_TILE_BYTES, ubuf = gbuf + GB_TILE_BYTES;
-    const uint32_t full = ubuf + GB_TILE_BYTES, empty = full + 8 * GB_STAGES;
+    const uint32_t dhb = base + GB_STAGES * GB_STAGE_BYTES, gbuf = dhb + GB_DH_BYTES, ubuf = gbuf + GB_GU_BYTES;
+    const uint32_t full = ubuf + GB_GU_BYTES, empty = full + 8 * GB_STAGES;
     const uint32_t epi_full = empty + 8 * GB_STAGES, epi_empty = epi_full + 16, gu_full = epi_empty + 16;
     const int wg = threadIdx.x >> 7, tid = threadIdx.x & 127, warp = tid >> 5, lane = tid & 31;
-    const int tiles_m = (M + 127) / 128, tiles_f = (F + 127) / 128;
-    const int tiles = tiles_m * tiles_f, KT = (K + 63) / 64;
+    const int tiles_m = (M + 127) / 128, tiles_f = (F + GB_BN - 1) / GB_BN;
+    const int tiles = tiles_m * tiles_f, KT = (K + GB_BK - 1) / GB_BK;
     if (threadIdx.x == 0) {
         for (int s = 0; s < GB_STAGES; s++) {
             mbar_init(full + 8 * s, 1);
@@ -369,94 +391,105 @@ gemm_swiglu_bwd_wg(const __grid_constant__ CUtensorMap tdy, const __grid_constan
             mbar_init(epi_full + 8 * c, 4);
             mbar_init(epi_empty + 8 * c, 1);
         }
-        mbar_init(gu_full, 1);
+        for (int sl = 0; sl < 4; sl++) mbar_init(gu_full + 8 * sl, 1);
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
     __syncthreads();
     if (wg == 0) {
-        setmaxnreg_dec<104>(); /* the epilogue warps' math wants more than 40 */
+        setmaxnreg_dec<72>(); /* 128 x 72 + 256 x 216 = 384 x 168 registers */
         if (tid == 0) { /* the producer */
-            produce_tiles<GB_STAGES, GB_STAGE_BYTES>(
+            produce_tiles<GB_STAGES, GB_STAGE_BYTES, GB_BN>(
                 tiles, tiles_m, tiles_f, KT, base, full, empty, [&](uint32_t a, uint32_t bar, int kt, int m0, int f0) {
-                    tma_load_2d(a, &tdy, bar, kt * 64, m0);
-                    tma_load_2d(a + GB_A_BYTES, &tw, bar, f0, kt * 64);
-                    tma_load_2d(a + GB_A_BYTES + 8192, &tw, bar, f0 + 64, kt * 64);
+                    tma_load_2d(a, &tdy, bar, kt * GB_BK, m0);
+#pragma unroll
+                    for (int q = 0; q < 4; q++)
+                        tma_load_2d(a + GB_A_BYTES + q * 4096, &tw, bar, f0 + 64 * q, kt * GB_BK);
                 });
         } else if (warp > 0) { /* the epilogue warps */
             const int et = tid - 32;
+            /* unit u of this block: box k = u % 8 of its tile n = u / 8 (rows 64 (k / 4) .., columns
+             * 64 (k % 4) ..; dh's box k), g and u in ring slot u % 4 (gu_full + 8 slot) */
+            auto unit = [&](int u, int &c0, int &r0) {
+                const int t = blockIdx.x + (u >> 3) * gridDim.x, k = u & 7;
+                if (t >= tiles) return false;
+                gs_tile<GB_BN>(t, tiles_m, tiles_f, r0, c0);
+                c0 += 64 * (k & 3);
+                r0 += 64 * (k >> 2);
+                return true;
+            };
+            auto load_unit = [&](int u) {
+                int c0, r0;
+                if (!unit(u, c0, r0)) return;
+                const uint32_t sl = (uint32_t)(u & 3), bar = gu_full + 8 * sl;
+                mbar_expect_tx(bar, 2 * 8192);
+                tma_load_2d(gbuf + sl * 8192, &tg, bar, c0, r0);
+                tma_load_2d(ubuf + sl * 8192, &tu, bar, c0, r0);
+            };
+            if (et == 0)
+                for (int u = 0; u < 3; u++) load_unit(u);
             int n = 0;
             for (int t = blockIdx.x; t < tiles; t += gridDim.x, n++) {
-                int m0, f0;
-                gs_tile(t, tiles_m, tiles_f, m0, f0);
-                if (et == 0) { /* g and u of this tile (the buffers are free: the last stores have read them) */
-                    mbar_expect_tx(gu_full, 2 * GB_TILE_BYTES);
-                    for (int q = 0; q < 4; q++) {
-                        const int c0 = f0 + 64 * (q & 1), r0 = m0 + 64 * (q >> 1);
-                        tma_load_2d(gbuf + q * 8192, &tg, gu_full, c0, r0);
-                        tma_load_2d(ubuf + q * 8192, &tu, gu_full, c0, r0);
-                    }
-                }
-                mbar_wait(gu_full, n & 1);
-                mbar_wait(epi_full, n & 1);
-                mbar_wait(epi_full + 8, n & 1);
-                /* 16-byte chunks, the same place in dh, g and u; two chunks per round in flight */
-#pragma unroll 2
-                for (int e = et; e < 128 * 128 / 8; e += 96) {
-                    const uint32_t off = (uint32_t)e * 16;
-                    uint32_t hv[4], gv[4], uv[4];
-                    lds128(hv, dhb + off);
-                    lds128(gv, gbuf + off);
-                    lds128(uv, ubuf + off);
+                for (int k = 0; k < 8; k++) {
+                    const int u = 8 * n + k;
+                    const uint32_t sl = (uint32_t)(u & 3);
+                    if ((k & 3) == 0) mbar_wait(epi_full + 8 * (k >> 2), n & 1); /* consumer k / 4's dh */
+                    mbar_wait(gu_full + 8 * sl, (u >> 2) & 1);
+                    /* 16-byte chunks, the same place in dh's box k and the slot's g and u */
+                    for (int e = et; e < 64 * 64 / 8; e += 96) {
+                        const uint32_t w = (uint32_t)e * 16, off = sl * 8192 + w;
+                        uint32_t hv[4], gv[4], uv[4];
+                        lds128(hv, dhb + (uint32_t)k * 8192 + w);
+                        lds128(gv, gbuf + off);
+                        lds128(uv, ubuf + off);
 #pragma unroll
-                    for (int i = 0; i < 4; i++) {
-                        const float2 hf = unbf2(hv[i]), gf = unbf2(gv[i]), uf = unbf2(uv[i]);
-                        float dg0, du0, dg1, du1;
-                        swiglu_d(hf.x, gf.x, uf.x, dg0, du0);
-                        swiglu_d(hf.y, gf.y, uf.y, dg1, du1);
-                        gv[i] = bf2(dg0, dg1); /* dg over g, du over u */
-                        uv[i] = bf2(du0, du1);
+                        for (int i = 0; i < 4; i++) {
+                            const float2 hf = unbf2(hv[i]), gf = unbf2(gv[i]), uf = unbf2(uv[i]);
+                            float dg0, du0, dg1, du1;
+                            swiglu_d(hf.x, gf.x, uf.x, dg0, du0);
+                            swiglu_d(hf.y, gf.y, uf.y, dg1, du1);
+                            gv[i] = bf2(dg0, dg1); /* dg over g, du over u */
+                            uv[i] = bf2(du0, du1);
+                        }
+                        sts128(gbuf + off, gv);
+                        sts128(ubuf + off, uv);
                     }
-                    sts128(gbuf + off, gv);
-                    sts128(ubuf + off, uv);
-                }
-                fence_proxy_async();
-                bar_sync(3, 96);
-                if (et == 0) {
-                    mbar_arrive(epi_empty);     /* dh read: the consumers may write the next tile's */
-                    mbar_arrive(epi_empty + 8);
-                    for (int q = 0; q < 4; q++) {
-                        const int c0 = f0 + 64 * (q & 1), r0 = m0 + 64 * (q >> 1);
-                        tma_store_2d(&tdg, gbuf + q * 8192, c0, r0);
-                        tma_store_2d(&tdu, ubuf + q * 8192, c0, r0);
+                    fence_proxy_async();
+                    bar_sync(3, 96);
+                    if (et == 0) {
+                        if ((k & 3) == 3) mbar_arrive(epi_empty + 8 * (k >> 2)); /* consumer k / 4's dh read */
+                        int c0, r0;
+                        unit(u, c0, r0);
+                        tma_store_2d(&tdg, gbuf + sl * 8192, c0, r0);
+                        tma_store_2d(&tdu, ubuf + sl * 8192, c0, r0);
+                        bulk_commit();
+                        bulk_wait_read<1>(); /* unit u - 1's stores have read slot (u + 3) % 4 */
+                        load_unit(u + 3);
                     }
-                    bulk_commit();
-                    bulk_wait_read<0>(); /* before the next tile's loads overwrite the buffers */
                 }
             }
             if (et == 0) bulk_wait<false>();
         }
     } else {
-        setmaxnreg_inc<200>(); /* 64 accumulators: 128 x 104 + 256 x 200 <= 64 K registers */
+        setmaxnreg_inc<216>();
         const int c = wg - 1;
-        float acc[64];
+        float acc[128];
         int it = 0, n = 0;
         for (int t = blockIdx.x; t < tiles; t += gridDim.x, n++) {
-            consume_tile<GB_STAGES, GB_STAGE_BYTES, GB_A_BYTES>(
+            consume_tile<GB_STAGES, GB_STAGE_BYTES, GB_A_BYTES, 64>(
                 it, KT, base, full, empty, c, lane, [&](uint32_t a, uint32_t b, bool first) {
-                    /* B MN-major: 16 k rows of 128 bytes per k-step, the second 64-column box 8 KB on */
-                    if (first) wgmma_ss_tb_first(acc, wg_desc(a, 16), wg_desc(b, 8192));
-                    else wgmma_ss_tb(acc, wg_desc(a, 16), wg_desc(b, 8192), 1);
-#pragma unroll
-                    for (int kk = 1; kk < 4; kk++)
-                        wgmma_ss_tb(acc, wg_desc(a + 32 * kk, 16), wg_desc(b + kk * 16 * 128, 8192), 1);
+                    /* A: 64-byte rows, k-step 1 32 bytes on; B: k rows of 128 bytes in boxes of 64
+                     * columns (LBO 4 KB), k-step 1 16 rows on */
+                    if (first) wgmma_ss_tb_first(acc, wg_desc_sw64(a), wg_desc(b, 4096));
+                    else wgmma_ss_tb(acc, wg_desc_sw64(a), wg_desc(b, 4096), 1);
+                    wgmma_ss_tb(acc, wg_desc_sw64(a + 32), wg_desc(b + 16 * 128, 4096), 1);
                 });
             reg_fence(acc);
-            /* dh rounded to bf16 into this consumer's 64 rows of the dh buffer (boxes 2c, 2c + 1) */
+            /* dh rounded to bf16 into this consumer's 64 rows of the dh buffer (boxes 4c .. 4c + 3) */
             if (n > 0) mbar_wait(epi_empty + 8 * c, (n - 1) & 1);
-            const uint32_t hb = dhb + c * 2 * 8192;
+            const uint32_t hb = dhb + c * 4 * 8192;
             const int mi = lane >> 3, r = warp * 16 + 8 * (mi & 1) + (lane & 7);
 #pragma unroll
-            for (int j = 0; j < 16; j += 2) {
+            for (int j = 0; j < 32; j += 2) {
                 uint32_t v[4];
 #pragma unroll
                 for (int m = 0; m < 4; m++) {
@@ -492,17 +525,19 @@ encode_tiled_fn encode_tiled()
     return fn;
 }
 
-/* a 2-D bf16 tensor map over rows x cols (row stride ld elements), box 64 columns x box_rows rows,
- * 128-byte swizzle (the wgmma K-major layout of wgmma.cuh) */
-int tensor_map(CUtensorMap *m, const void *p, uint64_t rows, uint64_t cols, uint64_t ld, uint32_t box_rows)
+/* a 2-D bf16 tensor map over rows x cols (row stride ld elements), box box_cols x box_rows, with
+ * the 128-byte swizzle (the wgmma K-major layout of wgmma.cuh) or, for boxes of 32 columns, the
+ * 64-byte swizzle (wg_desc_sw64) */
+int tensor_map(CUtensorMap *m, const void *p, uint64_t rows, uint64_t cols, uint64_t ld, uint32_t box_rows,
+               uint32_t box_cols = 64)
 {
     encode_tiled_fn fn = encode_tiled();
     if (!fn) return -1;
     const cuuint64_t dims[2] = {cols, rows}, strides[1] = {ld * 2};
-    const cuuint32_t box[2] = {64, box_rows}, es[2] = {1, 1};
+    const cuuint32_t box[2] = {box_cols, box_rows}, es[2] = {1, 1};
     return fn(m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, (void *)p, dims, strides, box, es, CU_TENSOR_MAP_INTERLEAVE_NONE,
-              CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) ==
-                   CUDA_SUCCESS
+              box_cols == 32 ? CU_TENSOR_MAP_SWIZZLE_64B : CU_TENSOR_MAP_SWIZZLE_128B,
+              CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS
                ? 0
                : -1;
 }
@@ -561,8 +596,8 @@ int dxc_gemm_swiglu_bwd(dx_backend *be, void *dg, void *du, const void *g, const
         ((uintptr_t)dg | (uintptr_t)du | (uintptr_t)g | (uintptr_t)u | (uintptr_t)dy | (uintptr_t)w) % 16)
         return 1;
     CUtensorMap tdy, tw, tg, tu, tdg, tdu;
-    if (tensor_map(&tdy, dy, (uint64_t)M, (uint64_t)K, (uint64_t)ldy, 128) ||
-        tensor_map(&tw, w, (uint64_t)K, (uint64_t)F, (uint64_t)ldw, 64) ||
+    if (tensor_map(&tdy, dy, (uint64_t)M, (uint64_t)K, (uint64_t)ldy, 128, GB_BK) ||
+        tensor_map(&tw, w, (uint64_t)K, (uint64_t)F, (uint64_t)ldw, GB_BK) ||
         tensor_map(&tg, g, (uint64_t)M, (uint64_t)F, (uint64_t)ldgu, 64) ||
         tensor_map(&tu, u, (uint64_t)M, (uint64_t)F, (uint64_t)ldgu, 64) ||
         tensor_map(&tdg, dg, (uint64_t)M, (uint64_t)F, (uint64_t)ldgu, 64) ||
@@ -570,7 +605,7 @@ int dxc_gemm_swiglu_bwd(dx_backend *be, void *dg, void *du, const void *g, const
         return 1;
     DXC_ENTER(be, "gemm_swiglu_bwd");
     wg_smem(be, (const void *)gemm_swiglu_bwd_wg, gb_smem(), 2, "gemm_swiglu_bwd");
-    const int tiles = ((M + 127) / 128) * ((F + 127) / 128);
+    const int tiles = ((M + 127) / 128) * ((F + GB_BN - 1) / GB_BN);
     gemm_swiglu_bwd_wg<<<min(tiles, grid_sms(im)), 384, gb_smem(), im->stream>>>(tdy, tw, tg, tu, tdg, tdu, M, F,
                                                                                    K);
     DXC_LAUNCHED(be, "gemm_swiglu_bwd");
