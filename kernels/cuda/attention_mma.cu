@@ -835,11 +835,12 @@ __global__ void __launch_bounds__(384, 1)
                const bf16 *__restrict__ dout, const bf16 *__restrict__ q,
                const bf16 *__restrict__ k, const bf16 *__restrict__ v,
                const float *__restrict__ lse, const float *__restrict__ Dv, int T, int H, int Hkv,
-               size_t kst, size_t qld, float sl2, float scale, int key_x, const float *__restrict__ rtab,
+               size_t kst, size_t qld, float sl2, float scale, int mode, const float *__restrict__ rtab,
                size_t sin_off)
 {
 #ifdef DXC_HAVE_WGMMA
     constexpr int BK = 128, BQ = 64, NN = BQ / 8, NDT = DH / 8;
+    const bool key_x = mode & 1, skip_dead = !(mode & 2);
     constexpr uint32_t KB = BK * DH * 2, QB = BQ * DH * 2, SB = BK * BQ * 2; /* tile bytes */
     DXC_DYNAMIC_SMEM(uint4, smem_raw);
     const uint32_t raw = smem_u32(smem_raw), base = (raw + 1023u) & ~1023u;
@@ -920,6 +921,20 @@ __global__ void __launch_bounds__(384, 1)
     for (int it = 0; it < niter; it++) {
         const int st = it & 1, h = kh * G + it / nq, i0 = c0 + (it % nq) * BQ;
         const uint32_t qt = Qs + st * QB, ot = Os + st * QB, ss = Ss + st * SB;
+        /* every query of the tile before this warpgroup's first key, or its keys all past T:
+         * P^T = dS^T = 0 (nothing to add to dV or dK), only its dS^T rows for dq, as zeros (the
+         * diagonal's first query tile for the second warpgroup: 1 of 2 nq tiles of a key tile) */
+        if (skip_dead && (i0 + BQ - 1 < c0 + 64 * c || c0 + 64 * c >= T)) {
+#pragma unroll
+            for (int n = 0; n < NN; n++)
+#pragma unroll
+                for (int hh = 0; hh < 2; hh++) {
+                    const int r = srow + 8 * hh;
+                    asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(ss + r * 128 + ((n ^ (r & 7)) << 4) + 4 * t),
+                                 "r"(0u)
+                                 : "memory");
+                }
+        } else {
         mbar_wait(full + 8 * st, (it >> 1) & 1);
         fence_proxy_async();
         wg_fence();
@@ -962,6 +977,7 @@ __global__ void __launch_bounds__(384, 1)
         for (int kk = 0; kk < BQ / 16; kk++) /* dK += dS^T Q */
             wgmma_rs_tb(dkf, da[kk], wg_desc(qt + kk * 16 * 128, QB / (DH / 64)));
         wg_commit();
+        }
         fence_proxy_async(); /* the dS^T stores, before the tensor cores read them */
         bar_sync(1, 256);    /* both warpgroups' dS^T rows are in */
         if (DH == 128 || (it & 1) == c) {
@@ -1180,9 +1196,11 @@ void dkdv_wg_launch(dx_backend *be, void *dk, void *dv, float *dq_acc, const voi
     dxc_set_smem(be, (const void *)kern, smem, op);
     const unsigned nbh = (unsigned)(B * Hkv), nkt = (unsigned)((T + 127) / 128);
     const dim3 grid = key_x ? dim3(nkt, nbh) : dim3(nbh, nkt);
+    /* mode: bit 0 the key-tile-major grid, bit 1 (variant 11) the masked warpgroup tiles computed */
+    const int mode = (key_x ? 1 : 0) | (dxc(be)->attn_bwd_var == 11 ? 2 : 0);
     kern<<<grid, 384, smem, dxc(be)->stream>>>((bf16 *)dk, (bf16 *)dv, dq_acc, (const bf16 *)dout,
                                               (const bf16 *)q, (const bf16 *)k, (const bf16 *)v,
-                                              lse, Dv, T, H, Hkv, kst, qld, sl2, scale, key_x,
+                                              lse, Dv, T, H, Hkv, kst, qld, sl2, scale, mode,
                                               rtab, sin_off);
     DXC_LAUNCHED(be, op);
 }
@@ -1368,8 +1386,9 @@ bool bwd_launch(dx_backend *be, void *dq, void *dk, void *dv, float *dq_acc, con
  *                    1 (4, 1, 64)  2 (8, 1, 64, Q in registers)  3 (4, 1, 128)  4 (8, 1, 32)
  *                    5 (8, 1, 64)  6 (4, 2, 32)  7 (8, 2, 32)
  *   backward Dh 64:  0 (wgmma; elsewhere 8)  9 (wgmma, longest first)  10 (wgmma, key-tile major)
+ *                    11 (0 computing the warpgroup tiles that lie wholly above the diagonal)
  *                    8 (4 warps, MT 2, 32 queries per tile)
- *            Dh 128: 0 (wgmma; elsewhere 8)  9  10  8 (8 warps, MT 1, 64 queries)  1 (4, 1, 32)
+ *            Dh 128: 0 (wgmma; elsewhere 8)  9  10  11  8 (8 warps, MT 1, 64 queries)  1 (4, 1, 32)
  *                    2 (8, 1, 32)  3 (4, 1, 64) */
 void dxc_attention_fwd_mma(dx_backend *be, void *o, void *lse, const void *q, const void *k,
                            const void *v, int ldq, int ldkv, int B, int T, int H, int Hkv, int Dh)
@@ -1434,7 +1453,7 @@ int dxc_attention_bwd_mma(dx_backend *be, void *dq, void *dk, void *dv, float *d
     /* att_bwd_wg (not with DX_CUDA_DETERMINISTIC): 1, or 2 with the key-tile-major grid */
     const long nblk = (long)B * Hkv * ((T + 127) / 128);
     const int wg = !dxc(be)->wgmma                                     ? 0
-                   : var == 0 ? (nblk >= 8L * dxc(be)->num_sms ? 2 : 1)
+                   : var == 0 || var == 11 ? (nblk >= 8L * dxc(be)->num_sms ? 2 : 1)
                    : var == 9 ? 1 : var == 10 ? 2 : 0;
 #define BWD(...)                                                                                   \
     bwd_launch<__VA_ARGS__>(be, dq, dk, dv, dq_acc, dout, q, k, v, lse, Dv, B, T, H, Hkv, kst, qld, \
