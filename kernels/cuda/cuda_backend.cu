@@ -944,13 +944,12 @@ static __global__ void __launch_bounds__(DXC_THREADS)
         const size_t base = (size_t)r * D;
         const bf16 *dyr = dy + base, *xr = x + base;
         bf16 *dxr = dx + base;
-        uint4 dyv[MAXV], xv[MAXV], ov[MAXV]; /* ov: dx's old values, read with dy and x */
+        uint4 dyv[MAXV], xv[MAXV];
 #pragma unroll
         for (int k = 0; k < MAXV; k++) {
             const int v = k * TPR + tr;
             dyv[k] = v < nvec ? ldg8(dyr, v) : make_uint4(0, 0, 0, 0);
             xv[k] = v < nvec ? ldg8(xr, v) : make_uint4(0, 0, 0, 0);
-            ov[k] = v < nvec ? ld8(dxr, v) : make_uint4(0, 0, 0, 0);
         }
         const float rs = rstd[r];
         float c = 0;
@@ -975,7 +974,7 @@ static __global__ void __launch_bounds__(DXC_THREADS)
             unpack8(dyv[k], df);
             unpack8(xv[k], xf);
             unpack8(ldg8(w, v), wf);
-            unpack8(ov[k], of);
+            unpack8(ld8(dxr, v), of);
             float xh[8];
 #pragma unroll
             for (int e = 0; e < 8; e++) {
