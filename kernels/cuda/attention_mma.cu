@@ -826,9 +826,11 @@ template <int DH> constexpr size_t bwd_wg_smem()
  *     from there into its piece of dq_acc (tiled: dq_tiled_off) in one bulk asynchronous
  *     reduction (cp.reduce.async.bulk .add.f32; 2.18 against 2.42 ms with per-thread
  *     red.global at B 8 T 2048 H 32 Dh 128, NOTES item 14).
+ * A warpgroup whose 64 keys all come after the query tile (or lie past T) issues no products
+ * for it and writes zero dS^T rows (mode bit 1, variant 11, computes them: NOTES item 18).
  * dk and dv are deterministic (ascending order); the order of dq's additions is not. rtab (not
  * NULL): dk comes out with RoPE's backward applied (store_dk_dv); dq's is in
- * att_dq_from_tiles_rope. */
+ * att_dq_from_tiles_rope. mode bit 0: the grid is (key tiles, B Hkv). */
 template <int DH>
 __global__ void __launch_bounds__(384, 1)
     att_bwd_wg(bf16 *__restrict__ dk, bf16 *__restrict__ dv, float *__restrict__ dq_acc,
@@ -930,53 +932,54 @@ __global__ void __launch_bounds__(384, 1)
 #pragma unroll
                 for (int hh = 0; hh < 2; hh++) {
                     const int r = srow + 8 * hh;
-                    asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(ss + r * 128 + ((n ^ (r & 7)) << 4) + 4 * t),
+                    asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(
+                                     ss + r * 128 + ((n ^ (r & 7)) << 4) + 4 * t),
                                  "r"(0u)
                                  : "memory");
                 }
         } else {
-        mbar_wait(full + 8 * st, (it >> 1) & 1);
-        fence_proxy_async();
-        wg_fence();
+            mbar_wait(full + 8 * st, (it >> 1) & 1);
+            fence_proxy_async();
+            wg_fence();
 #pragma unroll
-        for (int ks = 0; ks < DH / 16; ks++) /* S^T = K Q^T */
-            wgmma_ss(sf, wg_desc(ka + (ks >> 2) * KB / (DH / 64) + (ks & 3) * 32, 16),
-                     wg_desc(qt + (ks >> 2) * QB / (DH / 64) + (ks & 3) * 32, 16), ks > 0);
+            for (int ks = 0; ks < DH / 16; ks++) /* S^T = K Q^T */
+                wgmma_ss(sf, wg_desc(ka + (ks >> 2) * KB / (DH / 64) + (ks & 3) * 32, 16),
+                         wg_desc(qt + (ks >> 2) * QB / (DH / 64) + (ks & 3) * 32, 16), ks > 0);
 #pragma unroll
-        for (int ks = 0; ks < DH / 16; ks++) /* dP^T = V dO^T */
-            wgmma_ss(dpf, wg_desc(va + (ks >> 2) * KB / (DH / 64) + (ks & 3) * 32, 16),
-                     wg_desc(ot + (ks >> 2) * QB / (DH / 64) + (ks & 3) * 32, 16), ks > 0);
-        wg_commit();
-        wg_wait<0>();
-        reg_fence(sf);
-        reg_fence(dpf);
-        bwd_p_ds<1, NN>(sacc, dpacc, Lg + st * BQ, Lg + (2 + st) * BQ, i0, wk0, T, sl2, g, t);
+            for (int ks = 0; ks < DH / 16; ks++) /* dP^T = V dO^T */
+                wgmma_ss(dpf, wg_desc(va + (ks >> 2) * KB / (DH / 64) + (ks & 3) * 32, 16),
+                         wg_desc(ot + (ks >> 2) * QB / (DH / 64) + (ks & 3) * 32, 16), ks > 0);
+            wg_commit();
+            wg_wait<0>();
+            reg_fence(sf);
+            reg_fence(dpf);
+            bwd_p_ds<1, NN>(sacc, dpacc, Lg + st * BQ, Lg + (2 + st) * BQ, i0, wk0, T, sl2, g, t);
 #pragma unroll
-        for (int kk = 0; kk < BQ / 16; kk++) {
+            for (int kk = 0; kk < BQ / 16; kk++) {
 #pragma unroll
-            for (int x = 0; x < 2; x++)
+                for (int x = 0; x < 2; x++)
 #pragma unroll
-                for (int hh = 0; hh < 2; hh++) {
-                    const int n = 2 * kk + x;
-                    pa[kk][2 * x + hh] = pack2(sacc[0][n][2 * hh], sacc[0][n][2 * hh + 1]);
-                    da[kk][2 * x + hh] = pack2(dpacc[0][n][2 * hh], dpacc[0][n][2 * hh + 1]);
-                    const int r = srow + 8 * hh; /* dS^T row r, columns 8n + 2t, +1 */
-                    asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(
-                                     ss + r * 128 + ((n ^ (r & 7)) << 4) + 4 * t),
-                                 "r"(da[kk][2 * x + hh])
-                                 : "memory");
-                }
-        }
-        reg_fence(dkf);
-        reg_fence(dvf);
-        wg_fence();
+                    for (int hh = 0; hh < 2; hh++) {
+                        const int n = 2 * kk + x;
+                        pa[kk][2 * x + hh] = pack2(sacc[0][n][2 * hh], sacc[0][n][2 * hh + 1]);
+                        da[kk][2 * x + hh] = pack2(dpacc[0][n][2 * hh], dpacc[0][n][2 * hh + 1]);
+                        const int r = srow + 8 * hh; /* dS^T row r, columns 8n + 2t, +1 */
+                        asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(
+                                         ss + r * 128 + ((n ^ (r & 7)) << 4) + 4 * t),
+                                     "r"(da[kk][2 * x + hh])
+                                     : "memory");
+                    }
+            }
+            reg_fence(dkf);
+            reg_fence(dvf);
+            wg_fence();
 #pragma unroll
-        for (int kk = 0; kk < BQ / 16; kk++) /* dV += P^T dO */
-            wgmma_rs_tb(dvf, pa[kk], wg_desc(ot + kk * 16 * 128, QB / (DH / 64)));
+            for (int kk = 0; kk < BQ / 16; kk++) /* dV += P^T dO */
+                wgmma_rs_tb(dvf, pa[kk], wg_desc(ot + kk * 16 * 128, QB / (DH / 64)));
 #pragma unroll
-        for (int kk = 0; kk < BQ / 16; kk++) /* dK += dS^T Q */
-            wgmma_rs_tb(dkf, da[kk], wg_desc(qt + kk * 16 * 128, QB / (DH / 64)));
-        wg_commit();
+            for (int kk = 0; kk < BQ / 16; kk++) /* dK += dS^T Q */
+                wgmma_rs_tb(dkf, da[kk], wg_desc(qt + kk * 16 * 128, QB / (DH / 64)));
+            wg_commit();
         }
         fence_proxy_async(); /* the dS^T stores, before the tensor cores read them */
         bar_sync(1, 256);    /* both warpgroups' dS^T rows are in */
