@@ -182,11 +182,10 @@ __device__ __forceinline__ void produce_tiles(int tiles, int tiles_m, int tiles_
 
 /* A consumer warpgroup's products over one tile's KT stages of a ring of ST stages (ring position
  * `it`, advanced): wait for each stage's copies ("full"), issue(a, b, first) the stage's wgmmas on
- * the stage's A rows of this warpgroup (a: 64 rows of A_ROW_BYTES on) and its B (b) -- the tile's
- * first stage overwrites the
- * accumulator, so its old values are dead and do not live through an epilogue --, commit, and
- * release the previous stage ("empty", one arrival per warp) once its products are done; the last
- * stage's after all are. */
+ * the stage's A rows of this warpgroup (a: its 64 rows of A_ROW_BYTES) and its B (b) -- the
+ * tile's first stage overwrites the accumulator, so its old values are dead and do not live
+ * through an epilogue --, commit, and release the previous stage ("empty", one arrival per warp)
+ * once its products are done; the last stage's after all are. */
 template <int ST, int STAGE_BYTES, int A_BYTES, int A_ROW_BYTES, class Issue>
 __device__ __forceinline__ void consume_tile(int &it, int KT, uint32_t base, uint32_t full, uint32_t empty, int c,
                                              int lane, Issue issue)
