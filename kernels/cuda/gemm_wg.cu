@@ -64,46 +64,28 @@ __device__ __forceinline__ void gs_tile(int t, int tiles_m, int tiles_f, int &m0
     f0 = (in / rows) * BF;
 }
 
-/* d[0..127] (+)= A B^T, m64n256k16, A and B from shared memory (descriptors, K-major) */
-__device__ __forceinline__ void wgmma_ss(float (&d)[128], uint64_t da, uint64_t db, int accumulate)
+/* d[0..127] (+)= A B^T, m64n256k16, A and B from shared memory (descriptors, K-major A; B
+ * K-major, or with TB = 1 stored [k][n] MN-major: the transpose bit) */
+template <int TB>
+__device__ __forceinline__ void wgmma_n256(float (&d)[128], uint64_t da, uint64_t db, int accumulate)
 {
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
                  "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 "
                  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127},"
-                 "%128, %129, p, 1, 1, 0, 0;\n}\n"
+                 "%128, %129, p, 1, 1, 0, %131;\n}\n"
                  : DXC_ACC32(d, 0), DXC_ACC32(d, 32), DXC_ACC32(d, 64), DXC_ACC32(d, 96)
-                 : "l"(da), "l"(db), "r"(accumulate));
+                 : "l"(da), "l"(db), "r"(accumulate), "n"(TB));
 }
 
-/* d[0..127] = A B^T, m64n256k16 (write-only: the accumulator's old values are dead before) */
-__device__ __forceinline__ void wgmma_ss_first(float (&d)[128], uint64_t da, uint64_t db)
+/* d[0..127] = A B^T, the same (write-only: the accumulator's old values are dead before) */
+template <int TB>
+__device__ __forceinline__ void wgmma_n256_first(float (&d)[128], uint64_t da, uint64_t db)
 {
     asm volatile("wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 "
                  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127},"
-                 "%128, %129, 0, 1, 1, 0, 0;\n"
+                 "%128, %129, 0, 1, 1, 0, %130;\n"
                  : DXC_OUT32(d, 0), DXC_OUT32(d, 32), DXC_OUT32(d, 64), DXC_OUT32(d, 96)
-                 : "l"(da), "l"(db));
-}
-
-/* d[0..127] (+)= A B, m64n256k16, A K-major and B [k][n] stored MN-major (the transpose bit),
- * both from shared memory */
-__device__ __forceinline__ void wgmma_ss_tb(float (&d)[128], uint64_t da, uint64_t db, int accumulate)
-{
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 "
-                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127},"
-                 "%128, %129, p, 1, 1, 0, 1;\n}\n"
-                 : DXC_ACC32(d, 0), DXC_ACC32(d, 32), DXC_ACC32(d, 64), DXC_ACC32(d, 96)
-                 : "l"(da), "l"(db), "r"(accumulate));
-}
-/* the same, write-only (the accumulator's old values are dead) */
-__device__ __forceinline__ void wgmma_ss_tb_first(float (&d)[128], uint64_t da, uint64_t db)
-{
-    asm volatile("wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 "
-                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127},"
-                 "%128, %129, 0, 1, 1, 0, 1;\n"
-                 : DXC_OUT32(d, 0), DXC_OUT32(d, 32), DXC_OUT32(d, 64), DXC_OUT32(d, 96)
-                 : "l"(da), "l"(db));
+                 : "l"(da), "l"(db), "n"(TB));
 }
 
 /* A K-major operand descriptor for rows of 64 bytes (32 bf16) with the 64-byte swizzle (TMA's
@@ -301,11 +283,11 @@ gemm_swiglu_wg(const __grid_constant__ CUtensorMap tx, const __grid_constant__ C
         for (int t = blockIdx.x; t < tiles; t += gridDim.x, n++) {
             consume_tile<GS_STAGES, GS_STAGE_BYTES, GS_A_BYTES, 128>(
                 it, KT, base, full, empty, c, lane, [&](uint32_t a, uint32_t b, bool first) {
-                    if (first) wgmma_ss_first(acc, wg_desc(a, 16), wg_desc(b, 16));
-                    else wgmma_ss(acc, wg_desc(a, 16), wg_desc(b, 16), 1);
+                    if (first) wgmma_n256_first<0>(acc, wg_desc(a, 16), wg_desc(b, 16));
+                    else wgmma_n256<0>(acc, wg_desc(a, 16), wg_desc(b, 16), 1);
 #pragma unroll
                     for (int kk = 1; kk < GS_BK / 16; kk++)
-                        wgmma_ss(acc, wg_desc(a + 32 * kk, 16), wg_desc(b + 32 * kk, 16), 1);
+                        wgmma_n256<0>(acc, wg_desc(a + 32 * kk, 16), wg_desc(b + 32 * kk, 16), 1);
                 });
             reg_fence(acc);
             if (ep == 2) { /* timing variant: no epilogue (results wrong) */
@@ -478,9 +460,9 @@ gemm_swiglu_bwd_wg(const __grid_constant__ CUtensorMap tdy, const __grid_constan
                 it, KT, base, full, empty, c, lane, [&](uint32_t a, uint32_t b, bool first) {
                     /* A: 64-byte rows, k-step 1 32 bytes on; B: k rows of 128 bytes in boxes of 64
                      * columns (LBO 4 KB), k-step 1 16 rows on */
-                    if (first) wgmma_ss_tb_first(acc, wg_desc_sw64(a), wg_desc(b, 4096));
-                    else wgmma_ss_tb(acc, wg_desc_sw64(a), wg_desc(b, 4096), 1);
-                    wgmma_ss_tb(acc, wg_desc_sw64(a + 32), wg_desc(b + 16 * 128, 4096), 1);
+                    if (first) wgmma_n256_first<1>(acc, wg_desc_sw64(a), wg_desc(b, 4096));
+                    else wgmma_n256<1>(acc, wg_desc_sw64(a), wg_desc(b, 4096), 1);
+                    wgmma_n256<1>(acc, wg_desc_sw64(a + 32), wg_desc(b + 16 * 128, 4096), 1);
                 });
             reg_fence(acc);
             /* dh rounded to bf16 into this consumer's 64 rows of the dh buffer (boxes 4c .. 4c + 3) */
