@@ -1109,24 +1109,29 @@ static __global__ void __launch_bounds__(DXC_THREADS)
     }
 }
 
-/* out[j] += sum_c part[c, j] in double: thread (tx, ty) of a (32, 8) block sums the chunks
- * ty, ty + 8, ... in order, then the 8 sums are added in order ty = 0..7. */
-static __global__ void __launch_bounds__(DXC_THREADS)
+/* out[j] += sum_c part[c, j] in double: thread (tx, ty) of a (32, TY) block, TY =
+ * DXC_COLSUM_TY, sums the chunks ty, ty + TY, ... in order, then the TY sums are added in order
+ * ty = 0..TY-1 (a fixed order: deterministic). 32 rows of threads (8 chunks each at 256 chunks)
+ * keep more loads in flight than 8 did: 4.5 against 7.5 us at D = 2048 (benchmarks/NOTES.md
+ * item 19). */
+#define DXC_COLSUM_TY 32
+static __global__ void __launch_bounds__(32 * DXC_COLSUM_TY)
     k_colsum_add(float *__restrict__ out, const float *__restrict__ part, int nchunks, int D)
 {
-    __shared__ double sh[8][32];
+    constexpr int TY = DXC_COLSUM_TY;
+    __shared__ double sh[TY][32];
     const int tx = threadIdx.x, ty = threadIdx.y, j = blockIdx.x * 32 + tx;
     double s = 0;
     if (j < D) {
 #pragma unroll 4
-        for (int c = ty; c < nchunks; c += 8) s += (double)part[(size_t)c * D + j];
+        for (int c = ty; c < nchunks; c += TY) s += (double)part[(size_t)c * D + j];
     }
     sh[ty][tx] = s;
     __syncthreads();
     if (ty == 0 && j < D) {
         double t = sh[0][tx];
 #pragma unroll
-        for (int k = 1; k < 8; k++) t += sh[k][tx];
+        for (int k = 1; k < TY; k++) t += sh[k][tx];
         out[j] += (float)t;
     }
 }
@@ -1183,7 +1188,7 @@ static void cuda_rmsnorm_bwd(dx_backend *be, void *dx, void *dw, const void *dy,
             part, (const bf16 *)dy, (const bf16 *)x, (const float *)rstd, N, D, rows_per);
         DXC_LAUNCHED(be, "rmsnorm_bwd");
     }
-    k_colsum_add<<<(D + 31) / 32, dim3(32, 8), 0, im->stream>>>((float *)dw, part, nchunks, D);
+    k_colsum_add<<<(D + 31) / 32, dim3(32, DXC_COLSUM_TY), 0, im->stream>>>((float *)dw, part, nchunks, D);
     DXC_LAUNCHED(be, "rmsnorm_bwd");
 }
 
