@@ -17,7 +17,8 @@
  *   copies and conversions that must be exact  == 0  (mismatching elements counted).
  * Attention is checked three times: with the tensor-core kernels (default, "[tc]": fused
  * backward with fp32 atomics for dq), the same with DX_CUDA_DETERMINISTIC=1 ("[tc-det]": the
- * two-kernel backward) and with the CUDA-core ones (DX_CUDA_ATTENTION=simple, "[simple]"), its
+ * two-kernel backward; also DX_CUDA_ATT_GRID=7, so that the Hopper forward's persistent blocks
+ * each walk several work tiles) and with the CUDA-core ones (DX_CUDA_ATTENTION=simple, "[simple]"), its
  * backward both as attention_bwd and as attention_bwd_rope (RoPE's backward folded in; the
  * backend's default, which the test forces with DX_CUDA_ROPE_FOLD=1 in case the caller's
  * environment turned it off).
@@ -1321,9 +1322,15 @@ int main(void)
     for (int pass = 0; pass < 3; pass++) {
         if (pass > 0) { /* a fresh backend reads the environment */
             gpu->destroy(gpu);
-            if (pass == 1) setenv("DX_CUDA_DETERMINISTIC", "1", 1); /* two-kernel backward */
+            if (pass == 1) {
+                setenv("DX_CUDA_DETERMINISTIC", "1", 1); /* two-kernel backward */
+                /* the Hopper forward's persistent grid at 7 blocks, so that each walks several
+                 * work tiles (its steps run on across them) at these small shapes */
+                setenv("DX_CUDA_ATT_GRID", "7", 1);
+            }
             if (pass == 2) {
                 unsetenv("DX_CUDA_DETERMINISTIC");
+                unsetenv("DX_CUDA_ATT_GRID");
                 setenv("DX_CUDA_ATTENTION", "simple", 1);
             }
             gpu = dx_backend_cuda_create(0, 4);

@@ -1157,8 +1157,9 @@ void fwd_wg_launch(dx_backend *be, void *o, void *lse, const void *q, const void
     dxc_set_smem(be, (const void *)kern, smem, op);
     const float sl2 = (float)(1.0 / sqrt((double)DH) * 1.4426950408889634);
     const long tiles = (long)B * H * ((T + 127) / 128);
-    const unsigned grid =
-        (unsigned)(persistent && tiles > dxc(be)->num_sms ? dxc(be)->num_sms : tiles);
+    const int cap = dxc(be)->attn_grid > 0 && dxc(be)->attn_grid < dxc(be)->num_sms ? dxc(be)->attn_grid
+                                                                                   : dxc(be)->num_sms;
+    const unsigned grid = (unsigned)(persistent && tiles > cap ? cap : tiles);
     kern<<<grid, 384, smem, dxc(be)->stream>>>((bf16 *)o, (float *)lse, (const bf16 *)q,
                                               (const bf16 *)k, (const bf16 *)v, B, T, H, Hkv, kst,
                                               qld, sl2, head_major);
@@ -1379,7 +1380,9 @@ bool bwd_launch(dx_backend *be, void *dq, void *dk, void *dv, float *dq_acc, con
  *     variant 8 is the mma.sync default above.
  * DX_CUDA_ATT_FWD and DX_CUDA_ATT_BWD = i select variant i of the lists below (0 = the default;
  * for tuning with benchmarks/attention_bench.sh VARIANTS=...; an unknown i is the default); every
- * variant passes test_cuda_kernels' attention checks (DX_CUDA_TEST_ONLY=attention):
+ * variant passes test_cuda_kernels' attention checks (DX_CUDA_TEST_ONLY=attention;
+ * DX_CUDA_ATT_GRID=n caps the persistent forward's grid at n blocks, as those checks do in one
+ * pass, so that small shapes also give each block several work tiles):
  *   forward  Dh 64:  0 (wgmma, 128 keys; elsewhere 8)  8 (4 warps, MT 2, 64 keys, Q in registers)
  *                    9 (wgmma, 64 keys)  10 (wgmma, 128 keys, one block per work tile)
  *                    11 (wgmma, persistent, head after head)  12 (wgmma, 10 head after head)

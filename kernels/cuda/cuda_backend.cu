@@ -2337,6 +2337,8 @@ extern "C" dx_backend *dx_backend_cuda_create(int device, int nthreads)
     const char *fv = getenv("DX_CUDA_ATT_FWD"), *bv = getenv("DX_CUDA_ATT_BWD");
     im->attn_fwd_var = fv ? atoi(fv) : 0;
     im->attn_bwd_var = bv ? atoi(bv) : 0;
+    const char *ag = getenv("DX_CUDA_ATT_GRID");
+    im->attn_grid = ag ? atoi(ag) : 0;
     const char *sg = getenv("DX_CUDA_SWIGLU_GEMM");
     im->swiglu_gemm = !(sg && strcmp(sg, "0") == 0);
     const char *wep = getenv("DX_GEMM_WG_EP");

@@ -36,6 +36,8 @@ struct dxc_impl {
     int attn_det;       /* DX_CUDA_DETERMINISTIC=1: two-kernel attention backward (no atomics) */
     int attn_fwd_var;   /* DX_CUDA_ATT_FWD / _BWD = i: tile-shape variant i of the tensor-core */
     int attn_bwd_var;   /* attention kernels (attention_mma.cu; 0 = the default, for tuning) */
+    int attn_grid;      /* DX_CUDA_ATT_GRID = n > 0: the persistent attention forward's grid capped
+                           at n blocks (tests: several work tiles per block at small shapes) */
     int wgmma;          /* compute capability 9.x: the sm_90a kernels (wgmma) can run */
     int swiglu_gemm;    /* DX_CUDA_SWIGLU_GEMM=0 clears it: gemm_swiglu as cuBLAS + swiglu_fwd */
     int gemm_wg_ep;     /* DX_GEMM_WG_EP (gemm_wg.cu's timing variants; 0 = the kernels as they are) */
