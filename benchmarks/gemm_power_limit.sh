@@ -21,18 +21,18 @@ peak=${PEAK_TFLOPS:-989}
 OUT=${OUT:-/tmp/dissect-bench}; mkdir -p "$OUT"
 py=${PYTHON3:-python3}
 gpu=${CUDA_VISIBLE_DEVICES:-0}; gpu=${gpu%%,*}
+. benchmarks/gpu_sampler.sh  # sample_start FILE / sample_stop
 [ -x build-gpu/swiglu_gemm_bench ] || { echo "gemm_power_limit.sh: build-gpu/swiglu_gemm_bench missing (tests/gpu_suite.sh build)" >&2; exit 1; }
 limit=$(nvidia-smi -i "$gpu" --query-gpu=power.limit --format=csv,noheader,nounits 2> /dev/null || echo 0)
 name=$(nvidia-smi -i "$gpu" --query-gpu=name --format=csv,noheader 2> /dev/null || echo "GPU $gpu")
 : > "$OUT/gpl.jsonl"
 for s in $shapes; do
   f="$OUT/gpl_${s//,/_}"
-  nvidia-smi -i "$gpu" --query-gpu=clocks.sm,power.draw --format=csv,noheader,nounits -lms 100 > "$f.smi" 2> /dev/null &
-  sp=$!
+  : > "$f.smi"
+  sample_start "$f.smi"
   rc=0
   build-gpu/swiglu_gemm_bench ${s//,/ } "$reps" > "$f.txt" 2>&1 || rc=$?
-  kill "$sp" 2> /dev/null || true
-  wait "$sp" 2> /dev/null || true
+  sample_stop
   [ "$rc" = 0 ] || { echo "gemm_power_limit.sh: swiglu_gemm_bench $s failed (rc $rc):" >&2; tail -5 "$f.txt" >&2; exit 1; }
   echo "{\"shape\": \"$s\", \"out\": \"$f.txt\", \"smi\": \"$f.smi\"}" >> "$OUT/gpl.jsonl"
 done

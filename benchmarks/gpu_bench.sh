@@ -25,13 +25,7 @@ export CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-0}
 common=(train --device cuda --model "$model" --num-layers "${shape[1]}" --train-data "$OUT/tok.bin" --seq-length "$seq"
         --micro-batch "$mb" --grad-accum "$accum" --eval-interval 0 --sample-tokens 0 --log-interval 1)
 gpu=${CUDA_VISIBLE_DEVICES%%,*}
-sample_start() { # FILE: SM clock (MHz) and power (W) of the benchmark's GPU every 100 ms, in the background
-  sampler=""
-  command -v nvidia-smi > /dev/null || return 0
-  nvidia-smi -i "$gpu" --query-gpu=clocks.sm,power.draw --format=csv,noheader,nounits -lms 100 > "$1" 2> /dev/null &
-  sampler=$!
-}
-sample_stop() { [ -z "$sampler" ] || { kill "$sampler" 2> /dev/null; wait "$sampler" 2> /dev/null || true; }; }
+. benchmarks/gpu_sampler.sh  # sample_start FILE / sample_stop: SM clock and power every 100 ms
 nvidia-smi -i "$gpu" --query-gpu=power.limit,clocks.max.sm --format=csv,noheader,nounits > "$OUT/gpu_limits.csv" 2> /dev/null || : > "$OUT/gpu_limits.csv"
 : > "$OUT/clock_dissect.csv"; : > "$OUT/clock_torch.csv"
 sample_start "$OUT/clock_dissect.csv"
