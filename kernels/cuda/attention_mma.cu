@@ -47,6 +47,7 @@
 #include "wgmma.cuh"
 
 #include <math.h>
+#include <string.h>
 
 namespace {
 
@@ -388,9 +389,9 @@ __global__ void __launch_bounds__(NW * 32)
  * into a block. MN-major (V as B of P V, keys = k): 8-key groups 1024 bytes apart, column blocks
  * R*128 bytes apart (CUTLASS's GmmaDescriptor, cute/arch/mma_sm90_desc.hpp, for the encoding). */
 
-template <int DH, int BN> constexpr size_t fwd_wg_smem()
+template <int DH, int BN, int KS> constexpr size_t fwd_wg_smem()
 {
-    return 1024 + (size_t)(128 + 4 * BN) * DH * sizeof(bf16) + 128; /* alignment slack, barriers */
+    return 1024 + (size_t)(128 + 2 * KS * BN) * DH * sizeof(bf16) + 128; /* alignment slack, barriers */
 }
 
 /* A persistent grid (one block per SM) walks the work tiles (128 queries of one head and batch)
@@ -406,39 +407,75 @@ template <int DH, int BN> constexpr size_t fwd_wg_smem()
  *     tile j they issue S_j = Q K_j^T together with O += P_{j-1} V_{j-1}, then run the softmax of
  *     S_j while the P V product runs; the two consumers take turns issuing (named barriers
  *     1 and 2, "ping-pong"), so one's softmax overlaps the other's matrix products. */
-template <int DH, int BN>
+template <int DH, int BN, bool TMA, int KS>
 __global__ void __launch_bounds__(384, 1)
     att_fwd_wg(bf16 *__restrict__ o, float *__restrict__ lse, const bf16 *__restrict__ q,
                const bf16 *__restrict__ k, const bf16 *__restrict__ v, int B, int T, int H,
-               int Hkv, size_t kst, size_t qld, float sl2, int hm)
+               int Hkv, size_t kst, size_t qld, float sl2, int hm,
+               const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorMap tk,
+               const __grid_constant__ CUtensorMap tv)
 {
 #ifdef DXC_HAVE_WGMMA
     constexpr int BM = 128, NN = BN / 8, NDT = DH / 8;
     constexpr uint32_t QB = BM * DH * 2, KB = BN * DH * 2; /* tile bytes */
     DXC_DYNAMIC_SMEM(uint4, smem_raw);
     const uint32_t base = (smem_u32(smem_raw) + 1023u) & ~1023u;
-    const uint32_t Qs = base, Ks = Qs + QB, Vs = Ks + 2 * KB; /* K, V: 2 stages */
-    /* mbarriers (8 bytes each): full_q, empty_q, full_k[2], full_v[2], empty_k[2], empty_v[2] */
-    const uint32_t bars = Vs + 2 * KB, full_q = bars, empty_q = bars + 8, full_k = bars + 16,
-                   full_v = bars + 32, empty_k = bars + 48, empty_v = bars + 64;
+    const uint32_t Qs = base, Ks = Qs + QB, Vs = Ks + KS * KB; /* K, V: KS stages each */
+    /* mbarriers (8 bytes each): full_q, empty_q, full_k[KS], full_v[KS], empty_k[KS], empty_v[KS] */
+    const uint32_t bars = Vs + KS * KB, full_q = bars, empty_q = bars + 8, full_k = bars + 16,
+                   full_v = full_k + 8 * KS, empty_k = full_v + 8 * KS, empty_v = empty_k + 8 * KS;
 
     const int wg = threadIdx.x >> 7;
     const int nqt = (T + BM - 1) / BM, BH = B * H, ntiles = nqt * BH;
     const size_t qst = (size_t)H * DH; /* o; q rows qld apart */
 
     if (threadIdx.x == 0) {
-        mbar_init(full_q, 128);
+        const int fills = TMA ? 1 : 128; /* the TMA thread's expect_tx, or every cp.async thread */
+        mbar_init(full_q, fills);
         mbar_init(empty_q, 8); /* the consumers' 8 warps */
-        for (int i = 0; i < 2; i++) {
-            mbar_init(full_k + 8 * i, 128);
-            mbar_init(full_v + 8 * i, 128);
+        for (int i = 0; i < KS; i++) {
+            mbar_init(full_k + 8 * i, fills);
+            mbar_init(full_v + 8 * i, fills);
             mbar_init(empty_k + 8 * i, 8);
             mbar_init(empty_v + 8 * i, 8);
         }
+        if (TMA) fence_mbar_init();
     }
     __syncthreads();
 
-    if (wg == 0) { /* producer */
+    if (wg == 0 && TMA) { /* producer: one thread issuing TMA copies */
+        setmaxnreg_dec<40>();
+        if (threadIdx.x != 0) return;
+        int it = 0, n = 0; /* K/V tiles and work tiles copied so far */
+        for (int L = blockIdx.x; L < ntiles; L += gridDim.x, n++) {
+            const int qt = hm ? nqt - 1 - L % nqt : nqt - 1 - L / BH, bh = hm ? L / nqt : L % BH;
+            const int q0 = qt * BM, h = bh % H, b = bh / H;
+            const int kh = h / (H / Hkv), kend = q0 + BM < T ? q0 + BM : T;
+            const int nkt = (kend + BN - 1) / BN;
+            if (n > 0) mbar_wait(empty_q, (n - 1) & 1);
+            mbar_expect_tx(full_q, QB);
+#pragma unroll
+            for (int cb = 0; cb < DH / 64; cb++)
+                tma_load_3d(Qs + cb * BM * 128, &tq, full_q, h * DH + cb * 64, q0, b);
+            for (int j = 0; j < nkt; j++, it++) {
+                const int st = it % KS, u = it / KS;
+                if (it >= KS) mbar_wait(empty_k + 8 * st, (u - 1) & 1);
+                mbar_expect_tx(full_k + 8 * st, KB);
+#pragma unroll
+                for (int cb = 0; cb < DH / 64; cb++)
+                    tma_load_3d(Ks + st * KB + cb * BN * 128, &tk, full_k + 8 * st, kh * DH + cb * 64,
+                                j * BN, b);
+                if (it >= KS) mbar_wait(empty_v + 8 * st, (u - 1) & 1);
+                mbar_expect_tx(full_v + 8 * st, KB);
+#pragma unroll
+                for (int cb = 0; cb < DH / 64; cb++)
+                    tma_load_3d(Vs + st * KB + cb * BN * 128, &tv, full_v + 8 * st, kh * DH + cb * 64,
+                                j * BN, b);
+            }
+        }
+        return;
+    }
+    if (wg == 0) { /* producer: the warpgroup's 128 threads issuing cp.async */
         setmaxnreg_dec<40>();
         const int tid = threadIdx.x;
         int it = 0, n = 0; /* K/V tiles and work tiles copied so far */
@@ -454,11 +491,11 @@ __global__ void __launch_bounds__(384, 1)
             tile_async_sw<DH, BM, 128>(Qs, qb, qld, q0, T, tid);
             cp_async_arrive(full_q);
             for (int j = 0; j < nkt; j++, it++) {
-                const int st = it & 1, u = it >> 1;
-                if (it >= 2) mbar_wait(empty_k + 8 * st, (u - 1) & 1);
+                const int st = it % KS, u = it / KS;
+                if (it >= KS) mbar_wait(empty_k + 8 * st, (u - 1) & 1);
                 tile_async_sw<DH, BN, 128>(Ks + st * KB, kb, kst, j * BN, T, tid);
                 cp_async_arrive(full_k + 8 * st);
-                if (it >= 2) mbar_wait(empty_v + 8 * st, (u - 1) & 1);
+                if (it >= KS) mbar_wait(empty_v + 8 * st, (u - 1) & 1);
                 tile_async_sw<DH, BN, 128>(Vs + st * KB, vb, kst, j * BN, T, tid);
                 cp_async_arrive(full_v + 8 * st);
             }
@@ -506,6 +543,8 @@ __global__ void __launch_bounds__(384, 1)
         }
     };
 
+    auto stg = [](int x) { return x % KS; };        /* the stage of K/V tile x */
+    auto par = [](int x) { return (x / KS) & 1; }; /* its fill's phase parity */
     if (c == 1) bar_arrive(1, 256); /* consumer 0 issues first */
     int it = 0, n = 0; /* K/V tiles and work tiles consumed so far */
     for (int L = blockIdx.x; L < ntiles; L += gridDim.x, n++) {
@@ -522,7 +561,7 @@ __global__ void __launch_bounds__(384, 1)
         auto softmax_s = [&](int j, int itj) {
             reg_fence(sf);
             if (lane == 0) {
-                mbar_arrive(empty_k + 8 * (itj & 1));
+                mbar_arrive(empty_k + 8 * stg(itj));
                 if (j == nkt - 1) mbar_arrive(empty_q);
             }
             const int j0 = j * BN;
@@ -532,11 +571,11 @@ __global__ void __launch_bounds__(384, 1)
 
         mbar_wait(full_q, n & 1);
         { /* key tile 0: S_0 alone */
-            mbar_wait(full_k + 8 * (it & 1), (it >> 1) & 1);
-            fence_proxy_async();
+            mbar_wait(full_k + 8 * stg(it), par(it));
+            if (!TMA) fence_proxy_async(); /* cp.async wrote through the generic proxy */
             bar_sync(1 + c, 256); /* this consumer's turn to issue */
             wg_fence();
-            issue_s(it & 1);
+            issue_s(stg(it));
             if (!(c == 1 && last_work && nkt == 1)) bar_arrive(2 - c, 256); /* the other's turn */
             wg_wait<0>();
             softmax_s(0, it);
@@ -544,33 +583,33 @@ __global__ void __launch_bounds__(384, 1)
         }
         for (int j = 1; j < nkt; j++) {
             const int itj = it + j;
-            mbar_wait(full_k + 8 * (itj & 1), (itj >> 1) & 1);
-            mbar_wait(full_v + 8 * ((itj - 1) & 1), ((itj - 1) >> 1) & 1);
-            fence_proxy_async();
+            mbar_wait(full_k + 8 * stg(itj), par(itj));
+            mbar_wait(full_v + 8 * stg(itj - 1), par(itj - 1));
+            if (!TMA) fence_proxy_async();
             bar_sync(1 + c, 256);
             reg_fence(of);
             wg_fence();
-            issue_s(itj & 1);
-            issue_pv((itj - 1) & 1);
+            issue_s(stg(itj));
+            issue_pv(stg(itj - 1));
             if (!(c == 1 && last_work && j == nkt - 1)) bar_arrive(2 - c, 256);
             wg_wait<1>(); /* S_j has landed; P_{j-1} V_{j-1} may still run */
             softmax_s(j, itj);
             wg_wait<0>();
             reg_fence(of);
-            if (lane == 0) mbar_arrive(empty_v + 8 * ((itj - 1) & 1));
+            if (lane == 0) mbar_arrive(empty_v + 8 * stg(itj - 1));
             rescale_o<1, NDT>(oacc, cs);
             to_pa();
         }
         { /* the last key tile's P V */
             const int itj = it + nkt - 1;
-            mbar_wait(full_v + 8 * (itj & 1), (itj >> 1) & 1);
-            fence_proxy_async();
+            mbar_wait(full_v + 8 * stg(itj), par(itj));
+            if (!TMA) fence_proxy_async();
             reg_fence(of);
             wg_fence();
-            issue_pv(itj & 1);
+            issue_pv(stg(itj));
             wg_wait<0>();
             reg_fence(of);
-            if (lane == 0) mbar_arrive(empty_v + 8 * (itj & 1));
+            if (lane == 0) mbar_arrive(empty_v + 8 * stg(itj));
         }
         it += nkt;
         store_o_lse<1, NDT>(o, lse, oacc, mrow, lrow, wr0, b, h, H, T, qst, sl2, g, t);
@@ -1145,15 +1184,27 @@ void fwd_launch(dx_backend *be, void *o, void *lse, const void *q, const void *k
     DXC_LAUNCHED(be, op);
 }
 
-/* persistent: one block per SM walking the work tiles; otherwise one block per work tile */
-template <int DH, int BN>
+/* persistent: one block per SM walking the work tiles; otherwise one block per work tile. TMA:
+ * the producer is one thread issuing TMA copies (3-D tensor maps over [B][T][heads x DH], so a
+ * sequence's rows past T read as zeros), else its warpgroup issuing cp.async; where the tensor
+ * maps cannot be made (q, k, v or their row strides not 16-byte aligned) the cp.async one runs.
+ * KS: K and V stages. */
+template <int DH, int BN, int KS = 2>
 void fwd_wg_launch(dx_backend *be, void *o, void *lse, const void *q, const void *k, const void *v,
                    int B, int T, int H, int Hkv, size_t kst, size_t qld, bool persistent = true,
-                   bool head_major = false)
+                   bool head_major = false, bool tma = true)
 {
     const char *op = "attention_fwd";
-    const size_t smem = fwd_wg_smem<DH, BN>();
-    auto kern = att_fwd_wg<DH, BN>;
+    CUtensorMap tq, tk, tv;
+    memset(&tq, 0, sizeof tq);
+    memset(&tk, 0, sizeof tk);
+    memset(&tv, 0, sizeof tv);
+    if (tma && (tensor_map_3d(&tq, q, (uint64_t)B, (uint64_t)T, (uint64_t)H * DH, qld, 128) ||
+                tensor_map_3d(&tk, k, (uint64_t)B, (uint64_t)T, (uint64_t)Hkv * DH, kst, BN) ||
+                tensor_map_3d(&tv, v, (uint64_t)B, (uint64_t)T, (uint64_t)Hkv * DH, kst, BN)))
+        tma = false;
+    const size_t smem = fwd_wg_smem<DH, BN, KS>();
+    auto kern = tma ? att_fwd_wg<DH, BN, true, KS> : att_fwd_wg<DH, BN, false, KS>;
     dxc_set_smem(be, (const void *)kern, smem, op);
     const float sl2 = (float)(1.0 / sqrt((double)DH) * 1.4426950408889634);
     const long tiles = (long)B * H * ((T + 127) / 128);
@@ -1162,7 +1213,7 @@ void fwd_wg_launch(dx_backend *be, void *o, void *lse, const void *q, const void
     const unsigned grid = (unsigned)(persistent && tiles > cap ? cap : tiles);
     kern<<<grid, 384, smem, dxc(be)->stream>>>((bf16 *)o, (float *)lse, (const bf16 *)q,
                                               (const bf16 *)k, (const bf16 *)v, B, T, H, Hkv, kst,
-                                              qld, sl2, head_major);
+                                              qld, sl2, head_major, tq, tk, tv);
     DXC_LAUNCHED(be, op);
 }
 
@@ -1401,7 +1452,7 @@ void dxc_attention_fwd_mma(dx_backend *be, void *o, void *lse, const void *q, co
 {
     const size_t kst = (size_t)ldkv, qld = (size_t)ldq;
     const int var = dxc(be)->attn_fwd_var;
-    if (dxc(be)->wgmma && (Dh == 64 || Dh == 128) && (var == 0 || (var >= 9 && var <= 12))) {
+    if (dxc(be)->wgmma && (Dh == 64 || Dh == 128) && (var == 0 || (var >= 9 && var <= 14))) {
         /* Work tiles longest first on a persistent grid, unless the K and V rows read by the
          * tiles running at once (about min(SMs, B H) heads, G = H / Hkv sharing one kv head)
          * exceed the L2 cache: then one block per work tile, the tiles of one head after
@@ -1410,14 +1461,17 @@ void dxc_attention_fwd_mma(dx_backend *be, void *o, void *lse, const void *q, co
         const double kv_live = (double)(B * H < dxc(be)->num_sms ? B * H : dxc(be)->num_sms) /
                                (H / Hkv) * T * Dh * 2 * sizeof(bf16);
         const bool l2_miss = kv_live > (double)dxc(be)->l2_bytes;
-        const bool pers = (var == 0 && !l2_miss) || var == 11;
-        const bool hm = (var == 0 && l2_miss) || var == 11 || var == 12;
+        const int vo = var == 13 || var == 14 ? 0 : var; /* the tile order of variants 13, 14 */
+        const bool pers = (vo == 0 && !l2_miss) || vo == 11;
+        const bool hm = (vo == 0 && l2_miss) || vo == 11 || vo == 12;
         if (Dh == 64) {
             if (var == 9) fwd_wg_launch<64, 64>(be, o, lse, q, k, v, B, T, H, Hkv, kst, qld);
-            else fwd_wg_launch<64, 128>(be, o, lse, q, k, v, B, T, H, Hkv, kst, qld, pers, hm);
+            else if (var == 14) fwd_wg_launch<64, 128, 3>(be, o, lse, q, k, v, B, T, H, Hkv, kst, qld, pers, hm);
+            else fwd_wg_launch<64, 128>(be, o, lse, q, k, v, B, T, H, Hkv, kst, qld, pers, hm, var != 13);
         } else {
             if (var == 9) fwd_wg_launch<128, 64>(be, o, lse, q, k, v, B, T, H, Hkv, kst, qld);
-            else fwd_wg_launch<128, 128>(be, o, lse, q, k, v, B, T, H, Hkv, kst, qld, pers, hm);
+            else if (var == 14) fwd_wg_launch<128, 128, 3>(be, o, lse, q, k, v, B, T, H, Hkv, kst, qld, pers, hm);
+            else fwd_wg_launch<128, 128>(be, o, lse, q, k, v, B, T, H, Hkv, kst, qld, pers, hm, var != 13);
         }
         return;
     }

@@ -25,9 +25,7 @@
  * Row and column edges: the TMA loads fill with zeros past M and K, the stores clip past M and F
  * (gate rows past F of the last column tile are up rows of W, computed and never stored). */
 #include "cuda_internal.cuh"
-#include "wgmma.cuh"
-
-#include <cuda.h> /* CUtensorMap and its enums (the runtime's driver entry point gives the encoder) */
+#include "wgmma.cuh" /* with the TMA wrappers and tensor maps */
 
 namespace {
 
@@ -121,26 +119,6 @@ __device__ __forceinline__ uint32_t bf2(float lo, float hi)
 }
 __device__ __forceinline__ float2 unbf2(uint32_t v) { return __bfloat1622float2(*(const __nv_bfloat162 *)&v); }
 
-/* the stage's transaction count: this arrival also expects `bytes` of TMA copies */
-__device__ __forceinline__ void mbar_expect_tx(uint32_t bar, uint32_t bytes)
-{
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
-}
-/* dst (shared) <- the box of `map` at coordinates (c0 inner, c1 outer); completes on bar */
-__device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap *map, uint32_t bar, int c0, int c1)
-{
-    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4}], [%2];\n"
-                 ::"r"(dst), "l"((uint64_t)map), "r"(bar), "r"(c0), "r"(c1)
-                 : "memory");
-}
-/* the box of `map` at (c0 inner, c1 outer) <- src (shared); in this thread's bulk group */
-__device__ __forceinline__ void tma_store_2d(const CUtensorMap *map, uint32_t src, int c0, int c1)
-{
-    asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];\n"
-                 ::"l"((uint64_t)map), "r"(src), "r"(c0), "r"(c1)
-                 : "memory");
-}
-
 /* The producer thread: for each of the block's tiles and each of its KT stages, wait until the
  * ring slot is free ("empty"), announce STAGE_BYTES on its "full" barrier and load(stage, bar, kt,
  * m0, f0) issues the TMA copies into it. */
@@ -214,7 +192,7 @@ gemm_swiglu_wg(const __grid_constant__ CUtensorMap tx, const __grid_constant__ C
             mbar_init(epi_full + 8 * c, 4); /* consumer c's 4 warps have written g and u */
             mbar_init(epi_empty + 8 * c, 1); /* the epilogue warps are done with consumer c's buffers */
         }
-        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+        fence_mbar_init();
     }
     __syncthreads();
     if (wg == 0) {
@@ -373,7 +351,7 @@ gemm_swiglu_bwd_wg(const __grid_constant__ CUtensorMap tdy, const __grid_constan
             mbar_init(epi_empty + 8 * c, 1);
         }
         for (int sl = 0; sl < 4; sl++) mbar_init(gu_full + 8 * sl, 1);
-        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+        fence_mbar_init();
     }
     __syncthreads();
     if (wg == 0) {
@@ -485,42 +463,6 @@ gemm_swiglu_bwd_wg(const __grid_constant__ CUtensorMap tdy, const __grid_constan
         }
     }
 #endif
-}
-
-typedef CUresult (*encode_tiled_fn)(CUtensorMap *, CUtensorMapDataType, cuuint32_t, void *, const cuuint64_t *,
-                                    const cuuint64_t *, const cuuint32_t *, const cuuint32_t *, CUtensorMapInterleave,
-                                    CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
-
-/* cuTensorMapEncodeTiled from the driver, through the runtime (dissect links no libcuda) */
-encode_tiled_fn encode_tiled()
-{
-    static encode_tiled_fn fn = NULL;
-    if (!fn) {
-        void *p = NULL;
-        cudaDriverEntryPointQueryResult q;
-        if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &q) ==
-                cudaSuccess &&
-            q == cudaDriverEntryPointSuccess)
-            fn = (encode_tiled_fn)p;
-    }
-    return fn;
-}
-
-/* a 2-D bf16 tensor map over rows x cols (row stride ld elements), box box_cols x box_rows, with
- * the 128-byte swizzle (the wgmma K-major layout of wgmma.cuh) or, for boxes of 32 columns, the
- * 64-byte swizzle (wg_desc_sw64) */
-int tensor_map(CUtensorMap *m, const void *p, uint64_t rows, uint64_t cols, uint64_t ld, uint32_t box_rows,
-               uint32_t box_cols = 64)
-{
-    encode_tiled_fn fn = encode_tiled();
-    if (!fn) return -1;
-    const cuuint64_t dims[2] = {cols, rows}, strides[1] = {ld * 2};
-    const cuuint32_t box[2] = {box_cols, box_rows}, es[2] = {1, 1};
-    return fn(m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, (void *)p, dims, strides, box, es, CU_TENSOR_MAP_INTERLEAVE_NONE,
-              box_cols == 32 ? CU_TENSOR_MAP_SWIZZLE_64B : CU_TENSOR_MAP_SWIZZLE_128B,
-              CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS
-               ? 0
-               : -1;
 }
 
 /* the persistent grids' block count: every SM, or DX_CUDA_GEMM_SMS's target (SMs left to NCCL) */

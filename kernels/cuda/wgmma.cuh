@@ -15,6 +15,8 @@
 
 #include "cuda_internal.cuh"
 
+#include <cuda.h> /* CUtensorMap and its enums (the runtime's driver entry point gives the encoder) */
+
 namespace {
 
 /* ---- PTX wrappers ------------------------------------------------------------------------ */
@@ -271,6 +273,42 @@ template <bool READ> __device__ __forceinline__ void bulk_wait()
     else asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
 }
 
+/* TMA (PTX ISA "Data Movement and Conversion Instructions: cp.async.bulk.tensor"): copies of a
+ * tensor map's box, issued by one thread, completing on an mbarrier's transaction count */
+
+/* the stage's transaction count: this arrival also expects `bytes` of TMA copies */
+__device__ __forceinline__ void mbar_expect_tx(uint32_t bar, uint32_t bytes)
+{
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+/* dst (shared) <- the box of `map` at coordinates (c0 inner, c1 outer); completes on bar */
+__device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap *map, uint32_t bar, int c0, int c1)
+{
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4}], [%2];\n"
+                 ::"r"(dst), "l"((uint64_t)map), "r"(bar), "r"(c0), "r"(c1)
+                 : "memory");
+}
+/* dst (shared) <- the box of a 3-D `map` at (c0 inner, c1, c2 outer); completes on bar */
+__device__ __forceinline__ void tma_load_3d(uint32_t dst, const CUtensorMap *map, uint32_t bar, int c0, int c1,
+                                            int c2)
+{
+    asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5}], [%2];\n"
+                 ::"r"(dst), "l"((uint64_t)map), "r"(bar), "r"(c0), "r"(c1), "r"(c2)
+                 : "memory");
+}
+/* the box of `map` at (c0 inner, c1 outer) <- src (shared); in this thread's bulk group */
+__device__ __forceinline__ void tma_store_2d(const CUtensorMap *map, uint32_t src, int c0, int c1)
+{
+    asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];\n"
+                 ::"l"((uint64_t)map), "r"(src), "r"(c0), "r"(c1)
+                 : "memory");
+}
+/* the mbarrier inits of this thread are visible to the TMA unit (async proxy) */
+__device__ __forceinline__ void fence_mbar_init()
+{
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+}
+
 /* dst (shared-space address, swizzled [DH/64][ROWS][64] tile) <- rows r0 .. r0+ROWS-1 of src
  * (row stride `stride` elements), rows >= T zero-filled; NT threads numbered from tid, 16-byte
  * copies */
@@ -288,6 +326,63 @@ __device__ __forceinline__ void tile_async_sw(uint32_t dst, const bf16 *__restri
     }
 }
 #endif /* DXC_HAVE_WGMMA */
+
+/* ---- TMA tensor maps (host) ------------------------------------------------------------- */
+
+typedef CUresult (*encode_tiled_fn)(CUtensorMap *, CUtensorMapDataType, cuuint32_t, void *, const cuuint64_t *,
+                                    const cuuint64_t *, const cuuint32_t *, const cuuint32_t *, CUtensorMapInterleave,
+                                    CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+
+/* cuTensorMapEncodeTiled from the driver, through the runtime (dissect links no libcuda); NULL
+ * where the driver lacks it */
+inline encode_tiled_fn encode_tiled()
+{
+    static encode_tiled_fn fn = NULL;
+    if (!fn) {
+        void *p = NULL;
+        cudaDriverEntryPointQueryResult q;
+        if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &q) ==
+                cudaSuccess &&
+            q == cudaDriverEntryPointSuccess)
+            fn = (encode_tiled_fn)p;
+    }
+    return fn;
+}
+
+/* a 2-D bf16 tensor map over rows x cols (row stride ld elements), box box_cols x box_rows, with
+ * the 128-byte swizzle (the wgmma K-major layout above) or, for boxes of 32 columns, the 64-byte
+ * swizzle (wg_desc_sw64). Returns 0, or -1 where the encoder is missing or refuses (p or ld * 2
+ * not a multiple of 16 bytes, a box over 256 rows). Reads past the edges fill with zeros. */
+inline int tensor_map(CUtensorMap *m, const void *p, uint64_t rows, uint64_t cols, uint64_t ld, uint32_t box_rows,
+                      uint32_t box_cols = 64)
+{
+    encode_tiled_fn fn = encode_tiled();
+    if (!fn) return -1;
+    const cuuint64_t dims[2] = {cols, rows}, strides[1] = {ld * 2};
+    const cuuint32_t box[2] = {box_cols, box_rows}, es[2] = {1, 1};
+    return fn(m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, (void *)p, dims, strides, box, es, CU_TENSOR_MAP_INTERLEAVE_NONE,
+              box_cols == 32 ? CU_TENSOR_MAP_SWIZZLE_64B : CU_TENSOR_MAP_SWIZZLE_128B,
+              CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS
+               ? 0
+               : -1;
+}
+
+/* a 3-D bf16 tensor map over [batches][rows][cols] (row stride ld elements, batch stride rows x
+ * ld), boxes of 64 columns x box_rows rows of one batch with the 128-byte swizzle: a sequence's
+ * rows past `rows` read as zeros instead of the next sequence's. Returns 0 or -1 as tensor_map. */
+inline int tensor_map_3d(CUtensorMap *m, const void *p, uint64_t batches, uint64_t rows, uint64_t cols, uint64_t ld,
+                         uint32_t box_rows)
+{
+    encode_tiled_fn fn = encode_tiled();
+    if (!fn) return -1;
+    const cuuint64_t dims[3] = {cols, rows, batches}, strides[2] = {ld * 2, rows * ld * 2};
+    const cuuint32_t box[3] = {64, box_rows, 1}, es[3] = {1, 1, 1};
+    return fn(m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, (void *)p, dims, strides, box, es, CU_TENSOR_MAP_INTERLEAVE_NONE,
+              CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+              CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS
+               ? 0
+               : -1;
+}
 
 } /* namespace */
 
