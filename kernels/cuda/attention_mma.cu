@@ -870,14 +870,15 @@ template <int DH> constexpr size_t bwd_wg_smem()
  * dk and dv are deterministic (ascending order); the order of dq's additions is not. rtab (not
  * NULL): dk comes out with RoPE's backward applied (store_dk_dv); dq's is in
  * att_dq_from_tiles_rope. mode bit 0: the grid is (key tiles, B Hkv). */
-template <int DH>
+template <int DH, bool TMA>
 __global__ void __launch_bounds__(384, 1)
     att_bwd_wg(bf16 *__restrict__ dk, bf16 *__restrict__ dv, float *__restrict__ dq_acc,
                const bf16 *__restrict__ dout, const bf16 *__restrict__ q,
                const bf16 *__restrict__ k, const bf16 *__restrict__ v,
                const float *__restrict__ lse, const float *__restrict__ Dv, int T, int H, int Hkv,
                size_t kst, size_t qld, float sl2, float scale, int mode, const float *__restrict__ rtab,
-               size_t sin_off)
+               size_t sin_off, const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorMap tk,
+               const __grid_constant__ CUtensorMap tv, const __grid_constant__ CUtensorMap tdo)
 {
 #ifdef DXC_HAVE_WGMMA
     constexpr int BK = 128, BQ = 64, NN = BQ / 8, NDT = DH / 8;
@@ -902,15 +903,54 @@ __global__ void __launch_bounds__(384, 1)
     const int nq = (T - c0 + BQ - 1) / BQ, niter = G * nq;
 
     if (threadIdx.x == 0) {
-        mbar_init(full_kv, 128);
+        /* TMA: K, V by thread 0's expect_tx; a stage by its expect_tx and warp 0's cp.async of
+         * lse and D (noinc arrivals) */
+        mbar_init(full_kv, TMA ? 1 : 128);
         for (int i = 0; i < 2; i++) {
-            mbar_init(full + 8 * i, 128);
+            mbar_init(full + 8 * i, TMA ? 33 : 128);
             mbar_init(empty + 8 * i, 8); /* the consumers' 8 warps */
         }
+        if (TMA) fence_mbar_init();
     }
     __syncthreads();
 
-    if (wg == 0) { /* producer */
+    if (wg == 0 && TMA) { /* producer: warp 0, lane 0 issuing TMA copies, its lanes lse and D */
+        setmaxnreg_dec<40>();
+        const int tid = threadIdx.x;
+        if (tid >= 32) return;
+        if (tid == 0) {
+            mbar_expect_tx(full_kv, 2 * KB);
+#pragma unroll
+            for (int cb = 0; cb < DH / 64; cb++) {
+                tma_load_3d(Ks + cb * BK * 128, &tk, full_kv, kh * DH + cb * 64, c0, b);
+                tma_load_3d(Vs + cb * BK * 128, &tv, full_kv, kh * DH + cb * 64, c0, b);
+            }
+        }
+        for (int it = 0; it < niter; it++) {
+            const int st = it & 1, h = kh * G + it / nq, i0 = c0 + (it % nq) * BQ;
+            if (it >= 2) mbar_wait(empty + 8 * st, ((it >> 1) - 1) & 1);
+            if (tid == 0) {
+                mbar_expect_tx(full + 8 * st, 2 * QB);
+#pragma unroll
+                for (int cb = 0; cb < DH / 64; cb++) {
+                    tma_load_3d(Qs + st * QB + cb * BQ * 128, &tq, full + 8 * st, h * DH + cb * 64, i0, b);
+                    tma_load_3d(Os + st * QB + cb * BQ * 128, &tdo, full + 8 * st, h * DH + cb * 64, i0, b);
+                }
+            }
+#pragma unroll
+            for (int r = tid; r < BQ; r += 32) {
+                const int gr = i0 + r;
+                const bool in = gr < T;
+                const size_t ro = ((size_t)b * H + h) * T + (in ? gr : 0);
+                cp_async4(Lv + 4 * (st * BQ + r), lse + ro, in);
+                cp_async4(Lv + 4 * ((2 + st) * BQ + r), Dv + ro, in);
+            }
+            cp_async_arrive(full + 8 * st);
+        }
+        cp_wait<0>(); /* nothing in flight at exit */
+        return;
+    }
+    if (wg == 0) { /* producer: the warpgroup's 128 threads issuing cp.async */
         setmaxnreg_dec<40>();
         const int tid = threadIdx.x;
         tile_async_sw<DH, BK, 128>(Ks, k + (size_t)b * T * kst + (size_t)kh * DH, kst, c0, T, tid);
@@ -978,7 +1018,7 @@ __global__ void __launch_bounds__(384, 1)
                 }
         } else {
             mbar_wait(full + 8 * st, (it >> 1) & 1);
-            fence_proxy_async();
+            if (!TMA) fence_proxy_async(); /* cp.async wrote Q and dO through the generic proxy */
             wg_fence();
 #pragma unroll
             for (int ks = 0; ks < DH / 16; ks++) /* S^T = K Q^T */
@@ -1247,7 +1287,18 @@ void dkdv_wg_launch(dx_backend *be, void *dk, void *dv, float *dq_acc, const voi
     const float scale = (float)(1.0 / sqrt((double)DH));
     const float sl2 = (float)(1.0 / sqrt((double)DH) * 1.4426950408889634);
     const size_t smem = bwd_wg_smem<DH>();
-    auto kern = att_bwd_wg<DH>;
+    /* TMA (unless variant 13, or the tensor maps cannot be made: see fwd_wg_launch) */
+    CUtensorMap tq, tk, tv, tdo;
+    memset(&tq, 0, sizeof tq);
+    memset(&tk, 0, sizeof tk);
+    memset(&tv, 0, sizeof tv);
+    memset(&tdo, 0, sizeof tdo);
+    const bool tma = dxc(be)->attn_bwd_var != 13 &&
+                     !tensor_map_3d(&tq, q, (uint64_t)B, (uint64_t)T, (uint64_t)H * DH, qld, 64) &&
+                     !tensor_map_3d(&tdo, dout, (uint64_t)B, (uint64_t)T, (uint64_t)H * DH, (uint64_t)H * DH, 64) &&
+                     !tensor_map_3d(&tk, k, (uint64_t)B, (uint64_t)T, (uint64_t)Hkv * DH, kst, 128) &&
+                     !tensor_map_3d(&tv, v, (uint64_t)B, (uint64_t)T, (uint64_t)Hkv * DH, kst, 128);
+    auto kern = tma ? att_bwd_wg<DH, true> : att_bwd_wg<DH, false>;
     dxc_set_smem(be, (const void *)kern, smem, op);
     const unsigned nbh = (unsigned)(B * Hkv), nkt = (unsigned)((T + 127) / 128);
     const dim3 grid = key_x ? dim3(nkt, nbh) : dim3(nbh, nkt);
@@ -1256,7 +1307,7 @@ void dkdv_wg_launch(dx_backend *be, void *dk, void *dv, float *dq_acc, const voi
     kern<<<grid, 384, smem, dxc(be)->stream>>>((bf16 *)dk, (bf16 *)dv, dq_acc, (const bf16 *)dout,
                                               (const bf16 *)q, (const bf16 *)k, (const bf16 *)v,
                                               lse, Dv, T, H, Hkv, kst, qld, sl2, scale, mode,
-                                              rtab, sin_off);
+                                              rtab, sin_off, tq, tk, tv, tdo);
     DXC_LAUNCHED(be, op);
 }
 
@@ -1513,7 +1564,7 @@ int dxc_attention_bwd_mma(dx_backend *be, void *dq, void *dk, void *dv, float *d
     /* att_bwd_wg (not with DX_CUDA_DETERMINISTIC): 1, or 2 with the key-tile-major grid */
     const long nblk = (long)B * Hkv * ((T + 127) / 128);
     const int wg = !dxc(be)->wgmma                                     ? 0
-                   : var == 0 || var == 11 ? (nblk >= 8L * dxc(be)->num_sms ? 2 : 1)
+                   : var == 0 || var == 11 || var == 13 ? (nblk >= 8L * dxc(be)->num_sms ? 2 : 1)
                    : var == 9 ? 1 : var == 10 ? 2 : 0;
 #define BWD(...)                                                                                   \
     bwd_launch<__VA_ARGS__>(be, dq, dk, dv, dq_acc, dout, q, k, v, lse, Dv, B, T, H, Hkv, kst, qld, \
