@@ -1,8 +1,8 @@
 /* dissect CUDA backend: causal grouped-query attention on tensor cores (FlashAttention-2,
  * Dao 2023), with mma.sync.m16n8k16 bf16 -> fp32 (sm_80+ PTX, runs on Hopper); on Hopper the
  * forward and the backward at head dims 64 and 128 run on warpgroup MMAs instead (att_fwd_wg,
- * att_bwd_wg below: wgmma, mbarriers, warp specialisation, bulk reductions, after
- * FlashAttention-3, Shah et al. 2024).
+ * att_bwd_wg below: wgmma, TMA tile copies, mbarriers, warp specialisation, bulk reductions,
+ * after FlashAttention-3, Shah et al. 2024).
  *
  * Same contract and algorithm as the CUDA-core kernels in attention.cu (the fallback, selected
  * with DX_CUDA_ATTENTION=simple or when a pointer is not 16-byte aligned):
@@ -398,11 +398,16 @@ template <int DH, int BN, int KS> constexpr size_t fwd_wg_smem()
  * longest first: tile L = blockIdx.x, + gridDim.x, ... is query tile nqt - 1 - L / (B H) of
  * (b, h) = L % (B H). Each block has 3 warpgroups (FlashAttention-3's warp specialisation):
  *   warpgroup 0, the producer (40 registers): copies each work tile's Q (once the consumers
- *     are done with the previous one: "empty_q"), then its K and V tiles of BN keys into two
- *     stages each with cp.async; a copy completes on the stage's "full" mbarrier, and a stage is
- *     refilled after its "empty" mbarrier says both consumers are done with it. The stages run
- *     on across work tiles, so the next tile's copies overlap this one's last products and the
- *     output stores;
+ *     are done with the previous one: "empty_q"), then its K and V tiles of BN keys into KS
+ *     stages each; a copy completes on the stage's "full" mbarrier, and a stage is refilled
+ *     after its "empty" mbarrier says both consumers are done with it. The stages run on across
+ *     work tiles, so the next tile's copies overlap this one's last products and the output
+ *     stores. TMA: one thread issues TMA copies of 64-column boxes (tq, tk, tv: 3-D tensor maps
+ *     over [B][T][heads x DH], so rows past T come in as zeros; the 128-byte swizzle of the
+ *     boxes is the layout below). Otherwise (variant 13) all 128 threads issue 16-byte cp.async:
+ *     at B 8 T 2048 Dh 128 that producer was 47% of the kernel's issued instructions and the
+ *     consumers waited on "full" 20% of their time (Nsight Compute); TMA, 0.570 against 0.859
+ *     ms (H200, benchmarks/NOTES.md item 20);
  *   warpgroups 1 and 2, the consumers (232 registers): query rows 64(w-1) .. +63 each. Per key
  *     tile j they issue S_j = Q K_j^T together with O += P_{j-1} V_{j-1}, then run the softmax of
  *     S_j while the P V product runs; the two consumers take turns issuing (named barriers
@@ -852,8 +857,11 @@ template <int DH> constexpr size_t bwd_wg_smem()
  * (128-key tile at c0, kv head kh, batch b), 3 warpgroups:
  *   warpgroup 0, the producer (40 registers): copies the block's K and V once, then for every
  *     (query head of the group, 64-query tile from c0) in ascending order Q, dO, lse and D into
- *     two stages with cp.async ("full" / "empty" mbarriers as in att_fwd_wg); every tile is
- *     stored 128-byte swizzled, [DH/64][rows][64];
+ *     two stages ("full" / "empty" mbarriers as in att_fwd_wg); every tile is stored 128-byte
+ *     swizzled, [DH/64][rows][64]. TMA: warp 0's lane 0 copies K, V, Q and dO with TMA (3-D
+ *     tensor maps as att_fwd_wg's; "full" expects their bytes) and its 32 lanes lse and D with
+ *     4-byte cp.async (rows of T floats need not be 16-byte aligned), 33 arrivals per stage;
+ *     otherwise (variant 13) the warpgroup's 128 threads copy everything with cp.async;
  *   warpgroups 1 and 2 (232 registers): keys c0 + 64(w-1) .. +63 each. Per query tile:
  *     S^T = K Q^T and dP^T = V dO^T (shared-memory operands, K-major), P^T and dS^T in
  *     registers (bwd_p_ds), then dV += P^T dO and dK += dS^T Q with P^T, dS^T as register
@@ -1469,14 +1477,16 @@ bool bwd_launch(dx_backend *be, void *dq, void *dk, void *dv, float *dq_acc, con
  *                    of MT 1: the K/V tile in shared memory serves twice the rows);
  *   backward Dh 128: 8 warps, MT 1, 64 queries per tile (3.55 ms against 3.86 with 32).
  * On Hopper (compute capability 9.x) at Dh 64 and 128:
- *   the forward is att_fwd_wg with 128-key tiles (0.459 ms at B 8 T 2048 H 32 Hkv 4 Dh 64, 0.854
- *     at Dh 128 H 32 Hkv 32; SDPA flash 0.519, 0.888; 2026-11-24, benchmarks/NOTES.md item 13),
+ *   the forward is att_fwd_wg with 128-key tiles and TMA copies (0.366 ms at B 8 T 2048 H 32
+ *     Hkv 4 Dh 64, 0.570 at Dh 128 H 32 Hkv 32; SDPA flash 0.518, 0.892, SDPA cuDNN 0.345, 0.494;
+ *     one H100, 2026-11-26, benchmarks/NOTES.md items 13 and 20),
  *     on a persistent grid with the longest work tiles first, or one block per work tile with
  *     the tiles of one head after another where the K/V rows in use would not fit L2 (variant
  *     12; 11 is that order on the persistent grid); variant 9 is att_fwd_wg with 64-key tiles,
  *     10 one block per work tile in the longest-first order, 8 the mma.sync default above;
- *   the backward is att_bwd_wg (1.27 ms at B 8 T 2048 H 32 Hkv 4 Dh 64, 2.18 at Dh 128 Hkv 32;
- *     SDPA flash 1.85, 3.07; NOTES item 14), its grid (B Hkv, key tiles) with the longest key
+ *   the backward is att_bwd_wg (1.268 ms at B 8 T 2048 H 32 Hkv 4 Dh 64, 1.993 at Dh 128 Hkv 32;
+ *     SDPA flash 1.836, 3.104, SDPA cuDNN 1.142, 1.682; one H100, 2026-11-26; NOTES items 14
+ *     and 20), its grid (B Hkv, key tiles) with the longest key
  *     tiles first (variant 9), or from 8 waves of blocks up (key tiles, B Hkv), so that the
  *     blocks running at once share (b, kv head) and read Q and dO from L2 (variant 10);
  *     variant 8 is the mma.sync default above.
@@ -1488,15 +1498,17 @@ bool bwd_launch(dx_backend *be, void *dq, void *dk, void *dv, float *dq_acc, con
  *   forward  Dh 64:  0 (wgmma, 128 keys; elsewhere 8)  8 (4 warps, MT 2, 64 keys, Q in registers)
  *                    9 (wgmma, 64 keys)  10 (wgmma, 128 keys, one block per work tile)
  *                    11 (wgmma, persistent, head after head)  12 (wgmma, 10 head after head)
+ *                    13 (0 with the cp.async producer)  14 (0 with 3 K/V stages)
  *                    1 (8, 1, 128)  2 (4, 1, 128)
  *                    3 (4, 2, 64, Q from shared memory)  4 (8, 1, 64, Q in registers)
- *            Dh 128: 0 (wgmma, 128 keys; elsewhere 8)  8 (4, 2, 64)  9 (wgmma, 64 keys)  10 11 12
+ *            Dh 128: 0 (wgmma, 128 keys; elsewhere 8)  8 (4, 2, 64)  9 (wgmma, 64 keys)  10-14
  *                    1 (4, 1, 64)  2 (8, 1, 64, Q in registers)  3 (4, 1, 128)  4 (8, 1, 32)
  *                    5 (8, 1, 64)  6 (4, 2, 32)  7 (8, 2, 32)
  *   backward Dh 64:  0 (wgmma; elsewhere 8)  9 (wgmma, longest first)  10 (wgmma, key-tile major)
  *                    11 (0 computing the warpgroup tiles that lie wholly above the diagonal)
+ *                    13 (0 with the cp.async producer)
  *                    8 (4 warps, MT 2, 32 queries per tile)
- *            Dh 128: 0 (wgmma; elsewhere 8)  9  10  11  8 (8 warps, MT 1, 64 queries)  1 (4, 1, 32)
+ *            Dh 128: 0 (wgmma; elsewhere 8)  9  10  11  13  8 (8 warps, MT 1, 64 queries)  1 (4, 1, 32)
  *                    2 (8, 1, 32)  3 (4, 1, 64) */
 void dxc_attention_fwd_mma(dx_backend *be, void *o, void *lse, const void *q, const void *k,
                            const void *v, int ldq, int ldkv, int B, int T, int H, int Hkv, int Dh)
