@@ -433,6 +433,14 @@ __global__ void __launch_bounds__(384, 1)
     const int wg = threadIdx.x >> 7;
     const int nqt = (T + BM - 1) / BM, BH = B * H, ntiles = nqt * BH;
     const size_t qst = (size_t)H * DH; /* o; q rows qld apart */
+    /* work tile L (the order above; hm: the query tiles of one head after another): query rows
+     * q0 .. q0 + BM - 1 of head h, batch b, kv head kh, nkt key tiles of BN */
+    struct work_tile { int q0, h, b, kh, nkt; };
+    auto work = [&](int L) {
+        const int qt = hm ? nqt - 1 - L % nqt : nqt - 1 - L / BH, bh = hm ? L / nqt : L % BH;
+        const int q0 = qt * BM, h = bh % H, kend = q0 + BM < T ? q0 + BM : T;
+        return work_tile{q0, h, bh / H, h / (H / Hkv), (kend + BN - 1) / BN};
+    };
 
     if (threadIdx.x == 0) {
         const int fills = TMA ? 1 : 128; /* the TMA thread's expect_tx, or every cp.async thread */
@@ -453,10 +461,8 @@ __global__ void __launch_bounds__(384, 1)
         if (threadIdx.x != 0) return;
         int it = 0, n = 0; /* K/V tiles and work tiles copied so far */
         for (int L = blockIdx.x; L < ntiles; L += gridDim.x, n++) {
-            const int qt = hm ? nqt - 1 - L % nqt : nqt - 1 - L / BH, bh = hm ? L / nqt : L % BH;
-            const int q0 = qt * BM, h = bh % H, b = bh / H;
-            const int kh = h / (H / Hkv), kend = q0 + BM < T ? q0 + BM : T;
-            const int nkt = (kend + BN - 1) / BN;
+            const work_tile w = work(L);
+            const int q0 = w.q0, h = w.h, b = w.b, kh = w.kh, nkt = w.nkt;
             if (n > 0) mbar_wait(empty_q, (n - 1) & 1);
             mbar_expect_tx(full_q, QB);
 #pragma unroll
@@ -485,10 +491,8 @@ __global__ void __launch_bounds__(384, 1)
         const int tid = threadIdx.x;
         int it = 0, n = 0; /* K/V tiles and work tiles copied so far */
         for (int L = blockIdx.x; L < ntiles; L += gridDim.x, n++) {
-            const int qt = hm ? nqt - 1 - L % nqt : nqt - 1 - L / BH, bh = hm ? L / nqt : L % BH;
-            const int q0 = qt * BM, h = bh % H, b = bh / H;
-            const int kh = h / (H / Hkv), kend = q0 + BM < T ? q0 + BM : T;
-            const int nkt = (kend + BN - 1) / BN;
+            const work_tile w = work(L);
+            const int q0 = w.q0, h = w.h, b = w.b, kh = w.kh, nkt = w.nkt;
             const bf16 *kb = k + (size_t)b * T * kst + (size_t)kh * DH;
             const bf16 *vb = v + (size_t)b * T * kst + (size_t)kh * DH;
             if (n > 0) mbar_wait(empty_q, (n - 1) & 1);
@@ -553,9 +557,8 @@ __global__ void __launch_bounds__(384, 1)
     if (c == 1) bar_arrive(1, 256); /* consumer 0 issues first */
     int it = 0, n = 0; /* K/V tiles and work tiles consumed so far */
     for (int L = blockIdx.x; L < ntiles; L += gridDim.x, n++) {
-        const int qt = hm ? nqt - 1 - L % nqt : nqt - 1 - L / BH, bh = hm ? L / nqt : L % BH;
-        const int q0 = qt * BM, h = bh % H, b = bh / H;
-        const int kend = q0 + BM < T ? q0 + BM : T, nkt = (kend + BN - 1) / BN;
+        const work_tile w = work(L);
+        const int q0 = w.q0, h = w.h, b = w.b, nkt = w.nkt;
         const int wr0 = q0 + 64 * c + 16 * warp; /* this warp's first row */
         /* consumer 1 leaves out its very last turn-passing arrival, so that every bar.sync
          * of both named barriers is matched */
@@ -922,6 +925,16 @@ __global__ void __launch_bounds__(384, 1)
     }
     __syncthreads();
 
+    /* row r of query tile i0's lse and D (head h) into stage st, zero past T (4-byte cp.async:
+     * rows of T floats need not be 16-byte aligned) */
+    auto copy_lse_d = [&](int st, int h, int i0, int r) {
+        const int gr = i0 + r;
+        const bool in = gr < T;
+        const size_t ro = ((size_t)b * H + h) * T + (in ? gr : 0);
+        cp_async4(Lv + 4 * (st * BQ + r), lse + ro, in);
+        cp_async4(Lv + 4 * ((2 + st) * BQ + r), Dv + ro, in);
+    };
+
     if (wg == 0 && TMA) { /* producer: warp 0, lane 0 issuing TMA copies, its lanes lse and D */
         setmaxnreg_dec<40>();
         const int tid = threadIdx.x;
@@ -946,13 +959,7 @@ __global__ void __launch_bounds__(384, 1)
                 }
             }
 #pragma unroll
-            for (int r = tid; r < BQ; r += 32) {
-                const int gr = i0 + r;
-                const bool in = gr < T;
-                const size_t ro = ((size_t)b * H + h) * T + (in ? gr : 0);
-                cp_async4(Lv + 4 * (st * BQ + r), lse + ro, in);
-                cp_async4(Lv + 4 * ((2 + st) * BQ + r), Dv + ro, in);
-            }
+            for (int r = tid; r < BQ; r += 32) copy_lse_d(st, h, i0, r);
             cp_async_arrive(full + 8 * st);
         }
         cp_wait<0>(); /* nothing in flight at exit */
@@ -970,13 +977,7 @@ __global__ void __launch_bounds__(384, 1)
             const size_t qo = (size_t)b * T * qst + (size_t)h * DH, qq = (size_t)b * T * qld + (size_t)h * DH;
             tile_async_sw<DH, BQ, 128>(Qs + st * QB, q + qq, qld, i0, T, tid);
             tile_async_sw<DH, BQ, 128>(Os + st * QB, dout + qo, qst, i0, T, tid);
-            if (tid < BQ) {
-                const int gr = i0 + tid;
-                const bool in = gr < T;
-                const size_t ro = ((size_t)b * H + h) * T + (in ? gr : 0);
-                cp_async4(Lv + 4 * (st * BQ + tid), lse + ro, in);
-                cp_async4(Lv + 4 * ((2 + st) * BQ + tid), Dv + ro, in);
-            }
+            if (tid < BQ) copy_lse_d(st, h, i0, tid);
             cp_async_arrive(full + 8 * st);
         }
         cp_wait<0>(); /* nothing in flight at exit */
