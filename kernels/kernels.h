@@ -227,6 +227,16 @@ struct dx_backend {
      * rope_bwd applies the inverse rotation (the transpose) in place to the gradient. */
     void (*rope_fwd)(dx_backend *be, void *x, int ld, int B, int T, int H, int Dh, float theta);
     void (*rope_bwd)(dx_backend *be, void *dx, int ld, int B, int T, int H, int Dh, float theta);
+    /* The attention's fused Q|K|V projection and RoPE on q and k as one op:
+     *   y[N,F] = x[N,K] W[F,K]^T with F = (H + 2 Hkv) Dh (q | k | v column blocks, W = q_proj,
+     *   k_proj, v_proj rows; y rows F apart), then rope_fwd(y, F, N / T, T, H, Dh, theta) and
+     *   rope_fwd(y + H Dh, F, N / T, T, Hkv, Dh, theta): N tokens, N a multiple of T, token n at
+     *   position n % T; all X. The same results as those three ops up to the GEMM's order of
+     * accumulation and q, k rounded to X once instead of twice (the CUDA backend rotates the fp32
+     * accumulators in its GEMM's epilogue, kernels/cuda/gemm_wg.cu, where it can). NULL where a
+     * backend has none (the caller runs the three ops). */
+    void (*gemm_rope)(dx_backend *be, void *y, const void *x, const void *W, int N, int F, int K, int T, int H,
+                      int Hkv, int Dh, float theta);
 
     /* Causal scaled-dot-product attention with grouped-query heads (Ainslie et al. 2023): query
      * head h reads kv head h / (H / Hkv). s = q.k / sqrt(Dh), keys j <= i only;

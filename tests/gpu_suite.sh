@@ -4,7 +4,7 @@
 #                                          lora resume watchdog (run only when named)
 # Builds build-gpu (-Dcuda=enabled), then: CUDA kernels vs their CPU twins (table);
 # compute-sanitizer memcheck over that test; logits/loss/gradients against Hugging Face's
-# LlamaForCausalLM (bf16 on the GPU, fp32 on the CPU backend); ZeRO stages 0-3 on all visible
+# LlamaForCausalLM (bf16 on the GPU, fp32 on the CPU backend; bf16 also at head dims 64 and 128); ZeRO stages 0-3 on all visible
 # GPUs against one GPU; TP / sequence / pipeline parallelism (every schedule) on 2 GPUs against one
 # GPU (tests/test_grid_equivalence.sh with 2 ranks at most); an op-level GPU trace checked with h5py and `dissect report`; the Brown
 # model on 1 GPU and on all GPUs (needs data/brown from examples/prepare_brown.sh). lora: PEFT loads
@@ -39,6 +39,12 @@ want sanitizer && DX_CUDA_TEST_NO_PERF=1 run sanitizer compute-sanitizer --tool 
 if want hf; then
   run hf_bf16 "$PYTHON3" examples/compare_hf.py --dissect "$DISSECT" --dtype bf16 --dissect-device cuda --mpirun "${mpi[*]} -np 1"
   run hf_fp32 "$PYTHON3" examples/compare_hf.py --dissect "$DISSECT" --dtype fp32 --dissect-device cpu --mpirun "${mpi[*]} -np 1"
+  # head dims 64 and 128 (the default model's is 32): the Hopper attention kernels and the Q|K|V
+  # GEMM with RoPE in its epilogue (gemm_rope) run only there
+  run hf_bf16_dh64 "$PYTHON3" examples/compare_hf.py --dissect "$DISSECT" --dtype bf16 --dissect-device cuda \
+    --mpirun "${mpi[*]} -np 1" --hidden 512 --intermediate 1376 --heads 8 --kv-heads 2
+  run hf_bf16_dh128 "$PYTHON3" examples/compare_hf.py --dissect "$DISSECT" --dtype bf16 --dissect-device cuda \
+    --mpirun "${mpi[*]} -np 1" --hidden 1024 --intermediate 2752 --heads 8 --kv-heads 2
 fi
 if want overlap; then
   o=$OUT/overlap; rm -rf "$o"; mkdir -p "$o"

@@ -1316,6 +1316,18 @@ static void cuda_rope_fwd(dx_backend *be, void *x, int ld, int B, int T, int H, 
     dxc_rope_apply(be, x, ld, B, T, H, Dh, theta, 1.0f, "rope_fwd");
 }
 
+static void cuda_gemm_rope(dx_backend *be, void *y, const void *x, const void *W, int N, int F, int K, int T, int H,
+                           int Hkv, int Dh, float theta)
+{
+    if (N <= 0 || F <= 0 || T <= 0) return;
+    if (dxc(be)->rope_gemm && N % T == 0 &&
+        dxc_gemm_rope(be, y, F, x, K, W, K, N, F, K, T, (H + Hkv) * Dh, Dh, theta) == 0)
+        return;
+    cuda_gemm(be, 0, 1, N, F, K, 1.0f, x, K, W, K, 0.0f, y, F, 0);
+    dxc_rope_apply(be, y, F, N / T, T, H, Dh, theta, 1.0f, "rope_fwd");
+    dxc_rope_apply(be, (bf16 *)y + (size_t)H * Dh, F, N / T, T, Hkv, Dh, theta, 1.0f, "rope_fwd");
+}
+
 static void cuda_rope_bwd(dx_backend *be, void *dx, int ld, int B, int T, int H, int Dh, float theta)
 {
     dxc_rope_apply(be, dx, ld, B, T, H, Dh, theta, -1.0f, "rope_bwd");
@@ -2341,6 +2353,8 @@ extern "C" dx_backend *dx_backend_cuda_create(int device, int nthreads)
     im->attn_grid = ag ? atoi(ag) : 0;
     const char *sg = getenv("DX_CUDA_SWIGLU_GEMM");
     im->swiglu_gemm = !(sg && strcmp(sg, "0") == 0);
+    const char *rg = getenv("DX_CUDA_ROPE_GEMM");
+    im->rope_gemm = !(rg && strcmp(rg, "0") == 0);
     const char *wep = getenv("DX_GEMM_WG_EP");
     im->gemm_wg_ep = wep ? atoi(wep) : 0;
     const char *rf = getenv("DX_CUDA_ROPE_FOLD");
@@ -2367,6 +2381,7 @@ extern "C" dx_backend *dx_backend_cuda_create(int device, int nthreads)
     be->gemm = cuda_gemm;
     be->gemm_res = cuda_gemm_res;
     be->gemm_swiglu = cuda_gemm_swiglu;
+    be->gemm_rope = cuda_gemm_rope;
     be->gemm_swiglu_bwd = cuda_gemm_swiglu_bwd;
     be->rmsnorm_fwd = cuda_rmsnorm_fwd;
     be->rmsnorm_bwd = cuda_rmsnorm_bwd;

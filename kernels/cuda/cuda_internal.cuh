@@ -40,6 +40,7 @@ struct dxc_impl {
                            at n blocks (tests: several work tiles per block at small shapes) */
     int wgmma;          /* compute capability 9.x: the sm_90a kernels (wgmma) can run */
     int swiglu_gemm;    /* DX_CUDA_SWIGLU_GEMM=0 clears it: gemm_swiglu as cuBLAS + swiglu_fwd */
+    int rope_gemm;      /* DX_CUDA_ROPE_GEMM=0 clears it: gemm_rope as cuBLAS + rope_fwd */
     int gemm_wg_ep;     /* DX_GEMM_WG_EP (gemm_wg.cu's timing variants; 0 = the kernels as they are) */
     int gemm_wg_smem;   /* gemm_wg.cu's kernels whose shared-memory limit is set on this device
                            (bit 0 forward, bit 1 backward) */
@@ -96,6 +97,13 @@ static __device__ __forceinline__ void swiglu_d(float dh, float g, float u, floa
  * 8, a pointer not 16-byte aligned, or no tensor-map encoder from the driver. */
 int dxc_gemm_swiglu(dx_backend *be, void *g, void *u, int ldgu, void *h, int ldh, const void *x, int ldx,
                     const void *w, int ldw, int M, int F, int K);
+/* gemm_wg.cu: y[M,F] = x[M,K] w[F,K]^T with RoPE (kernels.h rope_fwd, position = row % T, head
+ * dim Dh 64 or 128) applied to the columns below R (a multiple of Dh: q's and k's heads of a fused
+ * Q|K|V output) in the epilogue, before the one rounding to bf16; rows ldx, ldw, ldy apart.
+ * Enqueues it and returns 0, or returns 1 where it does not apply (as dxc_gemm_swiglu; also Dh
+ * not 64 or 128, R not a multiple of Dh or past F). */
+int dxc_gemm_rope(dx_backend *be, void *y, int ldy, const void *x, int ldx, const void *w, int ldw, int M, int F, int K,
+                  int T, int R, int Dh, float theta);
 /* Its backward through the down projection: dh = dy[M,K] w[K,F] (w = down_proj, row stride ldw)
  * rounded to bf16, then dg, du = swiglu_bwd(dh, g, u) in the epilogue (dh is never stored); g, u,
  * dg, du rows ldgu apart. Enqueues it and returns 0, or returns 1 where it does not apply (as

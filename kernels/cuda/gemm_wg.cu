@@ -2,7 +2,9 @@
  * fuse into its epilogues. First: the MLP's gate|up projection with SwiGLU in the epilogue
  * (kernels.h gemm_swiglu; benchmarks/swiglu_gemm_bench.c times it alone),
  *   g = x W_gate^T, u = x W_up^T (bf16, kept for the backward), h = silu(g) u (bf16),
- * where cuBLAS's GEMM and then swiglu_fwd read g and u back from memory.
+ * where cuBLAS's GEMM and then swiglu_fwd read g and u back from memory. The same kernel with
+ * EPI = head dim is the attention's Q|K|V projection with RoPE on q and k in the epilogue
+ * (kernels.h gemm_rope), where cuBLAS's GEMM and then rope_fwd read q and k back.
  *
  * Structure (as CUTLASS's warp-specialised "cooperative" Hopper GEMM and FlashAttention-3): a
  * persistent grid, one block of three warpgroups per SM.
@@ -169,19 +171,30 @@ __device__ __forceinline__ void consume_tile(int &it, int KT, uint32_t base, uin
 }
 #endif
 
+/* EPI = 0: the SwiGLU kernel above. EPI = 64 or 128, the attention's Q|K|V projection with RoPE
+ * (kernels.h gemm_rope), head dim EPI: y[M, F] = x W^T over 128 x 256 tiles of y (W rows f0 ..
+ * f0 + 255 as two 128-row boxes; tg = the map of y, tu and th unused), and before the rounding
+ * each consumer rotates its accumulators of the columns below R (q's and k's heads): in the
+ * accumulator layout a thread holding column i of a head (i < EPI / 2) holds column i + EPI / 2
+ * too, so the pair (a, b) becomes (a cos - b sin, b cos + a sin) in registers with the cos / sin
+ * table of dxc_rope_table (rtab, sine at sin_off; position = row % T); the epilogue warps only
+ * store the tile. The rotation costs no memory pass: rope_fwd read and wrote q and k again. */
+template <int EPI>
 __global__ void __launch_bounds__(384, 1)
 gemm_swiglu_wg(const __grid_constant__ CUtensorMap tx, const __grid_constant__ CUtensorMap tw,
                const __grid_constant__ CUtensorMap tg, const __grid_constant__ CUtensorMap tu,
-               const __grid_constant__ CUtensorMap th, int M, int F, int K, int ep)
+               const __grid_constant__ CUtensorMap th, int M, int F, int K, int ep,
+               const float *__restrict__ rtab, size_t sin_off, int T, int R)
 {
 #ifdef DXC_HAVE_WGMMA
+    constexpr int BF = EPI ? 2 * GS_BF : GS_BF; /* columns of y (EPI) or of g and of u per tile */
     extern __shared__ unsigned char gs_raw[];
     const uint32_t base = (smem_u32(gs_raw) + 1023) & ~1023u;
     const uint32_t epi = base + GS_STAGES * GS_STAGE_BYTES; /* consumer c: g at epi + c 32 KB, u 16 KB on */
     const uint32_t full = epi + 2 * GS_EPI_BYTES, empty = full + 8 * GS_STAGES;
     const uint32_t epi_full = empty + 8 * GS_STAGES, epi_empty = epi_full + 16;
     const int wg = threadIdx.x >> 7, tid = threadIdx.x & 127, warp = tid >> 5, lane = tid & 31;
-    const int tiles_m = (M + GS_BM - 1) / GS_BM, tiles_f = (F + GS_BF - 1) / GS_BF;
+    const int tiles_m = (M + GS_BM - 1) / GS_BM, tiles_f = (F + BF - 1) / BF;
     const int tiles = tiles_m * tiles_f, KT = (K + GS_BK - 1) / GS_BK;
     if (threadIdx.x == 0) {
         for (int s = 0; s < GS_STAGES; s++) {
@@ -198,14 +211,38 @@ gemm_swiglu_wg(const __grid_constant__ CUtensorMap tx, const __grid_constant__ C
     if (wg == 0) {
         setmaxnreg_dec<40>();
         if (tid == 0) { /* the producer */
-            produce_tiles<GS_STAGES, GS_STAGE_BYTES, GS_BF>(
+            produce_tiles<GS_STAGES, GS_STAGE_BYTES, BF>(
                 tiles, tiles_m, tiles_f, KT, base, full, empty, [&](uint32_t a, uint32_t bar, int kt, int m0, int f0) {
                     const uint32_t b = a + GS_A_BYTES;
                     tma_load_2d(a, &tx, bar, kt * GS_BK, m0);
                     tma_load_2d(b, &tw, bar, kt * GS_BK, f0);
-                    tma_load_2d(b + GS_B_BYTES / 2, &tw, bar, kt * GS_BK, F + f0);
+                    tma_load_2d(b + GS_B_BYTES / 2, &tw, bar, kt * GS_BK, EPI ? f0 + GS_BF : F + f0);
                 });
-        } else if (warp > 0 && ep != 2) {
+        } else if (EPI && warp == 1 && ep != 2) {
+            /* one epilogue thread: per tile and consumer, TMA-store its 64 x 256 piece of y (past
+             * M or F clipped) and hand the buffers back */
+            int n = 0;
+            for (int t = blockIdx.x; t < tiles; t += gridDim.x, n++) {
+                int m0, f0;
+                gs_tile<BF>(t, tiles_m, tiles_f, m0, f0);
+                for (int c = 0; c < 2; c++) {
+                    const uint32_t gb = epi + c * GS_EPI_BYTES, ub = gb + GS_EPI_BYTES / 2;
+                    const int row0 = m0 + c * 64;
+                    mbar_wait(epi_full + 8 * c, n & 1);
+                    if (lane == 0) {
+                        tma_store_2d(&tg, gb, f0, row0);
+                        tma_store_2d(&tg, gb + 8192, f0 + 64, row0);
+                        tma_store_2d(&tg, ub, f0 + 128, row0);
+                        tma_store_2d(&tg, ub + 8192, f0 + 192, row0);
+                        bulk_commit();
+                        bulk_wait_read<0>(); /* the stores have read the buffers: hand them back */
+                        mbar_arrive(epi_empty + 8 * c);
+                    }
+                    __syncwarp();
+                }
+            }
+            if (lane == 0) bulk_wait<false>(); /* the last stores complete before the block exits */
+        } else if (!EPI && warp > 0 && ep != 2) {
             /* the epilogue warps (1-3, 96 threads): per tile and consumer, TMA-store its g and u,
              * compute h = swiglu_h(g, u) over the 64 x 128 tile in place of g once g's store has
              * read it, TMA-store h, and hand the buffers back */
@@ -271,6 +308,38 @@ gemm_swiglu_wg(const __grid_constant__ CUtensorMap tx, const __grid_constant__ C
             if (ep == 2) { /* timing variant: no epilogue (results wrong) */
                 if (acc[0] == 1234.5f && acc[127] == -1234.5f) base_sink(acc[64]);
                 continue;
+            }
+            if constexpr (EPI != 0) { /* RoPE on the columns below R (whole heads of EPI) */
+                constexpr int HJ = EPI / 8, HALF = EPI / 2; /* 8-column blocks per head */
+                int m0, f0;
+                gs_tile<BF>(t, tiles_m, tiles_f, m0, f0);
+                const int lg = lane >> 2, lt = lane & 3;
+#pragma unroll
+                for (int hr = 0; hr < 2; hr++) {
+                    const int pos = (m0 + 64 * c + 16 * warp + lg + 8 * hr) % T;
+                    const float *tc = rtab + (size_t)pos * HALF, *ts = tc + sin_off;
+                    float cs[HJ / 2][2], sn[HJ / 2][2]; /* i = 8 jj + 2 lt + e of every head */
+#pragma unroll
+                    for (int jj = 0; jj < HJ / 2; jj++) {
+                        const float2 cv = __ldg(reinterpret_cast<const float2 *>(tc + 8 * jj + 2 * lt));
+                        const float2 sv = __ldg(reinterpret_cast<const float2 *>(ts + 8 * jj + 2 * lt));
+                        cs[jj][0] = cv.x;
+                        cs[jj][1] = cv.y;
+                        sn[jj][0] = sv.x;
+                        sn[jj][1] = sv.y;
+                    }
+#pragma unroll
+                    for (int j = 0; j < 32; j++) {
+                        if (j % HJ >= HJ / 2 || f0 + 8 * j >= R) continue;
+                        const int jj = j % HJ, p = j + HJ / 2;
+#pragma unroll
+                        for (int e = 0; e < 2; e++) {
+                            const float a = acc[4 * j + 2 * hr + e], b = acc[4 * p + 2 * hr + e];
+                            acc[4 * j + 2 * hr + e] = a * cs[jj][e] - b * sn[jj][e];
+                            acc[4 * p + 2 * hr + e] = b * cs[jj][e] + a * sn[jj][e];
+                        }
+                    }
+                }
             }
             /* g and u rounded to bf16 into this consumer's buffers (two 64 x 64 boxes each, 128-byte
              * swizzle as the tensor maps' boxes) with stmatrix: x4 = matrices (column block j, rows
@@ -494,11 +563,36 @@ int dxc_gemm_swiglu(dx_backend *be, void *g, void *u, int ldgu, void *h, int ldh
         tensor_map(&th, h, (uint64_t)M, (uint64_t)F, (uint64_t)ldh, 64))
         return 1;
     DXC_ENTER(be, "gemm_swiglu");
-    wg_smem(be, (const void *)gemm_swiglu_wg, gs_smem(), 1, "gemm_swiglu");
+    wg_smem(be, (const void *)gemm_swiglu_wg<0>, gs_smem(), 1, "gemm_swiglu");
     const int tiles = ((M + GS_BM - 1) / GS_BM) * ((F + GS_BF - 1) / GS_BF);
-    gemm_swiglu_wg<<<min(tiles, grid_sms(im)), 384, gs_smem(), im->stream>>>(tx, tw, tg, tu, th, M, F, K,
-                                                                              im->gemm_wg_ep);
+    gemm_swiglu_wg<0><<<min(tiles, grid_sms(im)), 384, gs_smem(), im->stream>>>(tx, tw, tg, tu, th, M, F, K,
+                                                                                 im->gemm_wg_ep, nullptr, 0, 1, 0);
     DXC_LAUNCHED(be, "gemm_swiglu");
+    return 0;
+}
+
+int dxc_gemm_rope(dx_backend *be, void *y, int ldy, const void *x, int ldx, const void *w, int ldw, int M, int F, int K,
+                  int T, int R, int Dh, float theta)
+{
+    dxc_impl *im = dxc(be);
+    if (!im->wgmma || (size_t)im->smem_optin < gs_smem() || M < 1 || F < 1 || K < 1 || T < 1 || F % 8 || K % 8 ||
+        ldx % 8 || ldw % 8 || ldy % 8 || (Dh != 64 && Dh != 128) || R < 0 || R % Dh || R > F ||
+        ((uintptr_t)x | (uintptr_t)w | (uintptr_t)y) % 16)
+        return 1;
+    CUtensorMap tx, tw, ty;
+    if (tensor_map(&tx, x, (uint64_t)M, (uint64_t)K, (uint64_t)ldx, GS_BM) ||
+        tensor_map(&tw, w, (uint64_t)F, (uint64_t)K, (uint64_t)ldw, GS_BF) ||
+        tensor_map(&ty, y, (uint64_t)M, (uint64_t)F, (uint64_t)ldy, 64))
+        return 1;
+    DXC_ENTER(be, "gemm_rope");
+    size_t sin_off;
+    const float *tab = dxc_rope_table(be, T, Dh, theta, &sin_off, "gemm_rope");
+    const int tiles = ((M + GS_BM - 1) / GS_BM) * ((F + 2 * GS_BF - 1) / (2 * GS_BF));
+    auto kern = Dh == 64 ? gemm_swiglu_wg<64> : gemm_swiglu_wg<128>;
+    wg_smem(be, (const void *)kern, gs_smem(), Dh == 64 ? 4 : 8, "gemm_rope");
+    kern<<<min(tiles, grid_sms(im)), 384, gs_smem(), im->stream>>>(tx, tw, ty, ty, ty, M, F, K, im->gemm_wg_ep, tab,
+                                                                 sin_off, T, R);
+    DXC_LAUNCHED(be, "gemm_rope");
     return 0;
 }
 
