@@ -233,10 +233,16 @@ struct dx_backend {
      *   rope_fwd(y + H Dh, F, N / T, T, Hkv, Dh, theta): N tokens, N a multiple of T, token n at
      *   position n % T; all X. The same results as those three ops up to the GEMM's order of
      * accumulation and q, k rounded to X once instead of twice (the CUDA backend rotates the fp32
-     * accumulators in its GEMM's epilogue, kernels/cuda/gemm_wg.cu, where it can). NULL where a
-     * backend has none (the caller runs the three ops). */
+     * accumulators in its GEMM's epilogue, kernels/cuda/gemm_wg.cu, where it can; elsewhere it
+     * runs the three ops). NULL where a backend has none (the caller runs the three ops). */
     void (*gemm_rope)(dx_backend *be, void *y, const void *x, const void *W, int N, int F, int K, int T, int H,
                       int Hkv, int Dh, float theta);
+    /* 1 where gemm_rope with these arguments runs as one fused kernel, else 0 (it would run the
+     * three ops): callers trace a fused call as one GEMM and run the ops themselves otherwise, so
+     * that a trace shows RoPE wherever it runs as its own pass. Reads nothing. NULL with
+     * gemm_rope. */
+    int (*gemm_rope_fused)(dx_backend *be, const void *y, const void *x, const void *W, int N, int F, int K, int T,
+                           int H, int Hkv, int Dh);
 
     /* Causal scaled-dot-product attention with grouped-query heads (Ainslie et al. 2023): query
      * head h reads kv head h / (H / Hkv). s = q.k / sqrt(Dh), keys j <= i only;

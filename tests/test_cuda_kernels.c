@@ -770,8 +770,9 @@ static void test_gemm_swiglu(uint64_t seed, int N, int F, int K)
 /* gemm_rope: y[B T, F] = x W^T, F = (H + 2 Hkv) Dh, with RoPE on q's and k's heads, against the
  * CPU's gemm then rope_fwd on q and on k (the CUDA backend's wgmma kernel with the rotation in its
  * epilogue at Dh 64 and 128, cuBLAS + rope_fwd otherwise); y starts as NaN, so an element left
- * unwritten fails */
-static void test_gemm_rope(uint64_t seed, int B, int T, int H, int Hkv, int Dh, int K)
+ * unwritten fails. gemm_rope_fused must say which: the fused kernel on a Hopper GPU where
+ * hopper_fused (unless DX_CUDA_ROPE_GEMM=0), else the three ops. */
+static void test_gemm_rope(uint64_t seed, int B, int T, int H, int Hkv, int Dh, int K, int hopper_fused)
 {
     char shape[80];
     const int N = B * T, F = (H + 2 * Hkv) * Dh;
@@ -781,6 +782,12 @@ static void test_gemm_rope(uint64_t seed, int B, int T, int H, int Hkv, int Dh, 
     float *x = hrand(nx, seed, 1, 0, 1), *w = hrand(nw, seed + 1, 1.0 / sqrt((double)K), 0, 1);
     void *gx = g_from(x, nx, BF), *gw = g_from(w, nw, BF), *gy = g_nan(ny, BF);
     void *cx = c_from(x, nx), *cw = c_from(w, nw), *cy = c_nan(ny);
+    int dev = 0, major = 0;
+    cudaGetDevice(&dev);
+    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+    const char *off = getenv("DX_CUDA_ROPE_GEMM");
+    const int want = major == 9 && hopper_fused && !(off && strcmp(off, "0") == 0);
+    report("gemm_rope_fused", shape, gpu->gemm_rope_fused(gpu, gy, gx, gw, N, F, K, T, H, Hkv, Dh) != want, 0);
     gpu->gemm_rope(gpu, gy, gx, gw, N, F, K, T, H, Hkv, Dh, theta);
     cpu->gemm(cpu, 0, 1, N, F, K, 1.0f, cx, K, cw, K, 0.0f, cy, F, 0);
     cpu->rope_fwd(cpu, cy, F, B, T, H, Dh, theta);
@@ -1319,11 +1326,13 @@ int main(void)
         test_gemm_swiglu(seed += 10, 4100, 128, 64);  /* 33 row tiles: more tiles than some GPUs' SMs */
         test_gemm_swiglu(seed += 10, 7, 13, 24);      /* F % 8 != 0: cuBLAS + swiglu_fwd */
         test_gemm_swiglu(seed += 10, 4200, 1152, 128); /* 297 tiles: > 2 per block on a 132-SM GPU (persistent) */
-        test_gemm_rope(seed += 10, 2, 300, 8, 2, 64, 200);   /* wgmma kernel: a tile half rotated, K % 64 != 0 */
-        test_gemm_rope(seed += 10, 3, 129, 4, 4, 128, 64);   /* head dim 128 */
-        test_gemm_rope(seed += 10, 2, 350, 32, 4, 64, 2048); /* TinyLlama's layer, 10 column tiles */
-        test_gemm_rope(seed += 10, 4, 1024, 16, 4, 64, 128); /* 192 tiles: > 1 per block (persistent) */
-        test_gemm_rope(seed += 10, 2, 7, 2, 1, 32, 24);      /* head dim 32: cuBLAS + rope_fwd */
+        test_gemm_rope(seed += 10, 2, 300, 8, 2, 64, 200, 1);   /* wgmma kernel: a tile half rotated, K % 64 != 0 */
+        test_gemm_rope(seed += 10, 3, 129, 4, 4, 128, 64, 1);   /* head dim 128 */
+        test_gemm_rope(seed += 10, 2, 350, 32, 4, 64, 2048, 1); /* TinyLlama's layer, 10 column tiles */
+        test_gemm_rope(seed += 10, 4, 1024, 16, 4, 64, 128, 1); /* 192 tiles: > 1 per block (persistent) */
+        test_gemm_rope(seed += 10, 2, 77, 4, 1, 64, 72, 1);     /* F 384: the last tile's second W box past F */
+        test_gemm_rope(seed += 10, 2, 65, 5, 1, 128, 64, 1);    /* F 896 at head dim 128, R 768 */
+        test_gemm_rope(seed += 10, 2, 7, 2, 1, 32, 24, 0);      /* head dim 32: cuBLAS + rope_fwd */
         test_gemm_swiglu_bwd(seed += 10, 1000, 136, 200); /* wgmma kernel: partial tiles, K % 64 != 0 */
         test_gemm_swiglu_bwd(seed += 10, 300, 704, 2048);
         test_gemm_swiglu_bwd(seed += 10, 4100, 128, 64);  /* 33 row tiles */

@@ -1316,6 +1316,13 @@ static void cuda_rope_fwd(dx_backend *be, void *x, int ld, int B, int T, int H, 
     dxc_rope_apply(be, x, ld, B, T, H, Dh, theta, 1.0f, "rope_fwd");
 }
 
+static int cuda_gemm_rope_fused(dx_backend *be, const void *y, const void *x, const void *W, int N, int F, int K,
+                                int T, int H, int Hkv, int Dh)
+{
+    return dxc(be)->rope_gemm && N > 0 && T > 0 && N % T == 0 &&
+           dxc_gemm_rope_fits(be, y, F, x, K, W, K, N, F, K, T, (H + Hkv) * Dh, Dh);
+}
+
 static void cuda_gemm_rope(dx_backend *be, void *y, const void *x, const void *W, int N, int F, int K, int T, int H,
                            int Hkv, int Dh, float theta)
 {
@@ -2382,6 +2389,7 @@ extern "C" dx_backend *dx_backend_cuda_create(int device, int nthreads)
     be->gemm_res = cuda_gemm_res;
     be->gemm_swiglu = cuda_gemm_swiglu;
     be->gemm_rope = cuda_gemm_rope;
+    be->gemm_rope_fused = cuda_gemm_rope_fused;
     be->gemm_swiglu_bwd = cuda_gemm_swiglu_bwd;
     be->rmsnorm_fwd = cuda_rmsnorm_fwd;
     be->rmsnorm_bwd = cuda_rmsnorm_bwd;

@@ -43,7 +43,7 @@ struct dxc_impl {
     int rope_gemm;      /* DX_CUDA_ROPE_GEMM=0 clears it: gemm_rope as cuBLAS + rope_fwd */
     int gemm_wg_ep;     /* DX_GEMM_WG_EP (gemm_wg.cu's timing variants; 0 = the kernels as they are) */
     int gemm_wg_smem;   /* gemm_wg.cu's kernels whose shared-memory limit is set on this device
-                           (bit 0 forward, bit 1 backward) */
+                           (bit 0 forward, bit 1 backward, bits 2 and 3 gemm_rope at head dims 64, 128) */
     int rope_fold;      /* be->attention_bwd_rope set (RoPE's backward in att_bwd_wg's dk
                            epilogue and its dq conversion); on unless DX_CUDA_ROPE_FOLD=0 */
     cudaStream_t stream; /* where ops run: the compute stream, or side_stream between
@@ -104,6 +104,10 @@ int dxc_gemm_swiglu(dx_backend *be, void *g, void *u, int ldgu, void *h, int ldh
  * not 64 or 128, R not a multiple of Dh or past F). */
 int dxc_gemm_rope(dx_backend *be, void *y, int ldy, const void *x, int ldx, const void *w, int ldw, int M, int F, int K,
                   int T, int R, int Dh, float theta);
+/* 1 where dxc_gemm_rope applies to these arguments (it may still return 1 if the driver's encoder
+ * refuses a tensor map), else 0; nothing enqueued. */
+int dxc_gemm_rope_fits(dx_backend *be, const void *y, int ldy, const void *x, int ldx, const void *w, int ldw, int M,
+                       int F, int K, int T, int R, int Dh);
 /* Its backward through the down projection: dh = dy[M,K] w[K,F] (w = down_proj, row stride ldw)
  * rounded to bf16, then dg, du = swiglu_bwd(dh, g, u) in the epilogue (dh is never stored); g, u,
  * dg, du rows ldgu apart. Enqueues it and returns 0, or returns 1 where it does not apply (as

@@ -20,7 +20,8 @@
  * - Warpgroup 0, warps 1-3: the epilogue, overlapping the consumers' next tile. TMA stores of g
  *   and u; h = swiglu_h(g, u) from the buffers (the rounded values, as swiglu_fwd computes it from
  *   stored ones), written over g's buffer once its store has read it, and TMA-stored; then the
- *   buffers go back to the consumers (mbarriers epi_full / epi_empty).
+ *   buffers go back to the consumers (mbarriers epi_full / epi_empty). (With RoPE, EPI > 0 below,
+ *   warp 1's lane 0 alone stores y's tile.)
  * Without the third role the epilogue (rounding, exponentials, reciprocals, stores) kept the
  * tensor cores idle for ~10% of the kernel (benchmarks/NOTES.md). Tiles are walked in groups of 16
  * row tiles (column tiles inner within a group) so the tiles running at once share x and W in L2.
@@ -219,8 +220,8 @@ gemm_swiglu_wg(const __grid_constant__ CUtensorMap tx, const __grid_constant__ C
                     tma_load_2d(b + GS_B_BYTES / 2, &tw, bar, kt * GS_BK, EPI ? f0 + GS_BF : F + f0);
                 });
         } else if (EPI && warp == 1 && ep != 2) {
-            /* one epilogue thread: per tile and consumer, TMA-store its 64 x 256 piece of y (past
-             * M or F clipped) and hand the buffers back */
+            /* one epilogue thread (warp 1's lane 0; its warp waits with it): per tile and consumer,
+             * TMA-store its 64 x 256 piece of y (past M or F clipped) and hand the buffers back */
             int n = 0;
             for (int t = blockIdx.x; t < tiles; t += gridDim.x, n++) {
                 int m0, f0;
@@ -238,7 +239,7 @@ gemm_swiglu_wg(const __grid_constant__ CUtensorMap tx, const __grid_constant__ C
                         bulk_wait_read<0>(); /* the stores have read the buffers: hand them back */
                         mbar_arrive(epi_empty + 8 * c);
                     }
-                    __syncwarp();
+                    __syncwarp(); /* the warp waits for epi_full together: none of it is a phase behind */
                 }
             }
             if (lane == 0) bulk_wait<false>(); /* the last stores complete before the block exits */
@@ -571,14 +572,20 @@ int dxc_gemm_swiglu(dx_backend *be, void *g, void *u, int ldgu, void *h, int ldh
     return 0;
 }
 
+int dxc_gemm_rope_fits(dx_backend *be, const void *y, int ldy, const void *x, int ldx, const void *w, int ldw, int M,
+                       int F, int K, int T, int R, int Dh)
+{
+    const dxc_impl *im = dxc(be);
+    return im->wgmma && (size_t)im->smem_optin >= gs_smem() && M >= 1 && F >= 1 && K >= 1 && T >= 1 && F % 8 == 0 &&
+           K % 8 == 0 && ldx % 8 == 0 && ldw % 8 == 0 && ldy % 8 == 0 && (Dh == 64 || Dh == 128) && R >= 0 &&
+           R % Dh == 0 && R <= F && ((uintptr_t)x | (uintptr_t)w | (uintptr_t)y) % 16 == 0 && encode_tiled();
+}
+
 int dxc_gemm_rope(dx_backend *be, void *y, int ldy, const void *x, int ldx, const void *w, int ldw, int M, int F, int K,
                   int T, int R, int Dh, float theta)
 {
     dxc_impl *im = dxc(be);
-    if (!im->wgmma || (size_t)im->smem_optin < gs_smem() || M < 1 || F < 1 || K < 1 || T < 1 || F % 8 || K % 8 ||
-        ldx % 8 || ldw % 8 || ldy % 8 || (Dh != 64 && Dh != 128) || R < 0 || R % Dh || R > F ||
-        ((uintptr_t)x | (uintptr_t)w | (uintptr_t)y) % 16)
-        return 1;
+    if (!dxc_gemm_rope_fits(be, y, ldy, x, ldx, w, ldw, M, F, K, T, R, Dh)) return 1;
     CUtensorMap tx, tw, ty;
     if (tensor_map(&tx, x, (uint64_t)M, (uint64_t)K, (uint64_t)ldx, GS_BM) ||
         tensor_map(&tw, w, (uint64_t)F, (uint64_t)K, (uint64_t)ldw, GS_BF) ||

@@ -911,10 +911,11 @@ static int layer_fwd(dx_model *m, chunk *C, slot_acts *S, int li, void *out, int
     {
         MOD_BEGIN(m);
         if (norm_fwd(m, DX_MOD_ATTENTION, l, a->xn1, a->rstd1, S->x[li], at(W, m->o_ln1, xs), N)) return -1;
-        /* fused Q|K|V without LoRA on q or k: RoPE in the GEMM's epilogue where the backend can
-         * (gemm_rope: traced as the GEMM, RoPE's FLOPs included, and no rope op) */
+        /* fused Q|K|V without LoRA on q or k: RoPE in the GEMM's epilogue where the backend fuses
+         * it (gemm_rope: traced as the GEMM, RoPE's FLOPs included, and no rope op) */
         const int rope_gemm = all && m->qkv_fused && be->gemm_rope &&
-                              !(m->lora_targets & (1u << DX_LORA_Q | 1u << DX_LORA_K));
+                              !(m->lora_targets & (1u << DX_LORA_Q | 1u << DX_LORA_K)) &&
+                              be->gemm_rope_fused(be, a->q, a->xn1, at(W, m->o_q, xs), N, QL, D, T, Hl, KVl, Dh);
         if (rope_gemm) {
             OP(DX_MOD_ATTENTION, l, DX_OP_GEMM, gemm_flops(N, QL, D) + 6 * (int64_t)N * (HDl + KDl),
                gemm_bytes(m, N, QL, D, 0, 0),
