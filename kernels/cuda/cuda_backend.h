@@ -24,6 +24,9 @@
  * gemm_swiglu runs the gate|up GEMM with SwiGLU in its epilogue on Hopper, gemm_swiglu_bwd the
  * down projection's input-gradient GEMM with SwiGLU's backward in its epilogue (gemm_wg.cu,
  * below); DX_CUDA_SWIGLU_GEMM=0 selects cuBLAS's GEMMs and swiglu_fwd / swiglu_bwd instead.
+ * gemm_rope runs the fused Q|K|V projection with RoPE on q and k in its epilogue on Hopper at
+ * head dims 64 and 128 (gemm_wg.cu; gemm_rope_fused says where); DX_CUDA_ROPE_GEMM=0 selects
+ * cuBLAS's GEMM and rope_fwd instead.
  * DX_CUDA_GEMM_SMS=n (0 < n < the device's SM count) has cuBLAS plan its GEMMs for n SMs
  * (cublasSetSmCountTarget), leaving the others to kernels that run beside them, such as NCCL's.
  *
