@@ -14,6 +14,11 @@
 # VM in 120 runs in pairs nor in ~15 minutes of runs beside three busy loops). That is no finding
 # about dissect's code, and no leak check either, so the test is run again from scratch; every
 # other report (an AddressSanitizer error, a leak, a second kind of crash) ends the test as it is.
+# Where every attempt crashes so (2026-11-27, a 2-core VM with kernel 6.18: test_trace's every
+# run, also built from older commits; with LSAN_OPTIONS verbosity=1 the tracer faults reading a
+# bogus dynamic-TLS range of the main thread, "DTLS 10 at 0x000000000bd4-0x000400001cd6"), the
+# test runs once more with detect_leaks=0: AddressSanitizer's and UBSan's checks still run, the
+# leak check cannot, and this script says so on stderr.
 #
 # Each attempt writes its reports to a directory of its own (ASAN_OPTIONS log_path is moved
 # there), so reports of tests running beside it are never taken for its own. After the last
@@ -39,10 +44,14 @@ is_tracer_crash() {
 }
 
 max_attempts=${DX_SANITIZER_ATTEMPTS:-3}
-attempt=1
+attempt=1 no_leaks=0
 while :; do
   own=$(mktemp -d "$dir/attempt.XXXXXX") || fail "cannot create an attempt's report directory in $dir"
-  ASAN_OPTIONS="${opts/"log_path=$log_path"/"log_path=$own/asan"}" "$@"
+  o=${opts/"log_path=$log_path"/"log_path=$own/asan"}
+  if [[ $no_leaks -eq 1 ]]; then # the last attempt, after as many tracer crashes as attempts
+    if [[ $o == *detect_leaks=* ]]; then o=$(sed 's/detect_leaks=[0-9a-z]*/detect_leaks=0/g' <<< "$o"); else o="$o:detect_leaks=0"; fi
+  fi
+  ASAN_OPTIONS="$o" "$@"
   rc=$?
   shopt -s nullglob
   reports=("$own"/*)
@@ -50,7 +59,7 @@ while :; do
   crashes=0
   for f in "${reports[@]}"; do is_tracer_crash "$f" && crashes=$((crashes + 1)); done
   retry=0
-  [[ ${#reports[@]} -gt 0 && $crashes -eq ${#reports[@]} && $attempt -lt $max_attempts ]] && retry=1
+  [[ ${#reports[@]} -gt 0 && $crashes -eq ${#reports[@]} && $no_leaks -eq 0 ]] && retry=1
   [[ $retry -eq 1 ]] && { mkdir -p "$dir/tracer-crashes" || fail "cannot create $dir/tracer-crashes"; }
   for f in "${reports[@]}"; do
     if [[ $retry -eq 1 ]]; then
@@ -64,5 +73,10 @@ while :; do
   done
   rmdir "$own"
   [[ $retry -eq 1 ]] || exit "$rc"
+  if [[ $attempt -ge $max_attempts ]]; then
+    no_leaks=1
+    echo "sanitizer_retry: LeakSanitizer's tracer crashed in all $attempt attempts of '$*'; running it once" \
+      "more without the leak check (detect_leaks=0: AddressSanitizer's and UBSan's checks only)" >&2
+  fi
   attempt=$((attempt + 1))
 done
