@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # `meson test --wrapper` of the sanitizer suite (tests/run.sh, build-asan): runs one test, and runs
-# it again (at most twice more) when LeakSanitizer itself crashed in one of its processes.
+# it again (at most twice more, then once without the leak check) when LeakSanitizer itself crashed
+# in one of its processes.
 #   usage: sanitizer_retry.sh COMMAND [ARGS...]
 #
 # LeakSanitizer's leak check at exit stops every thread of the process from a tracer task and
