@@ -15,11 +15,12 @@
 # VM in 120 runs in pairs nor in ~15 minutes of runs beside three busy loops). That is no finding
 # about dissect's code, and no leak check either, so the test is run again from scratch; every
 # other report (an AddressSanitizer error, a leak, a second kind of crash) ends the test as it is.
-# Where every attempt crashes so (2026-11-27, a 2-core VM with kernel 6.18: test_trace's every
-# run, also built from older commits; with LSAN_OPTIONS verbosity=1 the tracer faults reading a
-# bogus dynamic-TLS range of the main thread, "DTLS 10 at 0x000000000bd4-0x000400001cd6"), the
-# test runs once more with detect_leaks=0: AddressSanitizer's and UBSan's checks still run, the
-# leak check cannot, and this script says so on stderr.
+# Where every attempt crashes so (2026-11-27, a 2-core VM with kernel 6.18: for a quarter of an
+# hour every run of test_trace, also built from older commits, then none again; with LSAN_OPTIONS
+# verbosity=1 the tracer faulted reading a bogus dynamic-TLS range of the main thread, "DTLS 10
+# at 0x000000000bd4-0x000400001cd6"), the test runs once more with detect_leaks=0:
+# AddressSanitizer's and UBSan's checks still run, the leak check cannot, and this script says so
+# on stderr.
 #
 # Each attempt writes its reports to a directory of its own (ASAN_OPTIONS log_path is moved
 # there), so reports of tests running beside it are never taken for its own. After the last
