@@ -219,9 +219,12 @@ gemm_swiglu_wg(const __grid_constant__ CUtensorMap tx, const __grid_constant__ C
                     tma_load_2d(b, &tw, bar, kt * GS_BK, f0);
                     tma_load_2d(b + GS_B_BYTES / 2, &tw, bar, kt * GS_BK, EPI ? f0 + GS_BF : F + f0);
                 });
-        } else if (EPI && warp == 1 && ep != 2) {
-            /* one epilogue thread (warp 1's lane 0; its warp waits with it): per tile and consumer,
-             * TMA-store its 64 x 256 piece of y (past M or F clipped) and hand the buffers back */
+        } else if (warp > 0 && ep != 2 && (!EPI || warp == 1)) {
+            /* the epilogue warps (1-3, 96 threads): per tile and consumer, TMA-store its g and u,
+             * compute h = swiglu_h(g, u) over the 64 x 128 tile in place of g once g's store has
+             * read it, TMA-store h, and hand the buffers back. EPI > 0: warp 1 alone, its lane 0
+             * TMA-storing the consumer's 64 x 256 piece of y (past M or F clipped) */
+            const int et = tid - 32;
             int n = 0;
             for (int t = blockIdx.x; t < tiles; t += gridDim.x, n++) {
                 int m0, f0;
@@ -230,32 +233,19 @@ gemm_swiglu_wg(const __grid_constant__ CUtensorMap tx, const __grid_constant__ C
                     const uint32_t gb = epi + c * GS_EPI_BYTES, ub = gb + GS_EPI_BYTES / 2;
                     const int row0 = m0 + c * 64;
                     mbar_wait(epi_full + 8 * c, n & 1);
-                    if (lane == 0) {
-                        tma_store_2d(&tg, gb, f0, row0);
-                        tma_store_2d(&tg, gb + 8192, f0 + 64, row0);
-                        tma_store_2d(&tg, ub, f0 + 128, row0);
-                        tma_store_2d(&tg, ub + 8192, f0 + 192, row0);
-                        bulk_commit();
-                        bulk_wait_read<0>(); /* the stores have read the buffers: hand them back */
-                        mbar_arrive(epi_empty + 8 * c);
+                    if constexpr (EPI != 0) {
+                        if (et == 0) {
+                            tma_store_2d(&tg, gb, f0, row0);
+                            tma_store_2d(&tg, gb + 8192, f0 + 64, row0);
+                            tma_store_2d(&tg, ub, f0 + 128, row0);
+                            tma_store_2d(&tg, ub + 8192, f0 + 192, row0);
+                            bulk_commit();
+                            bulk_wait_read<0>(); /* the stores have read the buffers: hand them back */
+                            mbar_arrive(epi_empty + 8 * c);
+                        }
+                        __syncwarp(); /* the warp waits for epi_full together: none of it is a phase behind */
+                        continue;
                     }
-                    __syncwarp(); /* the warp waits for epi_full together: none of it is a phase behind */
-                }
-            }
-            if (lane == 0) bulk_wait<false>(); /* the last stores complete before the block exits */
-        } else if (!EPI && warp > 0 && ep != 2) {
-            /* the epilogue warps (1-3, 96 threads): per tile and consumer, TMA-store its g and u,
-             * compute h = swiglu_h(g, u) over the 64 x 128 tile in place of g once g's store has
-             * read it, TMA-store h, and hand the buffers back */
-            const int et = tid - 32;
-            int n = 0;
-            for (int t = blockIdx.x; t < tiles; t += gridDim.x, n++) {
-                int m0, f0;
-                gs_tile(t, tiles_m, tiles_f, m0, f0);
-                for (int c = 0; c < 2; c++) {
-                    const uint32_t gb = epi + c * GS_EPI_BYTES, ub = gb + GS_EPI_BYTES / 2;
-                    const int row0 = m0 + c * 64;
-                    mbar_wait(epi_full + 8 * c, n & 1);
                     if (et == 0) {
                         tma_store_2d(&tg, gb, f0, row0);
                         tma_store_2d(&tg, gb + 8192, f0 + 64, row0);
