@@ -15,13 +15,15 @@
  *     "Numerical behavior of NVIDIA tensor cores"), so its error grows faster with K than
  *     the CPU's sgemm;
  *   copies and conversions that must be exact  == 0  (mismatching elements counted).
- * Attention is checked three times: with the tensor-core kernels (default, "[tc]": fused
+ * Attention is checked four times: with the tensor-core kernels (default, "[tc]": fused
  * backward with fp32 atomics for dq), the same with DX_CUDA_DETERMINISTIC=1 ("[tc-det]": the
  * two-kernel backward; also DX_CUDA_ATT_GRID=7, so that the Hopper forward's persistent blocks
- * each walk several work tiles) and with the CUDA-core ones (DX_CUDA_ATTENTION=simple, "[simple]"), its
- * backward both as attention_bwd and as attention_bwd_rope (RoPE's backward folded in; the
- * backend's default, which the test forces with DX_CUDA_ROPE_FOLD=1 in case the caller's
- * environment turned it off).
+ * each walk several work tiles), with the CUDA-core ones (DX_CUDA_ATTENTION=simple, "[simple]")
+ * and with the tensor-core ones again, the Hopper backward's blocks launched in chunks of 3
+ * (b, kv head) pairs (DX_CUDA_ATT_CHUNK=3, "[tc-chunk]"). Every pass checks the backward both
+ * as attention_bwd and as attention_bwd_rope (RoPE's backward folded in; the backend's
+ * default, which the test forces with DX_CUDA_ROPE_FOLD=1 in case the caller's environment
+ * turned it off).
  * Prints one line per output: op, shape, error, bound, ok; then "N passed, M failed" and exits
  * 1 on any failure. Attention is also timed with CUDA events (informative only; the two
  * training-size timings, medians of 7 runs, are skipped when DX_CUDA_TEST_NO_PERF is set).
@@ -1249,6 +1251,7 @@ int main(void)
     }
     unsetenv("DX_CUDA_ATTENTION"); /* the default (tensor-core) attention first */
     unsetenv("DX_CUDA_DETERMINISTIC");
+    unsetenv("DX_CUDA_ATT_CHUNK");
     setenv("DX_CUDA_ROPE_FOLD", "1", 1); /* attention_bwd_rope checked whatever the default */
     gpu = dx_backend_cuda_create(0, 4);
     if (!gpu) die("dx_backend_cuda_create");
@@ -1360,7 +1363,7 @@ int main(void)
 
     /* attention: tensor-core kernels (default), then CUDA-core ones (a fresh backend) */
     const int ats[] = {1, 7, 129, 512}, hkvs[] = {8, 2}, adhs[] = {32, 64, 128};
-    for (int pass = 0; pass < 3; pass++) {
+    for (int pass = 0; pass < 4; pass++) {
         if (pass > 0) { /* a fresh backend reads the environment */
             gpu->destroy(gpu);
             if (pass == 1) {
@@ -1375,15 +1378,22 @@ int main(void)
                 unsetenv("DX_CUDA_ATT_GRID");
                 setenv("DX_CUDA_ATTENTION", "simple", 1);
             }
+            if (pass == 3) {
+                /* the tensor-core kernels again, the Hopper backward's blocks launched in chunks
+                 * of 3 (b, kv head) pairs (the order it picks where dq would not fit L2; these
+                 * shapes fit), the last chunk short (B Hkv = 16 or 4) */
+                unsetenv("DX_CUDA_ATTENTION");
+                setenv("DX_CUDA_ATT_CHUNK", "3", 1);
+            }
             gpu = dx_backend_cuda_create(0, 4);
             if (!gpu) die("dx_backend_cuda_create");
         }
-        att_tag = pass == 0 ? "[tc]" : pass == 1 ? "[tc-det]" : "[simple]";
+        att_tag = pass == 0 ? "[tc]" : pass == 1 ? "[tc-det]" : pass == 2 ? "[simple]" : "[tc-chunk]";
         for (int a = 0; a < 4; a++)
             for (int b = 0; b < 2; b++)
                 for (int c = 0; c < 3; c++)
                     test_attention(seed += 10, 2, ats[a], 8, hkvs[b], adhs[c], (a + b + c) % 3);
-        if (!getenv("DX_CUDA_TEST_NO_PERF")) { /* set by host-side simulators of the kernels */
+        if (!getenv("DX_CUDA_TEST_NO_PERF") && pass < 3) { /* set by host-side simulators of the kernels */
             if (getenv("DX_CUDA_ATT_GRID")) { /* timed on the full grid */
                 gpu->destroy(gpu);
                 unsetenv("DX_CUDA_ATT_GRID");

@@ -49,6 +49,9 @@
 #include <math.h>
 #include <string.h>
 
+#include <algorithm>
+#include <vector>
+
 namespace {
 
 constexpr float LOG2E = 1.4426950408889634f;
@@ -905,8 +908,17 @@ __global__ void __launch_bounds__(384, 1)
     const uint32_t bars = Dq + 2 * BQ * 64 * 4, full_kv = bars, full = bars + 8, empty = bars + 24;
 
     const int wg = threadIdx.x >> 7;
-    /* grid (B Hkv, key tiles), long (early) key tiles first; key_x: (key tiles, B Hkv) */
-    const int bk = key_x ? blockIdx.y : blockIdx.x, c0 = (key_x ? blockIdx.x : blockIdx.y) * BK;
+    /* grid (B Hkv, key tiles), long (early) key tiles first; key_x: (key tiles, B Hkv); mode
+     * bit 2 (grid (B Hkv, key tiles)): in launch order, chunks of C = mode >> 8 (b, kv head)
+     * pairs one after another, a chunk's key tiles longest first (bwd_wg_chunk) */
+    int bk = key_x ? blockIdx.y : blockIdx.x, c0 = (key_x ? blockIdx.x : blockIdx.y) * BK;
+    if (mode & 4) {
+        const int C = mode >> 8, nbh = gridDim.x, lin = blockIdx.y * nbh + blockIdx.x;
+        const int per = C * gridDim.y, ch = lin / per, w = lin % per;
+        const int cc = C < nbh - ch * C ? C : nbh - ch * C; /* the last chunk's pairs */
+        bk = ch * C + w % cc;
+        c0 = (w / cc) * BK;
+    }
     const int kh = bk % Hkv, b = bk / Hkv, G = H / Hkv;
     const size_t qst = (size_t)H * DH; /* dout; q rows qld apart */
     /* iteration it: query head kh * G + it / nq, query tile c0 + (it % nq) * BQ (queries
@@ -1286,6 +1298,61 @@ void dkdv_launch(dx_backend *be, void *dk, void *dv, float *dq_acc, const void *
     DXC_LAUNCHED(be, op);
 }
 
+/* att_bwd_wg's launch order. Its default grid runs every (b, kv head)'s longest key tile
+ * first: good balance, but the blocks running at once then add dq tiles for all B Hkv pairs,
+ * and where their dq pieces (G heads x T x Dh fp32 each) exceed the L2 cache, every bulk
+ * reduction goes to DRAM (on one H100 at B 8 T 2048 H 32 Hkv 4 Dh 64 the backward took 1.27
+ * ms with the reductions, 1.10 without them). In chunks of C pairs (a chunk's key tiles longest
+ * first, then the next chunk's) fewer pairs are live at once, at the cost of balance where C is
+ * small. Chooses C: B Hkv (no chunks) where the pairs of one wave fit in half the L2; else the
+ * smallest C whose greedy list schedule of the blocks (in launch order onto the SMs, a block's
+ * time G x its 64-query tiles + 2) ends within 2% of the best C's (NOTES item 22). Cached per
+ * shape; DX_CUDA_ATT_CHUNK (attn_chunk) overrides. Returns C (nbh: the default order). */
+static int bwd_wg_chunk(dx_backend *be, int nbh, int nkt, int T, int G, int DH)
+{
+    dxc_impl *im = dxc(be);
+    if (im->attn_chunk >= 0) return im->attn_chunk == 0 || im->attn_chunk > nbh ? nbh : im->attn_chunk;
+    const long key[5] = {nbh, nkt, T, G, DH};
+    if (memcmp(key, im->chunk_key, sizeof key) == 0) return im->chunk_val;
+    const int S = im->num_sms;
+    const double live = (double)(nbh < S ? nbh : S) * G * T * DH * 4;
+    int pick = nbh;
+    if (live > 0.5 * im->l2_bytes && nbh > 1 && S > 0) {
+        static const int cand[] = {1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 24, 32, 40, 48, 64, 96, 128, 192, 256};
+        const int nc = (int)(sizeof cand / sizeof cand[0]);
+        std::vector<double> M(nc + 1, 0.0), free_at((size_t)S);
+        for (int k = 0; k <= nc; k++) {
+            const int C = k < nc ? cand[k] : nbh;
+            if (k < nc && C >= nbh) continue;
+            std::fill(free_at.begin(), free_at.end(), 0.0);
+            for (int ch = 0; ch < nbh; ch += C) {
+                const int cc = C < nbh - ch ? C : nbh - ch;
+                for (int j = 0; j < nkt; j++) {
+                    const double d = (double)G * ((T - 128 * j + 63) / 64) + 2.0;
+                    for (int i = 0; i < cc; i++) { /* the next block to the first SM free */
+                        int s = 0;
+                        for (int x = 1; x < S; x++)
+                            if (free_at[(size_t)x] < free_at[(size_t)s]) s = x;
+                        free_at[(size_t)s] += d;
+                    }
+                }
+            }
+            M[(size_t)k] = *std::max_element(free_at.begin(), free_at.end());
+        }
+        double best = M[(size_t)nc];
+        for (int k = 0; k < nc; k++)
+            if (cand[k] < nbh && M[(size_t)k] < best) best = M[(size_t)k];
+        for (int k = 0; k < nc; k++)
+            if (cand[k] < nbh && M[(size_t)k] <= 1.02 * best) {
+                pick = cand[k];
+                break;
+            }
+    }
+    memcpy(im->chunk_key, key, sizeof key);
+    im->chunk_val = pick;
+    return pick;
+}
+
 template <int DH>
 void dkdv_wg_launch(dx_backend *be, void *dk, void *dv, float *dq_acc, const void *dout,
                     const void *q, const void *k, const void *v, const float *lse,
@@ -1312,7 +1379,11 @@ void dkdv_wg_launch(dx_backend *be, void *dk, void *dv, float *dq_acc, const voi
     const unsigned nbh = (unsigned)(B * Hkv), nkt = (unsigned)((T + 127) / 128);
     const dim3 grid = key_x ? dim3(nkt, nbh) : dim3(nbh, nkt);
     /* mode: bit 0 the key-tile-major grid, bit 1 (variant 11) the masked warpgroup tiles computed */
-    const int mode = (key_x ? 1 : 0) | (dxc(be)->attn_bwd_var == 11 ? 2 : 0);
+    int mode = (key_x ? 1 : 0) | (dxc(be)->attn_bwd_var == 11 ? 2 : 0);
+    if (!key_x) { /* bit 2: the launch order in chunks of C (b, kv head) pairs */
+        const int C = bwd_wg_chunk(be, (int)nbh, (int)nkt, T, H / Hkv, DH);
+        if (C < (int)nbh) mode |= 4 | (C << 8);
+    }
     kern<<<grid, 384, smem, dxc(be)->stream>>>((bf16 *)dk, (bf16 *)dv, dq_acc, (const bf16 *)dout,
                                               (const bf16 *)q, (const bf16 *)k, (const bf16 *)v,
                                               lse, Dv, T, H, Hkv, kst, qld, sl2, scale, mode,

@@ -2358,6 +2358,9 @@ extern "C" dx_backend *dx_backend_cuda_create(int device, int nthreads)
     im->attn_bwd_var = bv ? atoi(bv) : 0;
     const char *ag = getenv("DX_CUDA_ATT_GRID");
     im->attn_grid = ag ? atoi(ag) : 0;
+    const char *ac = getenv("DX_CUDA_ATT_CHUNK");
+    im->attn_chunk = ac && ac[0] ? (atoi(ac) > 0 ? atoi(ac) : 0) : -1;
+    im->chunk_key[0] = -1;
     const char *sg = getenv("DX_CUDA_SWIGLU_GEMM");
     im->swiglu_gemm = !(sg && strcmp(sg, "0") == 0);
     const char *rg = getenv("DX_CUDA_ROPE_GEMM");

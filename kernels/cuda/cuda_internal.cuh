@@ -38,6 +38,10 @@ struct dxc_impl {
     int attn_bwd_var;   /* attention kernels (attention_mma.cu; 0 = the default, for tuning) */
     int attn_grid;      /* DX_CUDA_ATT_GRID = n > 0: the persistent attention forward's grid capped
                            at n blocks (tests: several work tiles per block at small shapes) */
+    int attn_chunk;     /* DX_CUDA_ATT_CHUNK = n: att_bwd_wg's launch order in chunks of n (b, kv
+                           head) pairs (n > 0, forced), none (0), or chosen per shape (-1, unset) */
+    long chunk_key[5];  /* the shape (B Hkv, key tiles, T, G, Dh) att_bwd_wg's chunk was chosen for */
+    int chunk_val;      /* and that chunk (attention_mma.cu: bwd_wg_chunk) */
     int wgmma;          /* compute capability 9.x: the sm_90a kernels (wgmma) can run */
     int swiglu_gemm;    /* DX_CUDA_SWIGLU_GEMM=0 clears it: gemm_swiglu as cuBLAS + swiglu_fwd */
     int rope_gemm;      /* DX_CUDA_ROPE_GEMM=0 clears it: gemm_rope as cuBLAS + rope_fwd */
