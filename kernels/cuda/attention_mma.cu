@@ -1380,7 +1380,7 @@ void dkdv_wg_launch(dx_backend *be, void *dk, void *dv, float *dq_acc, const voi
     const dim3 grid = key_x ? dim3(nkt, nbh) : dim3(nbh, nkt);
     /* mode: bit 0 the key-tile-major grid, bit 1 (variant 11) the masked warpgroup tiles computed */
     int mode = (key_x ? 1 : 0) | (dxc(be)->attn_bwd_var == 11 ? 2 : 0);
-    if (!key_x) { /* bit 2: the launch order in chunks of C (b, kv head) pairs */
+    if (!key_x && dxc(be)->attn_bwd_var != 9) { /* bit 2: chunks of C (b, kv head) pairs */
         const int C = bwd_wg_chunk(be, (int)nbh, (int)nkt, T, H / Hkv, DH);
         if (C < (int)nbh) mode |= 4 | (C << 8);
     }
@@ -1558,10 +1558,12 @@ bool bwd_launch(dx_backend *be, void *dq, void *dk, void *dv, float *dq_acc, con
  *     10 one block per work tile in the longest-first order, 8 the mma.sync default above;
  *   the backward is att_bwd_wg (1.268 ms at B 8 T 2048 H 32 Hkv 4 Dh 64, 1.993 at Dh 128 Hkv 32;
  *     SDPA flash 1.836, 3.104, SDPA cuDNN 1.142, 1.682; one H100, 2026-11-26; NOTES items 14
- *     and 20), its grid (B Hkv, key tiles) with the longest key
- *     tiles first (variant 9), or from 8 waves of blocks up (key tiles, B Hkv), so that the
- *     blocks running at once share (b, kv head) and read Q and dO from L2 (variant 10);
- *     variant 8 is the mma.sync default above.
+ *     and 20), its grid (B Hkv, key tiles) with the longest key tiles first, launched in chunks
+ *     of (b, kv head) pairs where dq would not fit L2 (bwd_wg_chunk; 1.153 ms at B 8 T 2048 Dh
+ *     64 on an H100, 2026-11-27, NOTES item 22), or the longest first without chunks (variant
+ *     9), or from 8 waves of blocks up (key tiles, B Hkv), so that the blocks running at once
+ *     share (b, kv head) and read Q and dO from L2 (variant 10); variant 8 is the mma.sync
+ *     default above.
  * DX_CUDA_ATT_FWD and DX_CUDA_ATT_BWD = i select variant i of the lists below (0 = the default;
  * for tuning with benchmarks/attention_bench.sh VARIANTS=...; an unknown i is the default); every
  * variant passes test_cuda_kernels' attention checks (DX_CUDA_TEST_ONLY=attention;
@@ -1576,7 +1578,8 @@ bool bwd_launch(dx_backend *be, void *dq, void *dk, void *dv, float *dq_acc, con
  *            Dh 128: 0 (wgmma, 128 keys; elsewhere 8)  8 (4, 2, 64)  9 (wgmma, 64 keys)  10-14
  *                    1 (4, 1, 64)  2 (8, 1, 64, Q in registers)  3 (4, 1, 128)  4 (8, 1, 32)
  *                    5 (8, 1, 64)  6 (4, 2, 32)  7 (8, 2, 32)
- *   backward Dh 64:  0 (wgmma; elsewhere 8)  9 (wgmma, longest first)  10 (wgmma, key-tile major)
+ *   backward Dh 64:  0 (wgmma; elsewhere 8)  9 (wgmma, longest first, no chunks)
+ *                    10 (wgmma, key-tile major)
  *                    11 (0 computing the warpgroup tiles that lie wholly above the diagonal)
  *                    13 (0 with the cp.async producer)
  *                    8 (4 warps, MT 2, 32 queries per tile)
