@@ -883,7 +883,8 @@ template <int DH> constexpr size_t bwd_wg_smem()
  * for it and writes zero dS^T rows (mode bit 1, variant 11, computes them: NOTES item 18).
  * dk and dv are deterministic (ascending order); the order of dq's additions is not. rtab (not
  * NULL): dk comes out with RoPE's backward applied (store_dk_dv); dq's is in
- * att_dq_from_tiles_rope. mode bit 0: the grid is (key tiles, B Hkv). */
+ * att_dq_from_tiles_rope. mode bit 0: the grid is (key tiles, B Hkv); bit 2 (only without bit 0):
+ * the blocks in launch order run in chunks of mode >> 8 (b, kv head) pairs (bwd_wg_chunk). */
 template <int DH, bool TMA>
 __global__ void __launch_bounds__(384, 1)
     att_bwd_wg(bf16 *__restrict__ dk, bf16 *__restrict__ dv, float *__restrict__ dq_acc,
@@ -1317,8 +1318,10 @@ static int bwd_wg_chunk(dx_backend *be, int nbh, int nkt, int T, int G, int DH)
     const int S = im->num_sms;
     const double live = (double)(nbh < S ? nbh : S) * G * T * DH * 4;
     int pick = nbh;
-    if (live > 0.5 * im->l2_bytes && nbh > 1 && S > 0) {
-        static const int cand[] = {1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 24, 32, 40, 48, 64, 96, 128, 192, 256};
+    /* one key tile, or one wave of blocks: every order runs alike */
+    if (live > 0.5 * im->l2_bytes && nbh > 1 && nkt > 1 && (long)nbh * nkt > S) {
+        static const int cand[] = {1,  2,  3,  4,  5,  6,  8,   10,  12,  16,
+                                   20, 24, 32, 40, 48, 64, 96, 128, 192, 256};
         const int nc = (int)(sizeof cand / sizeof cand[0]);
         std::vector<double> M(nc + 1, 0.0), free_at((size_t)S);
         for (int k = 0; k <= nc; k++) {

@@ -2359,7 +2359,16 @@ extern "C" dx_backend *dx_backend_cuda_create(int device, int nthreads)
     const char *ag = getenv("DX_CUDA_ATT_GRID");
     im->attn_grid = ag ? atoi(ag) : 0;
     const char *ac = getenv("DX_CUDA_ATT_CHUNK");
-    im->attn_chunk = ac && ac[0] ? (atoi(ac) > 0 ? atoi(ac) : 0) : -1;
+    im->attn_chunk = -1; /* unset or empty: chosen per shape */
+    if (ac && ac[0]) {
+        char *end;
+        const long n = strtol(ac, &end, 10);
+        if (*end || n < 0 || n > 1L << 20)
+            fprintf(stderr, "dissect cuda backend: DX_CUDA_ATT_CHUNK=%s is not a count of (batch, kv "
+                            "head) pairs (0: no chunks); chosen per shape instead\n", ac);
+        else
+            im->attn_chunk = (int)n;
+    }
     im->chunk_key[0] = -1;
     const char *sg = getenv("DX_CUDA_SWIGLU_GEMM");
     im->swiglu_gemm = !(sg && strcmp(sg, "0") == 0);
