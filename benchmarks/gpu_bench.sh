@@ -13,6 +13,7 @@
 # clock drops, and every kernel with it). SKIP_TORCH=1 runs dissect only (quick iterations);
 # TORCH_MODES=compile runs torch.compile only. ACCUM=N: N micro-batches per step (gradient
 # accumulation, one optimizer step per N micro-batches) on both sides; tokens/s counts all of them.
+# The table's figures also go to $OUT/summary.json (benchmarks/readme_rows.sh reads them).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seq=${1:-2048} mb=${2:-8} steps=${3:-10} accum=${ACCUM:-1}
@@ -97,6 +98,7 @@ try:
     limit_w, max_mhz = (float(x) for x in open(f"{out}/gpu_limits.csv").read().split(","))
 except ValueError:
     limit_w = max_mhz = None
+clocks = {}
 if limit_w:
     print(f"\nGPU while training (nvidia-smi every 100 ms; samples at >= half the {limit_w:.0f} W power limit; "
           f"max SM clock {max_mhz:.0f} MHz)")
@@ -106,4 +108,9 @@ if limit_w:
         if busy:
             mh = [m for m, _ in busy]
             print(f"{name:<32} {len(busy):>8} {np.mean(mh):>7.0f} {min(mh):>5.0f}-{max(mh):<6.0f} {np.mean([w for _, w in busy]):>6.0f}")
+            clocks[path.split("_")[1].split(".")[0]] = {"sm_mhz": float(np.mean(mh)), "watts": float(np.mean([w for _, w in busy]))}
+# the same figures for scripts (benchmarks/readme_rows.sh)
+json.dump({"model": model, "layers": L, "seq": seq, "micro_batch": mb, "accum": accum,
+           "rows": [dict(impl=n, tokens_per_s=tok, step_ms=ms, mfu=mfu, peak_gib=mem) for n, tok, ms, mfu, mem in rows],
+           "attention_ms": att, "clocks": clocks}, open(f"{out}/summary.json", "w"))
 PY
