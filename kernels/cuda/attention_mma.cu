@@ -43,14 +43,12 @@
  * Shared memory tiles are bf16 [rows][Dh + 8]: the 16-byte row padding puts the 8 row addresses
  * of every ldmatrix 8x8 matrix in 8 different 16-byte bank groups (conflict free).
  */
+#include "att_order.h"
 #include "cuda_internal.cuh"
 #include "wgmma.cuh"
 
 #include <math.h>
 #include <string.h>
-
-#include <algorithm>
-#include <vector>
 
 namespace {
 
@@ -914,11 +912,9 @@ __global__ void __launch_bounds__(384, 1)
      * pairs one after another, a chunk's key tiles longest first (bwd_wg_chunk) */
     int bk = key_x ? blockIdx.y : blockIdx.x, c0 = (key_x ? blockIdx.x : blockIdx.y) * BK;
     if (mode & 4) {
-        const int C = mode >> 8, nbh = gridDim.x, lin = blockIdx.y * nbh + blockIdx.x;
-        const int per = C * gridDim.y, ch = lin / per, w = lin % per;
-        const int cc = C < nbh - ch * C ? C : nbh - ch * C; /* the last chunk's pairs */
-        bk = ch * C + w % cc;
-        c0 = (w / cc) * BK;
+        int kt;
+        dx_att_chunk_map(blockIdx.y * gridDim.x + blockIdx.x, gridDim.x, gridDim.y, mode >> 8, &bk, &kt);
+        c0 = kt * BK;
     }
     const int kh = bk % Hkv, b = bk / Hkv, G = H / Hkv;
     const size_t qst = (size_t)H * DH; /* dout; q rows qld apart */
@@ -1305,55 +1301,20 @@ void dkdv_launch(dx_backend *be, void *dk, void *dv, float *dq_acc, const void *
  * reduction goes to DRAM (on one H100 at B 8 T 2048 H 32 Hkv 4 Dh 64 the backward took 1.27
  * ms with the reductions, 1.10 without them). In chunks of C pairs (a chunk's key tiles longest
  * first, then the next chunk's) fewer pairs are live at once, at the cost of balance where C is
- * small. Chooses C: B Hkv (no chunks) where the pairs of one wave fit in half the L2; else the
- * smallest C whose greedy list schedule of the blocks (in launch order onto the SMs, a block's
- * time G x its 64-query tiles + 2) ends within 2% of the best C's (NOTES item 22). Cached per
- * shape; DX_CUDA_ATT_CHUNK (attn_chunk) overrides. Returns C (nbh: the default order). */
+ * small. C as att_order.h's dx_att_bwd_chunk chooses it (no chunks where one wave's pairs fit
+ * half the L2; else the smallest C whose simulated schedule ends within 2% of the best; NOTES
+ * item 22), cached per shape; DX_CUDA_ATT_CHUNK (attn_chunk) overrides. Returns C (nbh: the
+ * default order). */
 static int bwd_wg_chunk(dx_backend *be, int nbh, int nkt, int T, int G, int DH)
 {
     dxc_impl *im = dxc(be);
     if (im->attn_chunk >= 0) return im->attn_chunk == 0 || im->attn_chunk > nbh ? nbh : im->attn_chunk;
     const long key[5] = {nbh, nkt, T, G, DH};
-    if (memcmp(key, im->chunk_key, sizeof key) == 0) return im->chunk_val;
-    const int S = im->num_sms;
-    const double live = (double)(nbh < S ? nbh : S) * G * T * DH * 4;
-    int pick = nbh;
-    /* one key tile, or one wave of blocks: every order runs alike */
-    if (live > 0.5 * im->l2_bytes && nbh > 1 && nkt > 1 && (long)nbh * nkt > S) {
-        static const int cand[] = {1,  2,  3,  4,  5,  6,  8,   10,  12,  16,
-                                   20, 24, 32, 40, 48, 64, 96, 128, 192, 256};
-        const int nc = (int)(sizeof cand / sizeof cand[0]);
-        std::vector<double> M(nc + 1, 0.0), free_at((size_t)S);
-        for (int k = 0; k <= nc; k++) {
-            const int C = k < nc ? cand[k] : nbh;
-            if (k < nc && C >= nbh) continue;
-            std::fill(free_at.begin(), free_at.end(), 0.0);
-            for (int ch = 0; ch < nbh; ch += C) {
-                const int cc = C < nbh - ch ? C : nbh - ch;
-                for (int j = 0; j < nkt; j++) {
-                    const double d = (double)G * ((T - 128 * j + 63) / 64) + 2.0;
-                    for (int i = 0; i < cc; i++) { /* the next block to the first SM free */
-                        int s = 0;
-                        for (int x = 1; x < S; x++)
-                            if (free_at[(size_t)x] < free_at[(size_t)s]) s = x;
-                        free_at[(size_t)s] += d;
-                    }
-                }
-            }
-            M[(size_t)k] = *std::max_element(free_at.begin(), free_at.end());
-        }
-        double best = M[(size_t)nc];
-        for (int k = 0; k < nc; k++)
-            if (cand[k] < nbh && M[(size_t)k] < best) best = M[(size_t)k];
-        for (int k = 0; k < nc; k++)
-            if (cand[k] < nbh && M[(size_t)k] <= 1.02 * best) {
-                pick = cand[k];
-                break;
-            }
+    if (memcmp(key, im->chunk_key, sizeof key) != 0) {
+        im->chunk_val = dx_att_bwd_chunk(nbh, nkt, T, G, DH, im->num_sms, (double)im->l2_bytes);
+        memcpy(im->chunk_key, key, sizeof key);
     }
-    memcpy(im->chunk_key, key, sizeof key);
-    im->chunk_val = pick;
-    return pick;
+    return im->chunk_val;
 }
 
 template <int DH>
