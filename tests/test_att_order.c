@@ -64,8 +64,8 @@ static double makespan(int nbh, int nkt, int T, int G, int C, int nsm)
 int main(void)
 {
     char what[160];
-    /* the mapping: every grid up to 200 pairs x 20 key tiles (and a few larger), chunk sizes 1 ..
-     * nbh + 2 (C >= nbh: the plain order) */
+    /* the mapping: grids of 1 .. 40 pairs, then every 7th up to 194, by 1 .. 20 key tiles, chunk
+     * sizes 1 .. nbh + 2 (C >= nbh: the plain order) */
     int bad = 0, n = 0;
     for (int nbh = 1; nbh <= 200; nbh += (nbh < 40 ? 1 : 7))
         for (int nkt = 1; nkt <= 20; nkt++)
@@ -103,6 +103,14 @@ int main(void)
         snprintf(what, sizeof what, "chunk size %d (want %d): %s", C, cs[i].want, cs[i].what);
         check(C == cs[i].want, what);
     }
+
+    /* the L2 threshold: B 32 T 350 chunks just above it and not just below */
+    const double live = 128.0 * 8 * 350 * 64 * 4; /* min(SMs, pairs) x G x T x Dh x 4 bytes */
+    const int below = dx_att_bwd_chunk(128, 3, 350, 8, 64, 132, 2 * live + 1024);
+    const int above = dx_att_bwd_chunk(128, 3, 350, 8, 64, 132, 2 * live - 1024);
+    snprintf(what, sizeof what, "L2 threshold: %d pairs per chunk with 2 x dq + 1 KB of L2, %d with - 1 KB",
+             below, above);
+    check(below == 128 && above == 32, what);
 
     /* each choice against every candidate, by this file's own simulation */
     static const int cand[] = {1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 24, 32, 40, 48, 64, 96, 128, 192, 256};
