@@ -103,12 +103,12 @@ if limit_w:
     print(f"\nGPU while training (nvidia-smi every 100 ms; samples at >= half the {limit_w:.0f} W power limit; "
           f"max SM clock {max_mhz:.0f} MHz)")
     print(f"{'run':<32} {'samples':>8} {'SM MHz':>7} {'(range)':>12} {'W':>6}")
-    for name, path in (("dissect (step-level run)", "clock_dissect.csv"), ("PyTorch (all its runs)", "clock_torch.csv")):
-        busy = [(m, w) for m, w in samples(f"{out}/{path}") if w >= limit_w / 2]
+    for name, key in (("dissect (step-level run)", "dissect"), ("PyTorch (all its runs)", "torch")):
+        busy = [(m, w) for m, w in samples(f"{out}/clock_{key}.csv") if w >= limit_w / 2]
         if busy:
             mh = [m for m, _ in busy]
             print(f"{name:<32} {len(busy):>8} {np.mean(mh):>7.0f} {min(mh):>5.0f}-{max(mh):<6.0f} {np.mean([w for _, w in busy]):>6.0f}")
-            clocks[path.split("_")[1].split(".")[0]] = {"sm_mhz": float(np.mean(mh)), "watts": float(np.mean([w for _, w in busy]))}
+            clocks[key] = {"sm_mhz": float(np.mean(mh)), "watts": float(np.mean([w for _, w in busy]))}
 # the same figures for scripts (benchmarks/readme_rows.sh)
 json.dump({"model": model, "layers": L, "seq": seq, "micro_batch": mb, "accum": accum,
            "rows": [dict(impl=n, tokens_per_s=tok, step_ms=ms, mfu=mfu, peak_gib=mem) for n, tok, ms, mfu, mem in rows],
