@@ -309,7 +309,10 @@ static int read_grid_meta(report *r, hid_t g)
     if (rc < 0) return dx_fail("%s: cannot read /metadata pipeline_schedule", r->path);
     double th;
     if (read_f64_attr(g, "pipeline_bubble_theory", &th) == 0) r->bubble_theory = th;
-    if (r->tp < 1 || r->pp < 1 || r->dp < 1 || (long long)r->tp * r->pp * r->dp != r->world)
+    /* TP x PP (two ints) fits in long long; it is checked against the world size before the
+     * third factor, so TP x PP x DP cannot overflow either */
+    if (r->tp < 1 || r->pp < 1 || r->dp < 1 || (long long)r->tp * r->pp > r->world ||
+        (long long)r->tp * r->pp * r->dp != r->world)
         return dx_fail("%s: /metadata grid sizes TP %d x PP %d x DP %d do not multiply to the world "
                        "size %d", r->path, r->tp, r->pp, r->dp, r->world);
     htri_t ex = H5Lexists(g, "grid", H5P_DEFAULT);

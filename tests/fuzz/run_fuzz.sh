@@ -5,8 +5,10 @@
 #   usage: tests/fuzz/run_fuzz.sh BUILD_DIR SECONDS [TARGET...]   (default: every target)
 # Prints one line per target: executions, seconds, new corpus units, crashes; the findings
 # (reproducers) are kept under BUILD_DIR/fuzz-findings/<target>/ and named in the output.
-# Environment: FUZZ_MERGE=1 (merge the new units that add coverage into the repository's corpus),
-# FUZZ_ARGS (more libFuzzer flags). Targets run one after the other, one process each; meson test
+# Environment: FUZZ_SEED (libFuzzer's -seed; default 1, so that a run - the one in tests/run.sh and
+# CI included - mutates the same inputs in the same order and a finding reproduces; 0 = a random
+# seed per run, for exploring: long campaigns use it), FUZZ_MERGE=1 (merge the new units that add
+# coverage into the repository's corpus), FUZZ_ARGS (more libFuzzer flags). Targets run one after the other, one process each; meson test
 # runs the suite "fuzz" (one test per target) in parallel.
 set -uo pipefail
 build=${1:?usage: run_fuzz.sh BUILD_DIR SECONDS [TARGET...]}
@@ -49,7 +51,7 @@ for t in "${targets[@]}"; do
   # from $work/corpus
   # shellcheck disable=SC2086
   "$bin" "$work/new" "$work/corpus" "${dict[@]}" -max_total_time="$secs" -timeout=10 -rss_limit_mb=2048 \
-    -max_len=65536 -print_final_stats=1 -artifact_prefix="$findings/" \
+    -max_len=65536 -seed="${FUZZ_SEED:-1}" -print_final_stats=1 -artifact_prefix="$findings/" \
     ${FUZZ_ARGS:-} >"$work/log" 2>&1
   rc=$?
   t1=$(date +%s)
