@@ -11,6 +11,7 @@
  */
 #include "cuda_internal.cuh"
 
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -2235,6 +2236,23 @@ static void cuda_attention_bwd_rope(dx_backend *be, void *dq, void *dk, void *dv
  * Creation / destruction
  * ========================================================================================== */
 
+/* The developer switch `name` (a decimal integer in 0 .. 2^20): its value, or dflt when it is
+ * unset or empty; anything else keeps dflt and prints a warning naming the variable and what it
+ * should be (`what`). */
+static int env_int(const char *name, int dflt, const char *what)
+{
+    const char *v = getenv(name);
+    if (!v || !v[0]) return dflt;
+    char *end;
+    errno = 0;
+    const long n = strtol(v, &end, 10);
+    if (*end || errno || n < 0 || n > 1L << 20) {
+        fprintf(stderr, "dissect cuda backend: %s=%s is not %s; the default is used\n", name, v, what);
+        return dflt;
+    }
+    return (int)n;
+}
+
 static void cuda_destroy(dx_backend *be)
 {
     if (!be) return;
@@ -2353,29 +2371,17 @@ extern "C" dx_backend *dx_backend_cuda_create(int device, int nthreads)
     im->attn_simple = att_env && strcmp(att_env, "simple") == 0;
     const char *det_env = getenv("DX_CUDA_DETERMINISTIC");
     im->attn_det = det_env && det_env[0] && strcmp(det_env, "0") != 0;
-    const char *fv = getenv("DX_CUDA_ATT_FWD"), *bv = getenv("DX_CUDA_ATT_BWD");
-    im->attn_fwd_var = fv ? atoi(fv) : 0;
-    im->attn_bwd_var = bv ? atoi(bv) : 0;
-    const char *ag = getenv("DX_CUDA_ATT_GRID");
-    im->attn_grid = ag ? atoi(ag) : 0;
-    const char *ac = getenv("DX_CUDA_ATT_CHUNK");
-    im->attn_chunk = -1; /* unset or empty: chosen per shape */
-    if (ac && ac[0]) {
-        char *end;
-        const long n = strtol(ac, &end, 10);
-        if (*end || n < 0 || n > 1L << 20)
-            fprintf(stderr, "dissect cuda backend: DX_CUDA_ATT_CHUNK=%s is not a count of (batch, kv "
-                            "head) pairs (0: no chunks); chosen per shape instead\n", ac);
-        else
-            im->attn_chunk = (int)n;
-    }
+    im->attn_fwd_var = env_int("DX_CUDA_ATT_FWD", 0, "an attention forward variant number");
+    im->attn_bwd_var = env_int("DX_CUDA_ATT_BWD", 0, "an attention backward variant number");
+    im->attn_grid = env_int("DX_CUDA_ATT_GRID", 0, "a block count (0: the SM count)");
+    /* unset or empty: chosen per shape */
+    im->attn_chunk = env_int("DX_CUDA_ATT_CHUNK", -1, "a count of (batch, kv head) pairs (0: no chunks)");
     im->chunk_key[0] = -1;
     const char *sg = getenv("DX_CUDA_SWIGLU_GEMM");
     im->swiglu_gemm = !(sg && strcmp(sg, "0") == 0);
     const char *rg = getenv("DX_CUDA_ROPE_GEMM");
     im->rope_gemm = !(rg && strcmp(rg, "0") == 0);
-    const char *wep = getenv("DX_GEMM_WG_EP");
-    im->gemm_wg_ep = wep ? atoi(wep) : 0;
+    im->gemm_wg_ep = env_int("DX_GEMM_WG_EP", 0, "a GEMM epilogue variant number");
     const char *rf = getenv("DX_CUDA_ROPE_FOLD");
     im->rope_fold = !(rf && strcmp(rf, "0") == 0);
 
@@ -2432,8 +2438,7 @@ extern "C" dx_backend *dx_backend_cuda_create(int device, int nthreads)
     be->side_record = cuda_side_record;
     be->side_end = cuda_side_end;
     be->side_wait = cuda_side_wait;
-    const char *sb_env = getenv("DX_CUDA_SIDE_BLOCKS");
-    im->side_grid = sb_env ? atoi(sb_env) : 0;
+    im->side_grid = env_int("DX_CUDA_SIDE_BLOCKS", 0, "a block count (0: no cap)");
 
     const char *prio_env = getenv("DX_CUDA_COMPUTE_PRIORITY");
     if (prio_env && !strcmp(prio_env, "high")) {
@@ -2470,8 +2475,7 @@ extern "C" dx_backend *dx_backend_cuda_create(int device, int nthreads)
     if (bs == CUBLAS_STATUS_SUCCESS)
         bs = cublasSetMathMode(im->blas, (cublasMath_t)(CUBLAS_DEFAULT_MATH |
                                                         CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION));
-    const char *sms_env = getenv("DX_CUDA_GEMM_SMS");
-    int sms = sms_env ? atoi(sms_env) : 0;
+    const int sms = env_int("DX_CUDA_GEMM_SMS", 0, "an SM count (0: all)");
     if (bs == CUBLAS_STATUS_SUCCESS && sms > 0 && sms < im->num_sms) {
         bs = cublasSetSmCountTarget(im->blas, sms);
         im->gemm_sms = sms;
