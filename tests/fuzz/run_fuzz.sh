@@ -8,8 +8,8 @@
 # Environment: FUZZ_SEED (libFuzzer's -seed; default 1, so that a run - the one in tests/run.sh and
 # CI included - mutates the same inputs in the same order and a finding reproduces; 0 = a random
 # seed per run, for exploring: long campaigns use it), FUZZ_MERGE=1 (merge the new units that add
-# coverage into the repository's corpus), FUZZ_ARGS (more libFuzzer flags). Targets run one after the other, one process each; meson test
-# runs the suite "fuzz" (one test per target) in parallel.
+# coverage into the repository's corpus), FUZZ_ARGS (more libFuzzer flags). Targets run one after
+# the other, one process each; meson test runs the suite "fuzz" (one test per target) in parallel.
 set -uo pipefail
 build=${1:?usage: run_fuzz.sh BUILD_DIR SECONDS [TARGET...]}
 secs=${2:?usage: run_fuzz.sh BUILD_DIR SECONDS [TARGET...]}
