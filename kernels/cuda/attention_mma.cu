@@ -853,7 +853,58 @@ template <int DH> constexpr size_t bwd_wg_smem()
     /* alignment slack; K, V (128 keys); Q, dO (2 stages of 64 queries); dS^T (2 x 128 x 64);
      * lse, D (2 stages of 64); dq tiles (2 consumers x 64 x 64 fp32); mbarriers */
     return 1024 + (size_t)(2 * 128 * DH + 4 * 64 * DH + 2 * 128 * 64) * sizeof(bf16) +
-           4 * 64 * sizeof(float) + 2 * 64 * 64 * sizeof(float) + 64;
+           4 * 64 * sizeof(float) + 2 * 64 * 64 * sizeof(float) + 128;
+}
+
+/* the dq tile of (b, h, query tile i0 / 64) from att_bwd_wg's accumulator (acc_tile: its DH / 64
+ * pieces, dq_tiled_off) converted by one warp: dq[b, t, h, :] = bf16(acc * scale) for the tile's
+ * rows t < T, with RoPE's backward (att_dq_from_tiles_rope's math) where rtab is not NULL. The
+ * accumulator is read through L2 (ld.global.cg: other SMs' bulk reductions wrote it), and its
+ * 128-byte lines are then dropped from L2 unwritten (discard.global.L2: the next use of the
+ * accumulator zeroes it first), so that the fp32 tile never goes back to DRAM. */
+template <int DH>
+__device__ __forceinline__ void dq_tile_convert(bf16 *__restrict__ dq, const float *acc_tile, int b,
+                                                int h, int i0, int T, int H, float scale,
+                                                const float *__restrict__ rtab, size_t sin_off,
+                                                size_t qld, int lane)
+{
+    constexpr int HALF = DH / 2;
+    const int rows = T - i0 < 64 ? T - i0 : 64;
+    auto ld = [&](int r, int col) {
+        return __ldcg((const float4 *)(acc_tile + (size_t)(col / 64) * 4096 + dq_tiled_off(r, col % 64)));
+    };
+    if (rtab) {
+        constexpr int Q = HALF / 4; /* items per row: columns d .. d+3 and d+HALF .. +3 */
+#pragma unroll 1
+        for (int i = lane; i < rows * Q; i += 32) {
+            const int r = i / Q, d = (i % Q) * 4, e = d + HALF, t = i0 + r;
+            const float4 a = ld(r, d), bb = ld(r, e);
+            const float4 c = __ldg((const float4 *)(rtab + (size_t)t * HALF + d));
+            const float4 sn = __ldg((const float4 *)(rtab + sin_off + (size_t)t * HALF + d));
+            const float a0 = a.x * scale, a1 = a.y * scale, a2 = a.z * scale, a3 = a.w * scale;
+            const float b0 = bb.x * scale, b1 = bb.y * scale, b2 = bb.z * scale, b3 = bb.w * scale;
+            bf16 *row = dq + ((size_t)b * T + t) * qld + (size_t)h * DH;
+            __nv_bfloat162 *o = (__nv_bfloat162 *)(row + d), *p = (__nv_bfloat162 *)(row + e);
+            o[0] = __floats2bfloat162_rn(a0 * c.x + b0 * sn.x, a1 * c.y + b1 * sn.y);
+            o[1] = __floats2bfloat162_rn(a2 * c.z + b2 * sn.z, a3 * c.w + b3 * sn.w);
+            p[0] = __floats2bfloat162_rn(b0 * c.x - a0 * sn.x, b1 * c.y - a1 * sn.y);
+            p[1] = __floats2bfloat162_rn(b2 * c.z - a2 * sn.z, b3 * c.w - a3 * sn.w);
+        }
+    } else {
+        constexpr int Q = DH / 4;
+#pragma unroll 1
+        for (int i = lane; i < rows * Q; i += 32) {
+            const int r = i / Q, d = (i % Q) * 4;
+            const float4 a = ld(r, d);
+            __nv_bfloat162 *o =
+                (__nv_bfloat162 *)(dq + ((size_t)b * T + i0 + r) * qld + (size_t)h * DH + d);
+            o[0] = __floats2bfloat162_rn(a.x * scale, a.y * scale);
+            o[1] = __floats2bfloat162_rn(a.z * scale, a.w * scale);
+        }
+    }
+    __syncwarp(); /* every lane's loads are in (their values are stored) */
+    for (int l = lane; l < 64 * DH * 4 / 128; l += 32)
+        asm volatile("discard.global.L2 [%0], 128;\n" ::"l"(acc_tile + 32 * l) : "memory");
 }
 
 /* The backward of att_bwd_dkdv_tc<DH, .., DQ = true> (same contract, FlashAttention-2's
@@ -880,13 +931,23 @@ template <int DH> constexpr size_t bwd_wg_smem()
  * A warpgroup whose 64 keys all come after the query tile (or lie past T) issues no products
  * for it and writes zero dS^T rows (mode bit 1, variant 11, computes them: NOTES item 18).
  * dk and dv are deterministic (ascending order); the order of dq's additions is not. rtab (not
- * NULL): dk comes out with RoPE's backward applied (store_dk_dv); dq's is in
- * att_dq_from_tiles_rope. mode bit 0: the grid is (key tiles, B Hkv); bit 2 (only without bit 0):
- * the blocks in launch order run in chunks of mode >> 8 (b, kv head) pairs (bwd_wg_chunk). */
+ * NULL): dk comes out with RoPE's backward applied (store_dk_dv), and so does dq. mode bit 0: the
+ * grid is (key tiles, B Hkv); bit 2 (only without bit 0): the blocks in launch order run in
+ * chunks of mode >> 8 (b, kv head) pairs (bwd_wg_chunk).
+ * mode bit 3 (TMA only): dq is converted here, not by a separate pass over the accumulator
+ * (att_dq_from_tiles(_rope)). Consumer thread 0 waits for each of its reductions to complete
+ * (not only to have read shared memory) before it reuses its dq buffer, and publishes how many
+ * have in shared memory (release); warp 1 of the producer warpgroup, otherwise idle, follows
+ * the consumers' reductions in issue order and adds one to dq_cnt[b, h, tile] for each once it
+ * is complete. A tile has DH / 64 x (qi / 2 + 1) additions (64-query tile qi, one per piece and
+ * key tile at or before it); the warp whose count completes it converts the tile at once, while
+ * it is still in L2, and drops its lines from L2 unwritten (dq_tile_convert). This saves the
+ * separate pass's read of the accumulator from DRAM and the accumulator's write-back (NOTES
+ * item 23). dq_cnt must be zero at the launch (bwd_launch zeroes it with the accumulator). */
 template <int DH, bool TMA>
 __global__ void __launch_bounds__(384, 1)
     att_bwd_wg(bf16 *__restrict__ dk, bf16 *__restrict__ dv, float *__restrict__ dq_acc,
-               const bf16 *__restrict__ dout, const bf16 *__restrict__ q,
+               bf16 *__restrict__ dq, int *__restrict__ dq_cnt, const bf16 *__restrict__ dout, const bf16 *__restrict__ q,
                const bf16 *__restrict__ k, const bf16 *__restrict__ v,
                const float *__restrict__ lse, const float *__restrict__ Dv, int T, int H, int Hkv,
                size_t kst, size_t qld, float sl2, float scale, int mode, const float *__restrict__ rtab,
@@ -895,7 +956,7 @@ __global__ void __launch_bounds__(384, 1)
 {
 #ifdef DXC_HAVE_WGMMA
     constexpr int BK = 128, BQ = 64, NN = BQ / 8, NDT = DH / 8;
-    const bool key_x = mode & 1, skip_dead = !(mode & 2);
+    const bool key_x = mode & 1, skip_dead = !(mode & 2), conv = TMA && (mode & 8);
     constexpr uint32_t KB = BK * DH * 2, QB = BQ * DH * 2, SB = BK * BQ * 2; /* tile bytes */
     DXC_DYNAMIC_SMEM(uint4, smem_raw);
     const uint32_t raw = smem_u32(smem_raw), base = (raw + 1023u) & ~1023u;
@@ -903,8 +964,10 @@ __global__ void __launch_bounds__(384, 1)
     const uint32_t Lv = Ss + 2 * SB; /* float lse[2][BQ], D[2][BQ] */
     const float *Lg = (const float *)((const char *)smem_raw + (Lv - raw));
     const uint32_t Dq = Lv + 4 * BQ * 4; /* float [2][BQ * 64] (dq_tiled_off) */
-    /* mbarriers: full_kv, full[2], empty[2] */
+    /* mbarriers: full_kv, full[2], empty[2]; then (conv) per consumer the count of its dq
+     * reductions known complete */
     const uint32_t bars = Dq + 2 * BQ * 64 * 4, full_kv = bars, full = bars + 8, empty = bars + 24;
+    const uint32_t done = bars + 40;
 
     const int wg = threadIdx.x >> 7;
     /* grid (B Hkv, key tiles), long (early) key tiles first; key_x: (key tiles, B Hkv); mode
@@ -921,8 +984,10 @@ __global__ void __launch_bounds__(384, 1)
     /* iteration it: query head kh * G + it / nq, query tile c0 + (it % nq) * BQ (queries
      * before c0 see none of these keys) */
     const int nq = (T - c0 + BQ - 1) / BQ, niter = G * nq;
+    const int nt64 = (T + 63) / 64;
 
     if (threadIdx.x == 0) {
+        asm volatile("st.shared.v2.u32 [%0], {%1, %1};\n" ::"r"(done), "r"(0u) : "memory");
         /* TMA: K, V by thread 0's expect_tx; a stage by its expect_tx and warp 0's cp.async of
          * lse and D (noinc arrivals) */
         mbar_init(full_kv, TMA ? 1 : 128);
@@ -947,7 +1012,46 @@ __global__ void __launch_bounds__(384, 1)
     if (wg == 0 && TMA) { /* producer: warp 0, lane 0 issuing TMA copies, its lanes lse and D */
         setmaxnreg_dec<40>();
         const int tid = threadIdx.x;
-        if (tid >= 32) return;
+        if (tid >= 32) {
+            if (conv && tid < 64) { /* warp 1: counts the dq reductions and converts the tiles */
+                const int lane = tid & 31;
+                /* per consumer: the count it has published, and the reductions counted here */
+                int seen0 = 0, seen1 = 0, nproc0 = 0, nproc1 = 0;
+                for (int it = 0; it < niter; it++) {
+                    const int h = kh * G + it / nq, i0 = c0 + (it % nq) * BQ, qi = i0 / 64;
+                    const size_t ti = ((size_t)b * H + h) * nt64 + qi;
+#pragma unroll
+                    for (int pc = 0; pc < DH / 64; pc++) {
+                        const int cc = DH == 128 ? pc : (it & 1); /* the reducing consumer */
+                        int last = 0, &seen = cc ? seen1 : seen0, &nproc = cc ? nproc1 : nproc0;
+                        if (lane == 0) {
+                            /* consumer cc's reduction number nproc has completed (the
+                             * consumer's bulk_wait, then its release store of the count) */
+                            while (seen <= nproc) {
+                                asm volatile("ld.acquire.cta.shared::cta.u32 %0, [%1];\n"
+                                             : "=r"(seen)
+                                             : "r"(done + 4 * cc)
+                                             : "memory");
+                                if (seen <= nproc) __nanosleep(128);
+                            }
+                            /* the tile's additions from every contributor (key tiles 0 ..
+                             * qi / 2, DH / 64 pieces each) before the count that says so */
+                            __threadfence();
+                            last = atomicAdd(dq_cnt + ti, 1) == (DH / 64) * (qi / 2 + 1) - 1;
+                            if (last) __threadfence();
+                        }
+                        nproc++;
+                        last = __shfl_sync(0xffffffffu, last, 0);
+                        if (last) {
+                            __syncwarp();
+                            dq_tile_convert<DH>(dq, dq_acc + ti * 64 * DH, b, h, i0, T, H, scale, rtab,
+                                                sin_off, qld, lane);
+                        }
+                    }
+                }
+            }
+            return;
+        }
         if (tid == 0) {
             mbar_expect_tx(full_kv, 2 * KB);
 #pragma unroll
@@ -1013,8 +1117,16 @@ __global__ void __launch_bounds__(384, 1)
     const int dq_col = DH == 128 ? 64 * c : 0;
     const uint32_t kq = Ks + (DH == 128 ? c * KB / 2 : 0);
     const uint32_t dqs = Dq + c * BQ * 64 * 4; /* this consumer's dq tile */
-    const int nt64 = (T + 63) / 64;
     const int tid = threadIdx.x & 127;
+    uint32_t nred = 0; /* this consumer's dq reductions issued */
+    /* conv: tid 0 waits for its reductions to complete (not only to have read shared memory)
+     * and tells warp 1 of the producer how many have (release: their additions in global
+     * memory are visible to this thread, and so to warp 1 after its acquire) */
+    auto red_done = [&]() {
+        bulk_wait<false>();
+        asm volatile("st.release.cta.shared::cta.u32 [%0], %1;\n" ::"r"(done + 4 * c), "r"(nred)
+                     : "memory");
+    };
 
     mbar_wait(full_kv, 0);
     for (int it = 0; it < niter; it++) {
@@ -1095,7 +1207,10 @@ __global__ void __launch_bounds__(384, 1)
             /* dq tile -> this consumer's shared buffer (once its previous reduction has read
              * it), then one bulk reduction of the 16 KB into dq_acc's piece (FlashAttention-3
              * adds its dq tiles with TMA reductions likewise) */
-            if (tid == 0) bulk_wait<true>();
+            if (tid == 0) {
+                if (conv) red_done();
+                else bulk_wait<true>();
+            }
             bar_sync(3 + c, 128);
 #pragma unroll
             for (int hh = 0; hh < 2; hh++) {
@@ -1115,6 +1230,7 @@ __global__ void __launch_bounds__(384, 1)
                                  dqs, 64 * 64 * 4);
                 bulk_commit();
             }
+            nred++;
         } else {
             wg_wait<0>();
             reg_fence(dkf);
@@ -1123,7 +1239,10 @@ __global__ void __launch_bounds__(384, 1)
         }
     }
     store_dk_dv<1, NDT>(dk, dv, dka, dva, wk0, b, kh, T, kst, scale, t, g, rtab, sin_off);
-    if (tid == 0) bulk_wait<false>(); /* the last dq reduction, before the block exits */
+    if (tid == 0) { /* the last dq reduction, before the block exits */
+        if (conv) red_done();
+        else bulk_wait<false>();
+    }
 #else
     __trap(); /* dispatched only on sm_90 (dxc_impl.wgmma) */
 #endif
@@ -1317,9 +1436,11 @@ static int bwd_wg_chunk(dx_backend *be, int nbh, int nkt, int T, int G, int DH)
     return im->chunk_val;
 }
 
+/* Returns whether the kernel converted dq itself (mode bit 3: with TMA copies, unless variant 14
+ * asks for the separate pass; dq_cnt's B H ceil(T / 64) counters zero) */
 template <int DH>
-void dkdv_wg_launch(dx_backend *be, void *dk, void *dv, float *dq_acc, const void *dout,
-                    const void *q, const void *k, const void *v, const float *lse,
+bool dkdv_wg_launch(dx_backend *be, void *dk, void *dv, float *dq_acc, void *dq, int *dq_cnt,
+                    const void *dout, const void *q, const void *k, const void *v, const float *lse,
                     const float *Dv, int B, int T, int H, int Hkv, size_t kst, size_t qld, bool key_x,
                     const float *rtab, size_t sin_off)
 {
@@ -1344,15 +1465,18 @@ void dkdv_wg_launch(dx_backend *be, void *dk, void *dv, float *dq_acc, const voi
     const dim3 grid = key_x ? dim3(nkt, nbh) : dim3(nbh, nkt);
     /* mode: bit 0 the key-tile-major grid, bit 1 (variant 11) the masked warpgroup tiles computed */
     int mode = (key_x ? 1 : 0) | (dxc(be)->attn_bwd_var == 11 ? 2 : 0);
+    const bool conv = tma && dxc(be)->attn_bwd_var != 14;
+    if (conv) mode |= 8; /* bit 3: dq converted in the kernel (att_bwd_wg's warp 1) */
     if (!key_x && dxc(be)->attn_bwd_var != 9) { /* bit 2: chunks of C (b, kv head) pairs */
         const int C = bwd_wg_chunk(be, (int)nbh, (int)nkt, T, H / Hkv, DH);
         if (C < (int)nbh) mode |= 4 | (C << 8);
     }
-    kern<<<grid, 384, smem, dxc(be)->stream>>>((bf16 *)dk, (bf16 *)dv, dq_acc, (const bf16 *)dout,
-                                              (const bf16 *)q, (const bf16 *)k, (const bf16 *)v,
-                                              lse, Dv, T, H, Hkv, kst, qld, sl2, scale, mode,
-                                              rtab, sin_off, tq, tk, tv, tdo);
+    kern<<<grid, 384, smem, dxc(be)->stream>>>((bf16 *)dk, (bf16 *)dv, dq_acc, (bf16 *)dq, dq_cnt,
+                                              (const bf16 *)dout, (const bf16 *)q, (const bf16 *)k,
+                                              (const bf16 *)v, lse, Dv, T, H, Hkv, kst, qld, sl2,
+                                              scale, mode, rtab, sin_off, tq, tk, tv, tdo);
     DXC_LAUNCHED(be, op);
+    return conv;
 }
 
 template <int DH, int NW, int MT, int BN>
@@ -1470,11 +1594,12 @@ bool bwd_launch(dx_backend *be, void *dq, void *dk, void *dv, float *dq_acc, con
     const size_t n = (size_t)B * T * H * DH;
     cudaStream_t st = dxc(be)->stream;
     if constexpr (DH == 64 || DH == 128) {
-        if (wg) { /* the tiled accumulator (dq_tiled_off) */
-            const size_t nt = (size_t)B * H * ((T + 63) / 64) * 64 * DH;
-            DXC_CHECK(op, cudaMemsetAsync(dq_acc, 0, nt * sizeof(float), st));
-            dkdv_wg_launch<DH>(be, dk, dv, dq_acc, dout, q, k, v, lse, Dv, B, T, H, Hkv, kst, qld,
-                               wg == 2, rtab, sin_off);
+        if (wg) { /* the tiled accumulator (dq_tiled_off), then a counter per 64-query tile */
+            const size_t ntile = (size_t)B * H * ((T + 63) / 64), nt = ntile * 64 * DH;
+            DXC_CHECK(op, cudaMemsetAsync(dq_acc, 0, (nt + ntile) * sizeof(float), st));
+            if (dkdv_wg_launch<DH>(be, dk, dv, dq_acc, dq, (int *)(dq_acc + nt), dout, q, k, v, lse,
+                                   Dv, B, T, H, Hkv, kst, qld, wg == 2, rtab, sin_off))
+                return rtab != nullptr; /* dq converted by the kernel */
             const size_t per_b = (size_t)T * H * DH / (rtab ? 8 : 4),
                          cap = (size_t)dxc(be)->num_sms * 16 / B + 1;
             const size_t blocks = (per_b + 255) / 256 < cap ? (per_b + 255) / 256 : cap;
@@ -1545,9 +1670,10 @@ bool bwd_launch(dx_backend *be, void *dq, void *dk, void *dv, float *dq_acc, con
  *   backward Dh 64:  0 (wgmma; elsewhere 8)  9 (wgmma, longest first, no chunks)
  *                    10 (wgmma, key-tile major)
  *                    11 (0 computing the warpgroup tiles that lie wholly above the diagonal)
- *                    13 (0 with the cp.async producer)
+ *                    13 (0 with the cp.async producer, dq converted by a separate pass)
+ *                    14 (0 with dq converted by a separate pass, att_dq_from_tiles(_rope))
  *                    8 (4 warps, MT 2, 32 queries per tile)
- *            Dh 128: 0 (wgmma; elsewhere 8)  9  10  11  13  8 (8 warps, MT 1, 64 queries)  1 (4, 1, 32)
+ *            Dh 128: 0 (wgmma; elsewhere 8)  9  10  11  13  14  8 (8 warps, MT 1, 64 queries)  1 (4, 1, 32)
  *                    2 (8, 1, 32)  3 (4, 1, 64) */
 void dxc_attention_fwd_mma(dx_backend *be, void *o, void *lse, const void *q, const void *k,
                            const void *v, int ldq, int ldkv, int B, int T, int H, int Hkv, int Dh)
@@ -1615,7 +1741,7 @@ int dxc_attention_bwd_mma(dx_backend *be, void *dq, void *dk, void *dv, float *d
     /* att_bwd_wg (not with DX_CUDA_DETERMINISTIC): 1, or 2 with the key-tile-major grid */
     const long nblk = (long)B * Hkv * ((T + 127) / 128);
     const int wg = !dxc(be)->wgmma                                     ? 0
-                   : var == 0 || var == 11 || var == 13 ? (nblk >= 8L * dxc(be)->num_sms ? 2 : 1)
+                   : var == 0 || var == 11 || var == 13 || var == 14 ? (nblk >= 8L * dxc(be)->num_sms ? 2 : 1)
                    : var == 9 ? 1 : var == 10 ? 2 : 0;
 #define BWD(...)                                                                                   \
     bwd_launch<__VA_ARGS__>(be, dq, dk, dv, dq_acc, dout, q, k, v, lse, Dv, B, T, H, Hkv, kst, qld, \
