@@ -1124,6 +1124,9 @@ __global__ void __launch_bounds__(384, 1)
      * memory are visible to this thread, and so to warp 1 after its acquire) */
     auto red_done = [&]() {
         bulk_wait<false>();
+        /* the async proxy's writes to global memory, before this thread's generic accesses
+         * after (PTX ISA: a proxy fence orders accesses of the two proxies) */
+        asm volatile("fence.proxy.async.global;\n" ::: "memory");
         asm volatile("st.release.cta.shared::cta.u32 [%0], %1;\n" ::"r"(done + 4 * c), "r"(nred)
                      : "memory");
     };
