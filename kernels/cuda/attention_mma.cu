@@ -856,6 +856,17 @@ template <int DH> constexpr size_t bwd_wg_smem()
            4 * 64 * sizeof(float) + 2 * 64 * 64 * sizeof(float) + 128;
 }
 
+__device__ __forceinline__ int ld_acquire_gpu(const int *p)
+{
+    int v;
+    asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
+    return v;
+}
+__device__ __forceinline__ void st_release_gpu(int *p, int v)
+{
+    asm volatile("st.release.gpu.global.b32 [%0], %1;\n" ::"l"(p), "r"(v) : "memory");
+}
+
 /* the dq tile of (b, h, query tile i0 / 64) from att_bwd_wg's accumulator (acc_tile: its DH / 64
  * pieces, dq_tiled_off) converted by one warp: dq[b, t, h, :] = bf16(acc * scale) for the tile's
  * rows t < T, with RoPE's backward (att_dq_from_tiles_rope's math) where rtab is not NULL. The
@@ -935,15 +946,20 @@ __device__ __forceinline__ void dq_tile_convert(bf16 *__restrict__ dq, const flo
  * grid is (key tiles, B Hkv); bit 2 (only without bit 0): the blocks in launch order run in
  * chunks of mode >> 8 (b, kv head) pairs (bwd_wg_chunk).
  * mode bit 3 (TMA only): dq is converted here, not by a separate pass over the accumulator
- * (att_dq_from_tiles(_rope)). Consumer thread 0 waits for each of its reductions to complete
- * (not only to have read shared memory) before it reuses its dq buffer, and publishes how many
- * have in shared memory (release); warp 1 of the producer warpgroup, otherwise idle, follows
- * the consumers' reductions in issue order and adds one to dq_cnt[b, h, tile] for each once it
- * is complete. A tile has DH / 64 x (qi / 2 + 1) additions (64-query tile qi, one per piece and
- * key tile at or before it); the warp whose count completes it converts the tile at once, while
- * it is still in L2, and drops its lines from L2 unwritten (dq_tile_convert). This saves the
- * separate pass's read of the accumulator from DRAM and the accumulator's write-back (NOTES
- * item 23). dq_cnt must be zero at the launch (bwd_launch zeroes it with the accumulator). */
+ * (att_dq_from_tiles(_rope)). The consumers only write their dq tiles into shared memory
+ * (dq_full / dq_empty mbarriers); warp 1 of the producer warpgroup, otherwise idle, issues the
+ * bulk operations in the consumers' order, frees each buffer once it has been read, and once
+ * an operation has completed adds one to dq_cnt[tile] (b, h, 64 queries). A tile has DH / 64 x
+ * (qi / 2 + 1) contributions (64-query tile qi: one per 64 x 64 piece and key tile at or
+ * before it); the warp whose count completes it converts the tile at once, while it is still
+ * in L2, and drops its lines from L2 unwritten (dq_tile_convert). The atomics stay off the
+ * consumers' path. Bit 4 (with bit 3): the accumulator is not zeroed first; per piece, the
+ * contribution that claims it first (an atomic count) is copied (cp.async.bulk), sets the
+ * piece's flag once complete, and the others wait for that flag before their reductions (the
+ * claimer is running and waits on nothing, so every wait ends). Together: the accumulator never
+ * goes to or comes from DRAM (the separate pass read it, the memset wrote it, the first
+ * reductions read it back and L2 wrote the sums back: ~4 x 134 MB per call at B 8 T 2048 H 32
+ * Dh 64; NOTES item 23). dq_cnt (dq_cnt_ints) is zeroed by dkdv_wg_launch before each launch. */
 template <int DH, bool TMA>
 __global__ void __launch_bounds__(384, 1)
     att_bwd_wg(bf16 *__restrict__ dk, bf16 *__restrict__ dv, float *__restrict__ dq_acc,
@@ -956,7 +972,8 @@ __global__ void __launch_bounds__(384, 1)
 {
 #ifdef DXC_HAVE_WGMMA
     constexpr int BK = 128, BQ = 64, NN = BQ / 8, NDT = DH / 8;
-    const bool key_x = mode & 1, skip_dead = !(mode & 2), conv = TMA && (mode & 8);
+    const bool key_x = mode & 1, skip_dead = !(mode & 2), conv = TMA && (mode & 8),
+               first_store = conv && (mode & 16);
     constexpr uint32_t KB = BK * DH * 2, QB = BQ * DH * 2, SB = BK * BQ * 2; /* tile bytes */
     DXC_DYNAMIC_SMEM(uint4, smem_raw);
     const uint32_t raw = smem_u32(smem_raw), base = (raw + 1023u) & ~1023u;
@@ -964,10 +981,10 @@ __global__ void __launch_bounds__(384, 1)
     const uint32_t Lv = Ss + 2 * SB; /* float lse[2][BQ], D[2][BQ] */
     const float *Lg = (const float *)((const char *)smem_raw + (Lv - raw));
     const uint32_t Dq = Lv + 4 * BQ * 4; /* float [2][BQ * 64] (dq_tiled_off) */
-    /* mbarriers: full_kv, full[2], empty[2]; then (conv) per consumer the count of its dq
-     * reductions known complete */
+    /* mbarriers: full_kv, full[2], empty[2]; (conv) per consumer its dq tile written (dq_full)
+     * and read by the bulk operation (dq_empty) */
     const uint32_t bars = Dq + 2 * BQ * 64 * 4, full_kv = bars, full = bars + 8, empty = bars + 24;
-    const uint32_t done = bars + 40;
+    const uint32_t dq_full = bars + 40, dq_empty = bars + 56;
 
     const int wg = threadIdx.x >> 7;
     /* grid (B Hkv, key tiles), long (early) key tiles first; key_x: (key tiles, B Hkv); mode
@@ -985,15 +1002,20 @@ __global__ void __launch_bounds__(384, 1)
      * before c0 see none of these keys) */
     const int nq = (T - c0 + BQ - 1) / BQ, niter = G * nq;
     const int nt64 = (T + 63) / 64;
+    /* (conv) dq_cnt: per tile (b, h, 64 queries) its completed additions, then per piece
+     * (64 x 64 of a tile) a claim count and a flag "first contribution written" (first_store) */
+    const size_t ntile = (size_t)(key_x ? gridDim.y : gridDim.x) * G * nt64;
+    int *const dq_claim = dq_cnt + ntile, *const dq_written = dq_claim + ntile * (DH / 64);
 
     if (threadIdx.x == 0) {
-        asm volatile("st.shared.v2.u32 [%0], {%1, %1};\n" ::"r"(done), "r"(0u) : "memory");
         /* TMA: K, V by thread 0's expect_tx; a stage by its expect_tx and warp 0's cp.async of
          * lse and D (noinc arrivals) */
         mbar_init(full_kv, TMA ? 1 : 128);
         for (int i = 0; i < 2; i++) {
             mbar_init(full + 8 * i, TMA ? 33 : 128);
             mbar_init(empty + 8 * i, 8); /* the consumers' 8 warps */
+            mbar_init(dq_full + 8 * i, 1);
+            mbar_init(dq_empty + 8 * i, 1);
         }
         if (TMA) fence_mbar_init();
     }
@@ -1013,41 +1035,88 @@ __global__ void __launch_bounds__(384, 1)
         setmaxnreg_dec<40>();
         const int tid = threadIdx.x;
         if (tid >= 32) {
-            if (conv && tid < 64) { /* warp 1: counts the dq reductions and converts the tiles */
+            if (conv && tid < 64) { /* warp 1: dq's bulk operations, their counts, conversions */
                 const int lane = tid & 31;
-                /* per consumer: the count it has published, and the reductions counted here */
-                int seen0 = 0, seen1 = 0, nproc0 = 0, nproc1 = 0;
+                int use0 = 0, use1 = 0;
+                /* the bulk operation issued last and not yet counted: its tile */
+                bool pend = false;
+                size_t pend_ti = 0;
+                int pend_h = 0, pend_i0 = 0;
+                /* one completed addition to tile ti (query tile i0 of head h); the warp whose
+                 * addition completes the tile (DH / 64 pieces x key tiles 0 .. qi / 2)
+                 * converts it (lane-uniform) */
+                auto count = [&](size_t ti, int h, int i0) {
+                    int last = 0;
+                    if (lane == 0) {
+                        __threadfence(); /* the addition (visible to this thread), then the count */
+                        last = atomicAdd(dq_cnt + ti, 1) == (DH / 64) * (i0 / 128 + 1) - 1;
+                        if (last) __threadfence(); /* every contributor's, before the loads */
+                    }
+                    last = __shfl_sync(0xffffffffu, last, 0);
+                    if (last) {
+                        __syncwarp();
+                        dq_tile_convert<DH>(dq, dq_acc + ti * 64 * DH, b, h, i0, T, H, scale, rtab,
+                                            sin_off, qld, lane);
+                    }
+                };
                 for (int it = 0; it < niter; it++) {
-                    const int h = kh * G + it / nq, i0 = c0 + (it % nq) * BQ, qi = i0 / 64;
-                    const size_t ti = ((size_t)b * H + h) * nt64 + qi;
+                    const int h = kh * G + it / nq, i0 = c0 + (it % nq) * BQ;
+                    const size_t ti = ((size_t)b * H + h) * nt64 + i0 / 64;
 #pragma unroll
                     for (int pc = 0; pc < DH / 64; pc++) {
-                        const int cc = DH == 128 ? pc : (it & 1); /* the reducing consumer */
-                        int last = 0, &seen = cc ? seen1 : seen0, &nproc = cc ? nproc1 : nproc0;
+                        const int cc = DH == 128 ? pc : (it & 1); /* the consumer of this piece */
+                        int &use = cc ? use1 : use0;
+                        const size_t pi = ti * (DH / 64) + pc; /* the piece */
+                        int stored = 0;
                         if (lane == 0) {
-                            /* consumer cc's reduction number nproc has completed (the
-                             * consumer's bulk_wait, then its release store of the count) */
-                            while (seen <= nproc) {
-                                asm volatile("ld.acquire.cta.shared::cta.u32 %0, [%1];\n"
-                                             : "=r"(seen)
-                                             : "r"(done + 4 * cc)
-                                             : "memory");
-                                if (seen <= nproc) __nanosleep(128);
+                            mbar_wait(dq_full + 8 * cc, use & 1);
+                            float *dst = dq_acc + pi * 4096;
+                            const uint32_t src = Dq + cc * BQ * 64 * 4;
+                            if (first_store && atomicAdd(dq_claim + pi, 1) == 0) {
+                                /* the piece's first contribution: a plain copy (the
+                                 * accumulator is not zeroed first) */
+                                bulk_copy_s2g(dst, src, 64 * 64 * 4);
+                                stored = 1;
+                            } else {
+                                if (first_store) { /* once the first contribution is written */
+                                    while (ld_acquire_gpu(dq_written + pi) == 0) __nanosleep(64);
+                                    asm volatile("fence.proxy.async.global;\n" ::: "memory");
+                                }
+                                bulk_red_add_f32(dst, src, 64 * 64 * 4);
                             }
-                            /* the tile's additions from every contributor (key tiles 0 ..
-                             * qi / 2, DH / 64 pieces each) before the count that says so */
-                            __threadfence();
-                            last = atomicAdd(dq_cnt + ti, 1) == (DH / 64) * (qi / 2 + 1) - 1;
-                            if (last) __threadfence();
+                            bulk_commit();
+                            bulk_wait_read<0>();
+                            mbar_arrive(dq_empty + 8 * cc); /* the consumer may refill it */
+                            if (stored) {
+                                bulk_wait<false>(); /* written (and the previous one complete) */
+                                asm volatile("fence.proxy.async.global;\n" ::: "memory");
+                                __threadfence();
+                                st_release_gpu(dq_written + pi, 1);
+                            } else if (pend) {
+                                bulk_wait_n<1>(); /* the previous one complete */
+                                asm volatile("fence.proxy.async.global;\n" ::: "memory");
+                            }
                         }
-                        nproc++;
-                        last = __shfl_sync(0xffffffffu, last, 0);
-                        if (last) {
-                            __syncwarp();
-                            dq_tile_convert<DH>(dq, dq_acc + ti * 64 * DH, b, h, i0, T, H, scale, rtab,
-                                                sin_off, qld, lane);
+                        use++;
+                        stored = __shfl_sync(0xffffffffu, stored, 0);
+                        if (pend) count(pend_ti, pend_h, pend_i0);
+                        if (stored) {
+                            count(ti, h, i0);
+                            pend = false;
+                        } else {
+                            pend = true;
+                            pend_ti = ti;
+                            pend_h = h;
+                            pend_i0 = i0;
                         }
                     }
+                }
+                if (pend) {
+                    if (lane == 0) {
+                        bulk_wait<false>();
+                        asm volatile("fence.proxy.async.global;\n" ::: "memory");
+                    }
+                    count(pend_ti, pend_h, pend_i0);
                 }
             }
             return;
@@ -1118,18 +1187,7 @@ __global__ void __launch_bounds__(384, 1)
     const uint32_t kq = Ks + (DH == 128 ? c * KB / 2 : 0);
     const uint32_t dqs = Dq + c * BQ * 64 * 4; /* this consumer's dq tile */
     const int tid = threadIdx.x & 127;
-    uint32_t nred = 0; /* this consumer's dq reductions issued */
-    /* conv: tid 0 waits for its reductions to complete (not only to have read shared memory)
-     * and tells warp 1 of the producer how many have (release: their additions in global
-     * memory are visible to this thread, and so to warp 1 after its acquire) */
-    auto red_done = [&]() {
-        bulk_wait<false>();
-        /* the async proxy's writes to global memory, before this thread's generic accesses
-         * after (PTX ISA: a proxy fence orders accesses of the two proxies) */
-        asm volatile("fence.proxy.async.global;\n" ::: "memory");
-        asm volatile("st.release.cta.shared::cta.u32 [%0], %1;\n" ::"r"(done + 4 * c), "r"(nred)
-                     : "memory");
-    };
+    uint32_t nred = 0; /* this consumer's dq tiles so far */
 
     mbar_wait(full_kv, 0);
     for (int it = 0; it < niter; it++) {
@@ -1210,11 +1268,12 @@ __global__ void __launch_bounds__(384, 1)
             /* dq tile -> this consumer's shared buffer (once its previous reduction has read
              * it), then one bulk reduction of the 16 KB into dq_acc's piece (FlashAttention-3
              * adds its dq tiles with TMA reductions likewise) */
-            if (tid == 0) {
-                if (conv) red_done();
-                else bulk_wait<true>();
+            if (conv) { /* producer warp 1's bulk operation has read the buffer */
+                if (nred > 0) mbar_wait(dq_empty + 8 * c, (nred - 1) & 1);
+            } else {
+                if (tid == 0) bulk_wait<true>();
+                bar_sync(3 + c, 128);
             }
-            bar_sync(3 + c, 128);
 #pragma unroll
             for (int hh = 0; hh < 2; hh++) {
                 const int r = 16 * warp + g + 8 * hh;
@@ -1228,10 +1287,14 @@ __global__ void __launch_bounds__(384, 1)
             fence_proxy_async();
             bar_sync(3 + c, 128);
             if (tid == 0) {
-                bulk_red_add_f32(dq_acc + (((size_t)b * H + h) * nt64 + i0 / 64) * 64 * DH +
-                                     (size_t)dq_col * 64,
-                                 dqs, 64 * 64 * 4);
-                bulk_commit();
+                if (conv) {
+                    mbar_arrive(dq_full + 8 * c); /* to producer warp 1 */
+                } else {
+                    bulk_red_add_f32(dq_acc + (((size_t)b * H + h) * nt64 + i0 / 64) * 64 * DH +
+                                         (size_t)dq_col * 64,
+                                     dqs, 64 * 64 * 4);
+                    bulk_commit();
+                }
             }
             nred++;
         } else {
@@ -1242,10 +1305,7 @@ __global__ void __launch_bounds__(384, 1)
         }
     }
     store_dk_dv<1, NDT>(dk, dv, dka, dva, wk0, b, kh, T, kst, scale, t, g, rtab, sin_off);
-    if (tid == 0) { /* the last dq reduction, before the block exits */
-        if (conv) red_done();
-        else bulk_wait<false>();
-    }
+    if (tid == 0 && !conv) bulk_wait<false>(); /* the last dq reduction, before the block exits */
 #else
     __trap(); /* dispatched only on sm_90 (dxc_impl.wgmma) */
 #endif
@@ -1439,11 +1499,20 @@ static int bwd_wg_chunk(dx_backend *be, int nbh, int nkt, int T, int G, int DH)
     return im->chunk_val;
 }
 
-/* Returns whether the kernel converted dq itself (mode bit 3: with TMA copies, unless variant 14
- * asks for the separate pass; dq_cnt's B H ceil(T / 64) counters zero) */
+/* the ints att_bwd_wg's dq_cnt holds for ntile tiles of head dimension DH: per tile a count, per
+ * 64 x 64 piece a claim count and a flag */
+constexpr size_t dq_cnt_ints(size_t ntile, int DH)
+{
+    return ntile * (1 + 2 * (size_t)(DH / 64));
+}
+
+/* att_bwd_wg, after zeroing what it adds into: dq_acc (B H ceil(T / 64) tiles of 64 x DH fp32,
+ * dq_tiled_off) and dq_cnt (dq_cnt_ints of them) after it. Returns whether the kernel converted
+ * dq itself (mode bit 3: with TMA copies, unless variant 14 asks for the separate pass); then
+ * (mode bit 4, unless variant 15) each piece's first contribution is copied, not added, and
+ * only dq_cnt is zeroed, not the accumulator */
 template <int DH>
-bool dkdv_wg_launch(dx_backend *be, void *dk, void *dv, float *dq_acc, void *dq, int *dq_cnt,
-                    const void *dout, const void *q, const void *k, const void *v, const float *lse,
+bool dkdv_wg_launch(dx_backend *be, void *dk, void *dv, float *dq_acc, void *dq, const void *dout, const void *q, const void *k, const void *v, const float *lse,
                     const float *Dv, int B, int T, int H, int Hkv, size_t kst, size_t qld, bool key_x,
                     const float *rtab, size_t sin_off)
 {
@@ -1470,6 +1539,12 @@ bool dkdv_wg_launch(dx_backend *be, void *dk, void *dv, float *dq_acc, void *dq,
     int mode = (key_x ? 1 : 0) | (dxc(be)->attn_bwd_var == 11 ? 2 : 0);
     const bool conv = tma && dxc(be)->attn_bwd_var != 14;
     if (conv) mode |= 8; /* bit 3: dq converted in the kernel (att_bwd_wg's warp 1) */
+    if (conv && dxc(be)->attn_bwd_var != 15) mode |= 16; /* bit 4: first contributions copied */
+    const size_t ntile = (size_t)B * H * ((T + 63) / 64), nt = ntile * 64 * DH;
+    int *const dq_cnt = (int *)(dq_acc + nt);
+    DXC_CHECK(op, cudaMemsetAsync(mode & 16 ? (void *)dq_cnt : (void *)dq_acc, 0,
+                                  ((mode & 16 ? 0 : nt) + dq_cnt_ints(ntile, DH)) * sizeof(float),
+                                  dxc(be)->stream));
     if (!key_x && dxc(be)->attn_bwd_var != 9) { /* bit 2: chunks of C (b, kv head) pairs */
         const int C = bwd_wg_chunk(be, (int)nbh, (int)nkt, T, H / Hkv, DH);
         if (C < (int)nbh) mode |= 4 | (C << 8);
@@ -1597,11 +1672,9 @@ bool bwd_launch(dx_backend *be, void *dq, void *dk, void *dv, float *dq_acc, con
     const size_t n = (size_t)B * T * H * DH;
     cudaStream_t st = dxc(be)->stream;
     if constexpr (DH == 64 || DH == 128) {
-        if (wg) { /* the tiled accumulator (dq_tiled_off), then a counter per 64-query tile */
-            const size_t ntile = (size_t)B * H * ((T + 63) / 64), nt = ntile * 64 * DH;
-            DXC_CHECK(op, cudaMemsetAsync(dq_acc, 0, (nt + ntile) * sizeof(float), st));
-            if (dkdv_wg_launch<DH>(be, dk, dv, dq_acc, dq, (int *)(dq_acc + nt), dout, q, k, v, lse,
-                                   Dv, B, T, H, Hkv, kst, qld, wg == 2, rtab, sin_off))
+        if (wg) { /* the tiled accumulator (dq_tiled_off), then att_bwd_wg's counters */
+            if (dkdv_wg_launch<DH>(be, dk, dv, dq_acc, dq, dout, q, k, v, lse, Dv, B, T, H, Hkv, kst,
+                                   qld, wg == 2, rtab, sin_off))
                 return rtab != nullptr; /* dq converted by the kernel */
             const size_t per_b = (size_t)T * H * DH / (rtab ? 8 : 4),
                          cap = (size_t)dxc(be)->num_sms * 16 / B + 1;
@@ -1675,8 +1748,9 @@ bool bwd_launch(dx_backend *be, void *dq, void *dk, void *dv, float *dq_acc, con
  *                    11 (0 computing the warpgroup tiles that lie wholly above the diagonal)
  *                    13 (0 with the cp.async producer, dq converted by a separate pass)
  *                    14 (0 with dq converted by a separate pass, att_dq_from_tiles(_rope))
+ *                    15 (0 with the dq accumulator zeroed first and every contribution added)
  *                    8 (4 warps, MT 2, 32 queries per tile)
- *            Dh 128: 0 (wgmma; elsewhere 8)  9  10  11  13  14  8 (8 warps, MT 1, 64 queries)  1 (4, 1, 32)
+ *            Dh 128: 0 (wgmma; elsewhere 8)  9  10  11  13  14  15  8 (8 warps, MT 1, 64 queries)  1 (4, 1, 32)
  *                    2 (8, 1, 32)  3 (4, 1, 64) */
 void dxc_attention_fwd_mma(dx_backend *be, void *o, void *lse, const void *q, const void *k,
                            const void *v, int ldq, int ldkv, int B, int T, int H, int Hkv, int Dh)
@@ -1744,7 +1818,7 @@ int dxc_attention_bwd_mma(dx_backend *be, void *dq, void *dk, void *dv, float *d
     /* att_bwd_wg (not with DX_CUDA_DETERMINISTIC): 1, or 2 with the key-tile-major grid */
     const long nblk = (long)B * Hkv * ((T + 127) / 128);
     const int wg = !dxc(be)->wgmma                                     ? 0
-                   : var == 0 || var == 11 || var == 13 || var == 14 ? (nblk >= 8L * dxc(be)->num_sms ? 2 : 1)
+                   : var == 0 || var == 11 || var == 13 || var == 14 || var == 15 ? (nblk >= 8L * dxc(be)->num_sms ? 2 : 1)
                    : var == 9 ? 1 : var == 10 ? 2 : 0;
 #define BWD(...)                                                                                   \
     bwd_launch<__VA_ARGS__>(be, dq, dk, dv, dq_acc, dout, q, k, v, lse, Dv, B, T, H, Hkv, kst, qld, \
