@@ -15,14 +15,17 @@
  *     "Numerical behavior of NVIDIA tensor cores"), so its error grows faster with K than
  *     the CPU's sgemm;
  *   copies and conversions that must be exact  == 0  (mismatching elements counted).
- * Attention is checked six times: with the tensor-core kernels (default, "[tc]": fused
+ * Attention is checked seven times: with the tensor-core kernels (default, "[tc]": fused
  * backward with fp32 atomics for dq; on Hopper the backward converts dq itself), the same with DX_CUDA_DETERMINISTIC=1 ("[tc-det]": the
  * two-kernel backward; also DX_CUDA_ATT_GRID=7, so that the Hopper forward's persistent blocks
  * each walk several work tiles), with the CUDA-core ones (DX_CUDA_ATTENTION=simple, "[simple]")
  * and with the tensor-core ones again, the Hopper backward's blocks launched in chunks of 3
- * (b, kv head) pairs (DX_CUDA_ATT_CHUNK=3, "[tc-chunk]"), with the Hopper backward's dq
- * accumulator zeroed first and every contribution added (DX_CUDA_ATT_BWD=15, "[tc-add]"), and
- * with its dq converted by a separate pass (DX_CUDA_ATT_BWD=14, "[tc-sep]"). Every pass checks the backward both
+ * (b, kv head) pairs (DX_CUDA_ATT_CHUNK=3, "[tc-chunk]"), and three more times with the Hopper
+ * backward's other handlings of dq (by default a producer warp copies each piece's first
+ * contribution and adds the others, and at head dim 64 converts each tile once complete): its
+ * accumulator zeroed first and every contribution added (DX_CUDA_ATT_BWD=16, "[tc-add]"), the
+ * first contributions copied but dq converted by the separate pass (15, "[tc-copy]"), and every
+ * contribution added by the consumers, then the separate pass (14, "[tc-sep]"). Every pass checks the backward both
  * as attention_bwd and as attention_bwd_rope (RoPE's backward folded in; the backend's
  * default, which the test forces with DX_CUDA_ROPE_FOLD=1 in case the caller's environment
  * turned it off).
@@ -1365,7 +1368,7 @@ int main(void)
 
     /* attention: tensor-core kernels (default), then CUDA-core ones (a fresh backend) */
     const int ats[] = {1, 7, 129, 512}, hkvs[] = {8, 2}, adhs[] = {32, 64, 128};
-    for (int pass = 0; pass < 6; pass++) {
+    for (int pass = 0; pass < 7; pass++) {
         if (pass > 0) { /* a fresh backend reads the environment */
             gpu->destroy(gpu);
             if (pass == 1) {
@@ -1389,9 +1392,11 @@ int main(void)
             }
             if (pass == 4) { /* the Hopper backward's dq accumulator zeroed, every piece added */
                 unsetenv("DX_CUDA_ATT_CHUNK");
-                setenv("DX_CUDA_ATT_BWD", "15", 1);
+                setenv("DX_CUDA_ATT_BWD", "16", 1);
             }
-            if (pass == 5) /* the Hopper backward's dq converted by its separate pass */
+            if (pass == 5) /* first contributions copied, dq converted by the separate pass */
+                setenv("DX_CUDA_ATT_BWD", "15", 1);
+            if (pass == 6) /* every contribution added by the consumers, the separate pass */
                 setenv("DX_CUDA_ATT_BWD", "14", 1);
             gpu = dx_backend_cuda_create(0, 4);
             if (!gpu) die("dx_backend_cuda_create");
@@ -1401,6 +1406,7 @@ int main(void)
                   : pass == 2 ? "[simple]"
                   : pass == 3 ? "[tc-chunk]"
                   : pass == 4 ? "[tc-add]"
+                  : pass == 5 ? "[tc-copy]"
                               : "[tc-sep]";
         for (int a = 0; a < 4; a++)
             for (int b = 0; b < 2; b++)

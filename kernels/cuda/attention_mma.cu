@@ -853,7 +853,9 @@ template <int DH> constexpr size_t bwd_wg_smem()
     /* alignment slack; K, V (128 keys); Q, dO (2 stages of 64 queries); dS^T (2 x 128 x 64);
      * lse, D (2 stages of 64); dq tiles (2 consumers x 64 x 64 fp32); mbarriers */
     return 1024 + (size_t)(2 * 128 * DH + 4 * 64 * DH + 2 * 128 * 64) * sizeof(bf16) +
-           4 * 64 * sizeof(float) + 2 * 64 * 64 * sizeof(float) + 128;
+           4 * 64 * sizeof(float) + 2 * 64 * 64 * sizeof(float) + 192 +
+           (DH == 64 ? 2 * (64 * 64 + 2 * 64 * 32) * sizeof(float) : 0); /* (Dh 64) 2 converters'
+                                                                           tiles, cos and sin rows */
 }
 
 __device__ __forceinline__ int ld_acquire_gpu(const int *p)
@@ -867,31 +869,32 @@ __device__ __forceinline__ void st_release_gpu(int *p, int v)
     asm volatile("st.release.gpu.global.b32 [%0], %1;\n" ::"l"(p), "r"(v) : "memory");
 }
 
-/* the dq tile of (b, h, query tile i0 / 64) from att_bwd_wg's accumulator (acc_tile: its DH / 64
- * pieces, dq_tiled_off) converted by one warp: dq[b, t, h, :] = bf16(acc * scale) for the tile's
- * rows t < T, with RoPE's backward (att_dq_from_tiles_rope's math) where rtab is not NULL. The
- * accumulator is read through L2 (ld.global.cg: other SMs' bulk reductions wrote it), and its
- * 128-byte lines are then dropped from L2 unwritten (discard.global.L2: the next use of the
- * accumulator zeroes it first), so that the fp32 tile never goes back to DRAM. */
+/* the dq tile of (b, h, query tile i0 / 64) converted by one warp from its copy in shared memory
+ * (stage: att_bwd_wg's accumulator tile, DH / 64 pieces, dq_tiled_off): dq[b, t, h, :] =
+ * bf16(acc * scale) for the tile's rows t < T, with RoPE's backward (att_dq_from_tiles_rope's
+ * math) where rope is set (cs: the rows i0 .. of dxc_rope_table's cos table, DH / 2 floats each,
+ * then 64 rows later those of its sin table, in shared memory too); then the tile's 128-byte lines in global memory (acc_tile) are
+ * dropped from L2 unwritten (discard.global.L2: nothing reads them before the next call's first
+ * contributions overwrite them), so that the fp32 tile never goes back to DRAM. */
 template <int DH>
-__device__ __forceinline__ void dq_tile_convert(bf16 *__restrict__ dq, const float *acc_tile, int b,
-                                                int h, int i0, int T, int H, float scale,
-                                                const float *__restrict__ rtab, size_t sin_off,
+__device__ __forceinline__ void dq_tile_convert(bf16 *__restrict__ dq, const float *stage,
+                                                const float *cs, const float *acc_tile, int b, int h,
+                                                int i0, int T, int H, float scale, bool rope,
                                                 size_t qld, int lane)
 {
     constexpr int HALF = DH / 2;
     const int rows = T - i0 < 64 ? T - i0 : 64;
     auto ld = [&](int r, int col) {
-        return __ldcg((const float4 *)(acc_tile + (size_t)(col / 64) * 4096 + dq_tiled_off(r, col % 64)));
+        return *(const float4 *)(stage + (size_t)(col / 64) * 4096 + dq_tiled_off(r, col % 64));
     };
-    if (rtab) {
+    if (rope) {
         constexpr int Q = HALF / 4; /* items per row: columns d .. d+3 and d+HALF .. +3 */
 #pragma unroll 1
         for (int i = lane; i < rows * Q; i += 32) {
             const int r = i / Q, d = (i % Q) * 4, e = d + HALF, t = i0 + r;
             const float4 a = ld(r, d), bb = ld(r, e);
-            const float4 c = __ldg((const float4 *)(rtab + (size_t)t * HALF + d));
-            const float4 sn = __ldg((const float4 *)(rtab + sin_off + (size_t)t * HALF + d));
+            const float4 c = *(const float4 *)(cs + r * HALF + d);
+            const float4 sn = *(const float4 *)(cs + (64 + r) * HALF + d);
             const float a0 = a.x * scale, a1 = a.y * scale, a2 = a.z * scale, a3 = a.w * scale;
             const float b0 = bb.x * scale, b1 = bb.y * scale, b2 = bb.z * scale, b3 = bb.w * scale;
             bf16 *row = dq + ((size_t)b * T + t) * qld + (size_t)h * DH;
@@ -913,7 +916,6 @@ __device__ __forceinline__ void dq_tile_convert(bf16 *__restrict__ dq, const flo
             o[1] = __floats2bfloat162_rn(a.z * scale, a.w * scale);
         }
     }
-    __syncwarp(); /* every lane's loads are in (their values are stored) */
     for (int l = lane; l < 64 * DH * 4 / 128; l += 32)
         asm volatile("discard.global.L2 [%0], 128;\n" ::"l"(acc_tile + 32 * l) : "memory");
 }
@@ -945,21 +947,26 @@ __device__ __forceinline__ void dq_tile_convert(bf16 *__restrict__ dq, const flo
  * NULL): dk comes out with RoPE's backward applied (store_dk_dv), and so does dq. mode bit 0: the
  * grid is (key tiles, B Hkv); bit 2 (only without bit 0): the blocks in launch order run in
  * chunks of mode >> 8 (b, kv head) pairs (bwd_wg_chunk).
- * mode bit 3 (TMA only): dq is converted here, not by a separate pass over the accumulator
- * (att_dq_from_tiles(_rope)). The consumers only write their dq tiles into shared memory
- * (dq_full / dq_empty mbarriers); warp 1 of the producer warpgroup, otherwise idle, issues the
- * bulk operations in the consumers' order, frees each buffer once it has been read, and once
- * an operation has completed adds one to dq_cnt[tile] (b, h, 64 queries). A tile has DH / 64 x
- * (qi / 2 + 1) contributions (64-query tile qi: one per 64 x 64 piece and key tile at or
- * before it); the warp whose count completes it converts the tile at once, while it is still
- * in L2, and drops its lines from L2 unwritten (dq_tile_convert). The atomics stay off the
- * consumers' path. Bit 4 (with bit 3): the accumulator is not zeroed first; per piece, the
- * contribution that claims it first (an atomic count) is copied (cp.async.bulk), sets the
- * piece's flag once complete, and the others wait for that flag before their reductions (the
- * claimer is running and waits on nothing, so every wait ends). Together: the accumulator never
- * goes to or comes from DRAM (the separate pass read it, the memset wrote it, the first
- * reductions read it back and L2 wrote the sums back: ~4 x 134 MB per call at B 8 T 2048 H 32
- * Dh 64; NOTES item 23). dq_cnt (dq_cnt_ints) is zeroed by dkdv_wg_launch before each launch. */
+ * mode bits 3 and 4 (TMA only): the consumers only write their dq tiles into shared memory
+ * (dq_full / dq_empty mbarriers) and warp 1 of the producer warpgroup, otherwise idle, issues
+ * the bulk operations in their order and frees each buffer once it has been read.
+ * Bit 4: the accumulator is not zeroed first; per 64 x 64 piece the contribution that claims it
+ * first (an atomic count) is copied (cp.async.bulk), then sets the piece's flag once complete,
+ * and the others wait for that flag before their reductions (the claimer is running and waits
+ * on nothing after its claim, so every wait ends; a flag set by a fixed block, e.g. the
+ * diagonal one, could deadlock, as that block need not be resident).
+ * Bit 3 (Dh 64): dq is converted here, not by a separate pass over the accumulator: once an
+ * operation has completed warp 1 adds one to dq_cnt[tile] (b, h, 64 queries); a tile has
+ * DH / 64 x (qi / 2 + 1) contributions (64-query tile qi: one per piece and key tile at or
+ * before it), and the one that completes it hands the tile to warp 2 or 3 (cv_* mbarriers),
+ * which copies it from L2 into shared memory in one bulk copy, converts it (dq_tile_convert:
+ * RoPE's backward folded in) and drops its lines from L2 unwritten. The atomics and the
+ * conversions stay off the consumers' path; in the head-major order the longest key tile's
+ * block completes most of its pair's tiles, about one per query tile it walks.
+ * Together the accumulator need not cross DRAM: the separate pass read it, the memset wrote it,
+ * the first reductions read it back and L2 wrote the sums back (~4 x 134 MB per call at B 8 T
+ * 2048 H 32 Dh 64; NOTES item 23). dkdv_wg_launch zeroes dq_cnt (dq_cnt_ints) before each
+ * launch, and the accumulator too unless bit 4 is set. */
 template <int DH, bool TMA>
 __global__ void __launch_bounds__(384, 1)
     att_bwd_wg(bf16 *__restrict__ dk, bf16 *__restrict__ dv, float *__restrict__ dq_acc,
@@ -972,8 +979,10 @@ __global__ void __launch_bounds__(384, 1)
 {
 #ifdef DXC_HAVE_WGMMA
     constexpr int BK = 128, BQ = 64, NN = BQ / 8, NDT = DH / 8;
-    const bool key_x = mode & 1, skip_dead = !(mode & 2), conv = TMA && (mode & 8),
-               first_store = conv && (mode & 16);
+    /* issuer: producer warp 1 issues the dq bulk operations (bits 3, 4); conv (Dh 64): its
+     * warps 2 and 3 convert completed tiles; first_store: a piece's first contribution copied */
+    const bool key_x = mode & 1, skip_dead = !(mode & 2), issuer = TMA && (mode & 24),
+               conv = TMA && DH == 64 && (mode & 8), first_store = TMA && (mode & 16);
     constexpr uint32_t KB = BK * DH * 2, QB = BQ * DH * 2, SB = BK * BQ * 2; /* tile bytes */
     DXC_DYNAMIC_SMEM(uint4, smem_raw);
     const uint32_t raw = smem_u32(smem_raw), base = (raw + 1023u) & ~1023u;
@@ -985,6 +994,10 @@ __global__ void __launch_bounds__(384, 1)
      * and read by the bulk operation (dq_empty) */
     const uint32_t bars = Dq + 2 * BQ * 64 * 4, full_kv = bars, full = bars + 8, empty = bars + 24;
     const uint32_t dq_full = bars + 40, dq_empty = bars + 56;
+    /* (conv) per converter warp: a tile to convert (cv_full, cv_slot), its slot free again
+     * (cv_empty), its copy in shared memory (cv_ld, at Stg + 16 KB x the warp) */
+    const uint32_t cv_full = bars + 72, cv_empty = bars + 88, cv_ld = bars + 104, cv_slot = bars + 120;
+    const uint32_t Stg = bars + 192;
 
     const int wg = threadIdx.x >> 7;
     /* grid (B Hkv, key tiles), long (early) key tiles first; key_x: (key tiles, B Hkv); mode
@@ -1016,6 +1029,9 @@ __global__ void __launch_bounds__(384, 1)
             mbar_init(empty + 8 * i, 8); /* the consumers' 8 warps */
             mbar_init(dq_full + 8 * i, 1);
             mbar_init(dq_empty + 8 * i, 1);
+            mbar_init(cv_full + 8 * i, 1);
+            mbar_init(cv_empty + 8 * i, 1);
+            mbar_init(cv_ld + 8 * i, 1);
         }
         if (TMA) fence_mbar_init();
     }
@@ -1035,48 +1051,49 @@ __global__ void __launch_bounds__(384, 1)
         setmaxnreg_dec<40>();
         const int tid = threadIdx.x;
         if (tid >= 32) {
-            if (conv && tid < 64) { /* warp 1: dq's bulk operations, their counts, conversions */
-                const int lane = tid & 31;
-                int use0 = 0, use1 = 0;
+            const int lane = tid & 31;
+            if (issuer && tid < 64) { /* warp 1: dq's bulk operations (lane 0) and their counts */
+                int use0 = 0, use1 = 0, npush = 0;
                 /* the bulk operation issued last and not yet counted: its tile */
                 bool pend = false;
                 size_t pend_ti = 0;
-                int pend_h = 0, pend_i0 = 0;
-                /* one completed addition to tile ti (query tile i0 of head h); the warp whose
-                 * addition completes the tile (DH / 64 pieces x key tiles 0 .. qi / 2)
-                 * converts it (lane-uniform) */
-                auto count = [&](size_t ti, int h, int i0) {
-                    int last = 0;
-                    if (lane == 0) {
-                        __threadfence(); /* the addition (visible to this thread), then the count */
-                        last = atomicAdd(dq_cnt + ti, 1) == (DH / 64) * (i0 / 128 + 1) - 1;
-                        if (last) __threadfence(); /* every contributor's, before the loads */
-                    }
-                    last = __shfl_sync(0xffffffffu, last, 0);
-                    if (last) {
-                        __syncwarp();
-                        dq_tile_convert<DH>(dq, dq_acc + ti * 64 * DH, b, h, i0, T, H, scale, rtab,
-                                            sin_off, qld, lane);
+                /* tile ti (query tile i0 of its head) to converter warp npush % 2 */
+                auto push = [&](uint32_t v) {
+                    const int w = npush & 1;
+                    if (npush >= 2) mbar_wait(cv_empty + 8 * w, ((npush >> 1) - 1) & 1);
+                    asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(cv_slot + 4 * w), "r"(v) : "memory");
+                    mbar_arrive(cv_full + 8 * w);
+                    npush++;
+                };
+                /* (conv, lane 0) one completed contribution to tile ti; the one that completes
+                 * it (DH / 64 pieces x key tiles 0 .. qi / 2) hands the tile to a converter */
+                auto count = [&](size_t ti) {
+                    __threadfence(); /* the contribution (visible to this thread), then the count */
+                    const int qi = (int)(ti % nt64);
+                    if (atomicAdd(dq_cnt + ti, 1) == (DH / 64) * (qi / 2 + 1) - 1) {
+                        __threadfence(); /* every contributor's, before the converter's copy */
+                        push((uint32_t)ti);
                     }
                 };
-                for (int it = 0; it < niter; it++) {
-                    const int h = kh * G + it / nq, i0 = c0 + (it % nq) * BQ;
-                    const size_t ti = ((size_t)b * H + h) * nt64 + i0 / 64;
+                if (lane == 0) {
+                    for (int it = 0; it < niter; it++) {
+                        const int h = kh * G + it / nq, i0 = c0 + (it % nq) * BQ;
+                        const size_t ti = ((size_t)b * H + h) * nt64 + i0 / 64;
 #pragma unroll
-                    for (int pc = 0; pc < DH / 64; pc++) {
-                        const int cc = DH == 128 ? pc : (it & 1); /* the consumer of this piece */
-                        int &use = cc ? use1 : use0;
-                        const size_t pi = ti * (DH / 64) + pc; /* the piece */
-                        int stored = 0;
-                        if (lane == 0) {
+                        for (int pc = 0; pc < DH / 64; pc++) {
+                            const int cc = DH == 128 ? pc : (it & 1); /* the consumer of this piece */
+                            int &use = cc ? use1 : use0;
+                            const size_t pi = ti * (DH / 64) + pc; /* the piece */
                             mbar_wait(dq_full + 8 * cc, use & 1);
+                            use++;
                             float *dst = dq_acc + pi * 4096;
                             const uint32_t src = Dq + cc * BQ * 64 * 4;
+                            bool stored = false;
                             if (first_store && atomicAdd(dq_claim + pi, 1) == 0) {
                                 /* the piece's first contribution: a plain copy (the
                                  * accumulator is not zeroed first) */
                                 bulk_copy_s2g(dst, src, 64 * 64 * 4);
-                                stored = 1;
+                                stored = true;
                             } else {
                                 if (first_store) { /* once the first contribution is written */
                                     while (ld_acquire_gpu(dq_written + pi) == 0) __nanosleep(64);
@@ -1092,31 +1109,62 @@ __global__ void __launch_bounds__(384, 1)
                                 asm volatile("fence.proxy.async.global;\n" ::: "memory");
                                 __threadfence();
                                 st_release_gpu(dq_written + pi, 1);
-                            } else if (pend) {
+                            } else if (conv && pend) {
                                 bulk_wait_n<1>(); /* the previous one complete */
                                 asm volatile("fence.proxy.async.global;\n" ::: "memory");
                             }
+                            if (conv) {
+                                if (pend) count(pend_ti);
+                                if (stored) count(ti);
+                                pend = !stored;
+                                pend_ti = ti;
+                            }
                         }
-                        use++;
-                        stored = __shfl_sync(0xffffffffu, stored, 0);
-                        if (pend) count(pend_ti, pend_h, pend_i0);
-                        if (stored) {
-                            count(ti, h, i0);
-                            pend = false;
-                        } else {
-                            pend = true;
-                            pend_ti = ti;
-                            pend_h = h;
-                            pend_i0 = i0;
-                        }
+                    }
+                    bulk_wait<false>(); /* every operation complete before the block exits */
+                    if (conv) {
+                        asm volatile("fence.proxy.async.global;\n" ::: "memory");
+                        if (pend) count(pend_ti);
+                        push(~0u); /* both converters: no more tiles */
+                        push(~0u);
                     }
                 }
-                if (pend) {
+            } else if (conv && tid >= 64) { /* warps 2 and 3: convert the tiles warp 1 hands them */
+                /* its staging: the tile (16 KB), then cos and sin rows (8 KB each) */
+                const int w = (tid >> 5) - 2;
+                constexpr uint32_t TB = 64 * DH * 4, RB = 64 * (DH / 2) * 4;
+                const uint32_t stg = Stg + w * (TB + 2 * RB);
+                const float *stg_g = (const float *)((const char *)smem_raw + (stg - raw));
+                for (int n = 0;; n++) {
+                    mbar_wait(cv_full + 8 * w, n & 1);
+                    uint32_t v;
+                    asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(v) : "r"(cv_slot + 4 * w) : "memory");
+                    if (v == ~0u) break;
+                    const size_t ti = v;
+                    const int qi = (int)(ti % nt64), h = (int)(ti / nt64 % H);
+                    const float *acc_tile = dq_acc + ti * 64 * DH;
+                    /* the tile from L2 into shared memory in one bulk copy, and RoPE's cos and
+                     * sin rows of its queries (each row DH / 2 floats: 16-byte aligned) */
+                    const int rows = T - qi * 64 < 64 ? T - qi * 64 : 64;
+                    const uint32_t rb = rtab ? (uint32_t)rows * (DH / 2) * 4 : 0;
                     if (lane == 0) {
-                        bulk_wait<false>();
                         asm volatile("fence.proxy.async.global;\n" ::: "memory");
+                        mbar_expect_tx(cv_ld + 8 * w, TB + 2 * rb);
+                        bulk_load_g2s(stg, acc_tile, TB, cv_ld + 8 * w);
+                        if (rtab) {
+                            const float *cr = rtab + (size_t)qi * 64 * (DH / 2);
+                            bulk_load_g2s(stg + TB, cr, rb, cv_ld + 8 * w);
+                            bulk_load_g2s(stg + TB + RB, cr + sin_off, rb, cv_ld + 8 * w);
+                        }
                     }
-                    count(pend_ti, pend_h, pend_i0);
+                    mbar_wait(cv_ld + 8 * w, n & 1);
+                    dq_tile_convert<DH>(dq, stg_g, stg_g + TB / 4, acc_tile, b, h, qi * 64, T, H, scale,
+                                        rtab != nullptr, qld, lane);
+                    __syncwarp();
+                    if (lane == 0) {
+                        fence_proxy_async(); /* the reads above, before the next bulk copy's writes */
+                        mbar_arrive(cv_empty + 8 * w);
+                    }
                 }
             }
             return;
@@ -1268,7 +1316,7 @@ __global__ void __launch_bounds__(384, 1)
             /* dq tile -> this consumer's shared buffer (once its previous reduction has read
              * it), then one bulk reduction of the 16 KB into dq_acc's piece (FlashAttention-3
              * adds its dq tiles with TMA reductions likewise) */
-            if (conv) { /* producer warp 1's bulk operation has read the buffer */
+            if (issuer) { /* producer warp 1's bulk operation has read the buffer */
                 if (nred > 0) mbar_wait(dq_empty + 8 * c, (nred - 1) & 1);
             } else {
                 if (tid == 0) bulk_wait<true>();
@@ -1287,7 +1335,7 @@ __global__ void __launch_bounds__(384, 1)
             fence_proxy_async();
             bar_sync(3 + c, 128);
             if (tid == 0) {
-                if (conv) {
+                if (issuer) {
                     mbar_arrive(dq_full + 8 * c); /* to producer warp 1 */
                 } else {
                     bulk_red_add_f32(dq_acc + (((size_t)b * H + h) * nt64 + i0 / 64) * 64 * DH +
@@ -1305,7 +1353,7 @@ __global__ void __launch_bounds__(384, 1)
         }
     }
     store_dk_dv<1, NDT>(dk, dv, dka, dva, wk0, b, kh, T, kst, scale, t, g, rtab, sin_off);
-    if (tid == 0 && !conv) bulk_wait<false>(); /* the last dq reduction, before the block exits */
+    if (tid == 0 && !issuer) bulk_wait<false>(); /* the last dq reduction, before the block exits */
 #else
     __trap(); /* dispatched only on sm_90 (dxc_impl.wgmma) */
 #endif
@@ -1537,9 +1585,12 @@ bool dkdv_wg_launch(dx_backend *be, void *dk, void *dv, float *dq_acc, void *dq,
     const dim3 grid = key_x ? dim3(nkt, nbh) : dim3(nbh, nkt);
     /* mode: bit 0 the key-tile-major grid, bit 1 (variant 11) the masked warpgroup tiles computed */
     int mode = (key_x ? 1 : 0) | (dxc(be)->attn_bwd_var == 11 ? 2 : 0);
-    const bool conv = tma && dxc(be)->attn_bwd_var != 14;
-    if (conv) mode |= 8; /* bit 3: dq converted in the kernel (att_bwd_wg's warp 1) */
-    if (conv && dxc(be)->attn_bwd_var != 15) mode |= 16; /* bit 4: first contributions copied */
+    /* bit 3 (Dh 64): dq converted in the kernel; bit 4: each piece's first contribution copied.
+     * Variants: 14 neither (the consumers add every contribution), 15 bit 4 only, 16 bit 3 only */
+    const int var = dxc(be)->attn_bwd_var;
+    const bool conv = tma && DH == 64 && var != 14 && var != 15;
+    if (conv) mode |= 8;
+    if (tma && var != 14 && var != 16) mode |= 16;
     const size_t ntile = (size_t)B * H * ((T + 63) / 64), nt = ntile * 64 * DH;
     int *const dq_cnt = (int *)(dq_acc + nt);
     DXC_CHECK(op, cudaMemsetAsync(mode & 16 ? (void *)dq_cnt : (void *)dq_acc, 0,
@@ -1747,10 +1798,12 @@ bool bwd_launch(dx_backend *be, void *dq, void *dk, void *dv, float *dq_acc, con
  *                    10 (wgmma, key-tile major)
  *                    11 (0 computing the warpgroup tiles that lie wholly above the diagonal)
  *                    13 (0 with the cp.async producer, dq converted by a separate pass)
- *                    14 (0 with dq converted by a separate pass, att_dq_from_tiles(_rope))
- *                    15 (0 with the dq accumulator zeroed first and every contribution added)
+ *                    14 (0 with the consumers adding every dq contribution, then the separate
+ *                        pass att_dq_from_tiles(_rope))
+ *                    15 (0 without dq's conversion in the kernel: the separate pass)
+ *                    16 (0 with the dq accumulator zeroed first and every contribution added)
  *                    8 (4 warps, MT 2, 32 queries per tile)
- *            Dh 128: 0 (wgmma; elsewhere 8)  9  10  11  13  14  15  8 (8 warps, MT 1, 64 queries)  1 (4, 1, 32)
+ *            Dh 128: 0 (wgmma; elsewhere 8)  9  10  11  13  14  15 (as 0)  16 (as 14)  8 (8 warps, MT 1, 64 queries)  1 (4, 1, 32)
  *                    2 (8, 1, 32)  3 (4, 1, 64) */
 void dxc_attention_fwd_mma(dx_backend *be, void *o, void *lse, const void *q, const void *k,
                            const void *v, int ldq, int ldkv, int B, int T, int H, int Hkv, int Dh)
@@ -1818,7 +1871,7 @@ int dxc_attention_bwd_mma(dx_backend *be, void *dq, void *dk, void *dv, float *d
     /* att_bwd_wg (not with DX_CUDA_DETERMINISTIC): 1, or 2 with the key-tile-major grid */
     const long nblk = (long)B * Hkv * ((T + 127) / 128);
     const int wg = !dxc(be)->wgmma                                     ? 0
-                   : var == 0 || var == 11 || var == 13 || var == 14 || var == 15 ? (nblk >= 8L * dxc(be)->num_sms ? 2 : 1)
+                   : var == 0 || var == 11 || var == 13 || var == 14 || var == 15 || var == 16 ? (nblk >= 8L * dxc(be)->num_sms ? 2 : 1)
                    : var == 9 ? 1 : var == 10 ? 2 : 0;
 #define BWD(...)                                                                                   \
     bwd_launch<__VA_ARGS__>(be, dq, dk, dv, dq_acc, dout, q, k, v, lse, Dv, B, T, H, Hkv, kst, qld, \

@@ -265,6 +265,14 @@ __device__ __forceinline__ void bulk_copy_s2g(void *dst, uint32_t src, int bytes
                  "r"(bytes)
                  : "memory");
 }
+/* shared dst[0 .. bytes) = global src[0 .. bytes), one bulk asynchronous copy by the calling
+ * thread, completing on mbarrier bar's transaction count (16-byte alignment, bytes % 16 == 0) */
+__device__ __forceinline__ void bulk_load_g2s(uint32_t dst, const void *src, int bytes, uint32_t bar)
+{
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n"
+                 ::"r"(dst), "l"(src), "r"(bytes), "r"(bar)
+                 : "memory");
+}
 __device__ __forceinline__ void bulk_commit()
 {
     asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
