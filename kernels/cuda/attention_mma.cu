@@ -916,6 +916,8 @@ __device__ __forceinline__ void dq_tile_convert(bf16 *__restrict__ dq, const flo
             o[1] = __floats2bfloat162_rn(a.z * scale, a.w * scale);
         }
     }
+    /* safe only because every piece is written whole before its next read: by its first
+     * contribution's copy (mode bit 4) or after the memset (bit 3 alone) */
     for (int l = lane; l < 64 * DH * 4 / 128; l += 32)
         asm volatile("discard.global.L2 [%0], 128;\n" ::"l"(acc_tile + 32 * l) : "memory");
 }
@@ -1053,7 +1055,7 @@ __global__ void __launch_bounds__(384, 1)
         if (tid >= 32) {
             const int lane = tid & 31;
             if (issuer && tid < 64) { /* warp 1: dq's bulk operations (lane 0) and their counts */
-                int use0 = 0, use1 = 0, npush = 0;
+                int npush = 0;
                 /* the bulk operation issued last and not yet counted: its tile */
                 bool pend = false;
                 size_t pend_ti = 0;
@@ -1082,10 +1084,11 @@ __global__ void __launch_bounds__(384, 1)
 #pragma unroll
                         for (int pc = 0; pc < DH / 64; pc++) {
                             const int cc = DH == 128 ? pc : (it & 1); /* the consumer of this piece */
-                            int &use = cc ? use1 : use0;
+                            /* consumer cc's tile number: one per iteration (Dh 128), or one
+                             * every other (Dh 64) */
+                            const int use = DH == 128 ? it : it >> 1;
                             const size_t pi = ti * (DH / 64) + pc; /* the piece */
                             mbar_wait(dq_full + 8 * cc, use & 1);
-                            use++;
                             float *dst = dq_acc + pi * 4096;
                             const uint32_t src = Dq + cc * BQ * 64 * 4;
                             bool stored = false;
@@ -1107,7 +1110,6 @@ __global__ void __launch_bounds__(384, 1)
                             if (stored) {
                                 bulk_wait<false>(); /* written (and the previous one complete) */
                                 asm volatile("fence.proxy.async.global;\n" ::: "memory");
-                                __threadfence();
                                 st_release_gpu(dq_written + pi, 1);
                             } else if (conv && pend) {
                                 bulk_wait_n<1>(); /* the previous one complete */
@@ -1555,12 +1557,13 @@ constexpr size_t dq_cnt_ints(size_t ntile, int DH)
 }
 
 /* att_bwd_wg, after zeroing what it adds into: dq_acc (B H ceil(T / 64) tiles of 64 x DH fp32,
- * dq_tiled_off) and dq_cnt (dq_cnt_ints of them) after it. Returns whether the kernel converted
- * dq itself (mode bit 3: with TMA copies, unless variant 14 asks for the separate pass); then
- * (mode bit 4, unless variant 15) each piece's first contribution is copied, not added, and
- * only dq_cnt is zeroed, not the accumulator */
+ * dq_tiled_off) and dq_cnt (dq_cnt_ints of them) after it. With TMA copies: mode bit 4 (unless
+ * variant 14 or 16) copies each piece's first contribution, so only dq_cnt is zeroed, not the
+ * accumulator; bit 3 (head dim 64, unless variant 14 or 15) converts dq in the kernel. Returns
+ * whether it did (else the caller runs the separate pass over the accumulator). */
 template <int DH>
-bool dkdv_wg_launch(dx_backend *be, void *dk, void *dv, float *dq_acc, void *dq, const void *dout, const void *q, const void *k, const void *v, const float *lse,
+bool dkdv_wg_launch(dx_backend *be, void *dk, void *dv, float *dq_acc, void *dq, const void *dout,
+                    const void *q, const void *k, const void *v, const float *lse,
                     const float *Dv, int B, int T, int H, int Hkv, size_t kst, size_t qld, bool key_x,
                     const float *rtab, size_t sin_off)
 {
