@@ -16,16 +16,17 @@
  *     the CPU's sgemm;
  *   copies and conversions that must be exact  == 0  (mismatching elements counted).
  * Attention is checked eight times: with the tensor-core kernels (default, "[tc]": fused
- * backward with fp32 atomics for dq; on Hopper the backward converts dq itself), the same with DX_CUDA_DETERMINISTIC=1 ("[tc-det]": the
+ * backward with fp32 atomics or bulk reductions for dq), the same with DX_CUDA_DETERMINISTIC=1 ("[tc-det]": the
  * two-kernel backward; also DX_CUDA_ATT_GRID=7, so that the Hopper forward's persistent blocks
  * each walk several work tiles), with the CUDA-core ones (DX_CUDA_ATTENTION=simple, "[simple]")
  * and with the tensor-core ones again, the Hopper backward's blocks launched in chunks of 3
  * (b, kv head) pairs (DX_CUDA_ATT_CHUNK=3, "[tc-chunk]"), and three more times with the Hopper
- * backward's other handlings of dq (by default a producer warp copies each piece's first
- * contribution and adds the others, and at head dim 64 converts each tile once complete): its
- * accumulator zeroed first and every contribution added (DX_CUDA_ATT_BWD=16, "[tc-add]"), the
- * first contributions copied but dq converted by the separate pass (15, "[tc-copy]"), and every
- * contribution added by the consumers, then the separate pass (14, "[tc-sep]"); and on the
+ * backward's other handlings of dq (by default, at these lengths, a producer warp copies each
+ * piece's first contribution and adds the others, then a separate pass converts dq): its
+ * accumulator zeroed first, every contribution added by that warp and each tile converted in the
+ * kernel once complete (DX_CUDA_ATT_BWD=16, "[tc-add]"), the first contributions copied and the
+ * tiles converted in the kernel (17, "[tc-conv]"), and every contribution added by the
+ * consumers, then the separate pass (14, "[tc-sep]"); and on the
  * Hopper backward's key-tile-major grid (DX_CUDA_ATT_BWD=10, "[tc-keymaj]"). Every pass checks the backward both
  * as attention_bwd and as attention_bwd_rope (RoPE's backward folded in; the backend's
  * default, which the test forces with DX_CUDA_ROPE_FOLD=1 in case the caller's environment
@@ -1391,12 +1392,13 @@ int main(void)
                 unsetenv("DX_CUDA_ATTENTION");
                 setenv("DX_CUDA_ATT_CHUNK", "3", 1);
             }
-            if (pass == 4) { /* the Hopper backward's dq accumulator zeroed, every piece added */
+            if (pass == 4) { /* the Hopper backward's dq accumulator zeroed, every piece added
+                              * by producer warp 1, tiles converted in the kernel (Dh 64) */
                 unsetenv("DX_CUDA_ATT_CHUNK");
                 setenv("DX_CUDA_ATT_BWD", "16", 1);
             }
-            if (pass == 5) /* first contributions copied, dq converted by the separate pass */
-                setenv("DX_CUDA_ATT_BWD", "15", 1);
+            if (pass == 5) /* first contributions copied, tiles converted in the kernel (Dh 64) */
+                setenv("DX_CUDA_ATT_BWD", "17", 1);
             if (pass == 6) /* every contribution added by the consumers, the separate pass */
                 setenv("DX_CUDA_ATT_BWD", "14", 1);
             if (pass == 7) /* the key-tile-major grid (the default from 8 waves of blocks up) */
@@ -1409,7 +1411,7 @@ int main(void)
                   : pass == 2 ? "[simple]"
                   : pass == 3 ? "[tc-chunk]"
                   : pass == 4 ? "[tc-add]"
-                  : pass == 5 ? "[tc-copy]"
+                  : pass == 5 ? "[tc-conv]"
                   : pass == 6 ? "[tc-sep]"
                               : "[tc-keymaj]";
         for (int a = 0; a < 4; a++)

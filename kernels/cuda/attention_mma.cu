@@ -967,8 +967,10 @@ __device__ __forceinline__ void dq_tile_convert(bf16 *__restrict__ dq, const flo
  * block completes most of its pair's tiles, about one per query tile it walks.
  * Together the accumulator need not cross DRAM: the separate pass read it, the memset wrote it,
  * the first reductions read it back and L2 wrote the sums back (~4 x 134 MB per call at B 8 T
- * 2048 H 32 Dh 64; NOTES item 23). dkdv_wg_launch zeroes dq_cnt (dq_cnt_ints) before each
- * launch, and the accumulator too unless bit 4 is set. */
+ * 2048 H 32 Dh 64; NOTES item 23). But the converter warps of the block that completes most
+ * tiles fall behind and stall it (18-24% slower at Dh 64, NOTES item 24), so bit 3 is only
+ * variants 16 and 17. dkdv_wg_launch zeroes dq_cnt (dq_cnt_ints) before each launch, and the
+ * accumulator too unless bit 4 is set. */
 template <int DH, bool TMA>
 __global__ void __launch_bounds__(384, 1)
     att_bwd_wg(bf16 *__restrict__ dk, bf16 *__restrict__ dv, float *__restrict__ dq_acc,
@@ -1557,10 +1559,11 @@ constexpr size_t dq_cnt_ints(size_t ntile, int DH)
 }
 
 /* att_bwd_wg, after zeroing what it adds into: dq_acc (B H ceil(T / 64) tiles of 64 x DH fp32,
- * dq_tiled_off) and dq_cnt (dq_cnt_ints of them) after it. With TMA copies: mode bit 4 (unless
- * variant 14 or 16) copies each piece's first contribution, so only dq_cnt is zeroed, not the
- * accumulator; bit 3 (head dim 64, unless variant 14 or 15) converts dq in the kernel. Returns
- * whether it did (else the caller runs the separate pass over the accumulator). */
+ * dq_tiled_off) and dq_cnt (dq_cnt_ints of them) after it. With TMA copies: mode bit 4 (head
+ * dim 128, or T <= 1024; variants 15 and 17 always, 14 and 16 never) copies each piece's first
+ * contribution, so only dq_cnt is zeroed, not the accumulator; bit 3 (head dim 64, variants 16
+ * and 17 only) converts dq in the kernel. Returns whether it did (else the caller runs the
+ * separate pass over the accumulator). */
 template <int DH>
 bool dkdv_wg_launch(dx_backend *be, void *dk, void *dv, float *dq_acc, void *dq, const void *dout,
                     const void *q, const void *k, const void *v, const float *lse,
@@ -1588,12 +1591,20 @@ bool dkdv_wg_launch(dx_backend *be, void *dk, void *dv, float *dq_acc, void *dq,
     const dim3 grid = key_x ? dim3(nkt, nbh) : dim3(nbh, nkt);
     /* mode: bit 0 the key-tile-major grid, bit 1 (variant 11) the masked warpgroup tiles computed */
     int mode = (key_x ? 1 : 0) | (dxc(be)->attn_bwd_var == 11 ? 2 : 0);
-    /* bit 3 (Dh 64): dq converted in the kernel; bit 4: each piece's first contribution copied.
-     * Variants: 14 neither (the consumers add every contribution), 15 bit 4 only, 16 bit 3 only */
+    /* bit 4: each piece's first contribution copied, by default at Dh 128 and at Dh 64 up to
+     * seq 1024; bit 3 (Dh 64): dq converted in the kernel, only in variants 16 and 17. Alone on
+     * one H100 (2026-11-27, NOTES item 24), bit 4 took the backward from 0.670 to 0.609 ms at B
+     * 32 T 350 Dh 128, 2.027 to 1.900 at B 8 T 2048 Dh 128, 0.327 to 0.300 at B 32 T 350 Dh 64,
+     * but 1.198 to 1.200 at B 8 T 2048 Dh 64, 2.08 to 2.11 at T 4096 and 3.93 to 4.00 at T 8192
+     * (warp 1 issues one operation at a time); bit 3 made every shape slower (1.41 ms at B 8 T
+     * 2048: the last contributor to most tiles is one block, whose two converter warps fall
+     * behind). Variants: 14 neither (the consumers add every contribution), 15 bit 4 at every
+     * length, 16 bit 3 only, 17 both */
     const int var = dxc(be)->attn_bwd_var;
-    const bool conv = tma && DH == 64 && var != 14 && var != 15;
+    const bool conv = tma && DH == 64 && (var == 16 || var == 17);
     if (conv) mode |= 8;
-    if (tma && var != 14 && var != 16) mode |= 16;
+    if (tma && (var == 15 || var == 17 || (var != 14 && var != 16 && (DH == 128 || T <= 1024))))
+        mode |= 16;
     const size_t ntile = (size_t)B * H * ((T + 63) / 64), nt = ntile * 64 * DH;
     int *const dq_cnt = (int *)(dq_acc + nt);
     DXC_CHECK(op, cudaMemsetAsync(mode & 16 ? (void *)dq_cnt : (void *)dq_acc, 0,
@@ -1803,10 +1814,12 @@ bool bwd_launch(dx_backend *be, void *dq, void *dk, void *dv, float *dq_acc, con
  *                    13 (0 with the cp.async producer, dq converted by a separate pass)
  *                    14 (0 with the consumers adding every dq contribution, then the separate
  *                        pass att_dq_from_tiles(_rope))
- *                    15 (0 without dq's conversion in the kernel: the separate pass)
- *                    16 (0 with the dq accumulator zeroed first and every contribution added)
+ *                    15 (0 with each piece's first contribution copied at every length)
+ *                    16 (the dq accumulator zeroed first, every contribution added by warp 1,
+ *                        each tile converted in the kernel once complete)
+ *                    17 (first contributions copied and tiles converted in the kernel)
  *                    8 (4 warps, MT 2, 32 queries per tile)
- *            Dh 128: 0 (wgmma; elsewhere 8)  9  10  11  13  14  15 (as 0)  16 (as 14)  8 (8 warps, MT 1, 64 queries)  1 (4, 1, 32)
+ *            Dh 128: 0 (wgmma; elsewhere 8)  9  10  11  13  14  15 (as 0)  16 (as 14)  17 (as 0)  8 (8 warps, MT 1, 64 queries)  1 (4, 1, 32)
  *                    2 (8, 1, 32)  3 (4, 1, 64) */
 void dxc_attention_fwd_mma(dx_backend *be, void *o, void *lse, const void *q, const void *k,
                            const void *v, int ldq, int ldkv, int B, int T, int H, int Hkv, int Dh)
