@@ -15,12 +15,19 @@
  *     "Numerical behavior of NVIDIA tensor cores"), so its error grows faster with K than
  *     the CPU's sgemm;
  *   copies and conversions that must be exact  == 0  (mismatching elements counted).
- * Attention is checked four times: with the tensor-core kernels (default, "[tc]": fused
- * backward with fp32 atomics for dq), the same with DX_CUDA_DETERMINISTIC=1 ("[tc-det]": the
+ * Attention is checked eight times: with the tensor-core kernels (default, "[tc]": fused
+ * backward with fp32 atomics or bulk reductions for dq), the same with DX_CUDA_DETERMINISTIC=1 ("[tc-det]": the
  * two-kernel backward; also DX_CUDA_ATT_GRID=7, so that the Hopper forward's persistent blocks
  * each walk several work tiles), with the CUDA-core ones (DX_CUDA_ATTENTION=simple, "[simple]")
  * and with the tensor-core ones again, the Hopper backward's blocks launched in chunks of 3
- * (b, kv head) pairs (DX_CUDA_ATT_CHUNK=3, "[tc-chunk]"). Every pass checks the backward both
+ * (b, kv head) pairs (DX_CUDA_ATT_CHUNK=3, "[tc-chunk]"), and three more times with the Hopper
+ * backward's other handlings of dq (by default, at these lengths, a producer warp copies each
+ * piece's first contribution and adds the others, then a separate pass converts dq): its
+ * accumulator zeroed first, every contribution added by that warp and each tile converted in the
+ * kernel once complete (DX_CUDA_ATT_BWD=16, "[tc-add]"), the first contributions copied and the
+ * tiles converted in the kernel (17, "[tc-conv]"), and every contribution added by the
+ * consumers, then the separate pass (14, "[tc-sep]"); and on the
+ * Hopper backward's key-tile-major grid (DX_CUDA_ATT_BWD=10, "[tc-keymaj]"). Every pass checks the backward both
  * as attention_bwd and as attention_bwd_rope (RoPE's backward folded in; the backend's
  * default, which the test forces with DX_CUDA_ROPE_FOLD=1 in case the caller's environment
  * turned it off).
@@ -1363,7 +1370,7 @@ int main(void)
 
     /* attention: tensor-core kernels (default), then CUDA-core ones (a fresh backend) */
     const int ats[] = {1, 7, 129, 512}, hkvs[] = {8, 2}, adhs[] = {32, 64, 128};
-    for (int pass = 0; pass < 4; pass++) {
+    for (int pass = 0; pass < 8; pass++) {
         if (pass > 0) { /* a fresh backend reads the environment */
             gpu->destroy(gpu);
             if (pass == 1) {
@@ -1385,10 +1392,28 @@ int main(void)
                 unsetenv("DX_CUDA_ATTENTION");
                 setenv("DX_CUDA_ATT_CHUNK", "3", 1);
             }
+            if (pass == 4) { /* the Hopper backward's dq accumulator zeroed, every piece added
+                              * by producer warp 1, tiles converted in the kernel (Dh 64) */
+                unsetenv("DX_CUDA_ATT_CHUNK");
+                setenv("DX_CUDA_ATT_BWD", "16", 1);
+            }
+            if (pass == 5) /* first contributions copied, tiles converted in the kernel (Dh 64) */
+                setenv("DX_CUDA_ATT_BWD", "17", 1);
+            if (pass == 6) /* every contribution added by the consumers, the separate pass */
+                setenv("DX_CUDA_ATT_BWD", "14", 1);
+            if (pass == 7) /* the key-tile-major grid (the default from 8 waves of blocks up) */
+                setenv("DX_CUDA_ATT_BWD", "10", 1);
             gpu = dx_backend_cuda_create(0, 4);
             if (!gpu) die("dx_backend_cuda_create");
         }
-        att_tag = pass == 0 ? "[tc]" : pass == 1 ? "[tc-det]" : pass == 2 ? "[simple]" : "[tc-chunk]";
+        att_tag = pass == 0   ? "[tc]"
+                  : pass == 1 ? "[tc-det]"
+                  : pass == 2 ? "[simple]"
+                  : pass == 3 ? "[tc-chunk]"
+                  : pass == 4 ? "[tc-add]"
+                  : pass == 5 ? "[tc-conv]"
+                  : pass == 6 ? "[tc-sep]"
+                              : "[tc-keymaj]";
         for (int a = 0; a < 4; a++)
             for (int b = 0; b < 2; b++)
                 for (int c = 0; c < 3; c++)

@@ -853,7 +853,73 @@ template <int DH> constexpr size_t bwd_wg_smem()
     /* alignment slack; K, V (128 keys); Q, dO (2 stages of 64 queries); dS^T (2 x 128 x 64);
      * lse, D (2 stages of 64); dq tiles (2 consumers x 64 x 64 fp32); mbarriers */
     return 1024 + (size_t)(2 * 128 * DH + 4 * 64 * DH + 2 * 128 * 64) * sizeof(bf16) +
-           4 * 64 * sizeof(float) + 2 * 64 * 64 * sizeof(float) + 64;
+           4 * 64 * sizeof(float) + 2 * 64 * 64 * sizeof(float) + 192 +
+           (DH == 64 ? 2 * (64 * 64 + 2 * 64 * 32) * sizeof(float) : 0); /* (Dh 64) 2 converters'
+                                                                           tiles, cos and sin rows */
+}
+
+__device__ __forceinline__ int ld_acquire_gpu(const int *p)
+{
+    int v;
+    asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
+    return v;
+}
+__device__ __forceinline__ void st_release_gpu(int *p, int v)
+{
+    asm volatile("st.release.gpu.global.b32 [%0], %1;\n" ::"l"(p), "r"(v) : "memory");
+}
+
+/* the dq tile of (b, h, query tile i0 / 64) converted by one warp from its copy in shared memory
+ * (stage: att_bwd_wg's accumulator tile, DH / 64 pieces, dq_tiled_off): dq[b, t, h, :] =
+ * bf16(acc * scale) for the tile's rows t < T, with RoPE's backward (att_dq_from_tiles_rope's
+ * math) where rope is set (cs: the rows i0 .. of dxc_rope_table's cos table, DH / 2 floats each,
+ * then 64 rows later those of its sin table, in shared memory too); then the tile's 128-byte lines in global memory (acc_tile) are
+ * dropped from L2 unwritten (discard.global.L2: nothing reads them before the next call's first
+ * contributions overwrite them), so that the fp32 tile never goes back to DRAM. */
+template <int DH>
+__device__ __forceinline__ void dq_tile_convert(bf16 *__restrict__ dq, const float *stage,
+                                                const float *cs, const float *acc_tile, int b, int h,
+                                                int i0, int T, int H, float scale, bool rope,
+                                                size_t qld, int lane)
+{
+    constexpr int HALF = DH / 2;
+    const int rows = T - i0 < 64 ? T - i0 : 64;
+    auto ld = [&](int r, int col) {
+        return *(const float4 *)(stage + (size_t)(col / 64) * 4096 + dq_tiled_off(r, col % 64));
+    };
+    if (rope) {
+        constexpr int Q = HALF / 4; /* items per row: columns d .. d+3 and d+HALF .. +3 */
+#pragma unroll 1
+        for (int i = lane; i < rows * Q; i += 32) {
+            const int r = i / Q, d = (i % Q) * 4, e = d + HALF, t = i0 + r;
+            const float4 a = ld(r, d), bb = ld(r, e);
+            const float4 c = *(const float4 *)(cs + r * HALF + d);
+            const float4 sn = *(const float4 *)(cs + (64 + r) * HALF + d);
+            const float a0 = a.x * scale, a1 = a.y * scale, a2 = a.z * scale, a3 = a.w * scale;
+            const float b0 = bb.x * scale, b1 = bb.y * scale, b2 = bb.z * scale, b3 = bb.w * scale;
+            bf16 *row = dq + ((size_t)b * T + t) * qld + (size_t)h * DH;
+            __nv_bfloat162 *o = (__nv_bfloat162 *)(row + d), *p = (__nv_bfloat162 *)(row + e);
+            o[0] = __floats2bfloat162_rn(a0 * c.x + b0 * sn.x, a1 * c.y + b1 * sn.y);
+            o[1] = __floats2bfloat162_rn(a2 * c.z + b2 * sn.z, a3 * c.w + b3 * sn.w);
+            p[0] = __floats2bfloat162_rn(b0 * c.x - a0 * sn.x, b1 * c.y - a1 * sn.y);
+            p[1] = __floats2bfloat162_rn(b2 * c.z - a2 * sn.z, b3 * c.w - a3 * sn.w);
+        }
+    } else {
+        constexpr int Q = DH / 4;
+#pragma unroll 1
+        for (int i = lane; i < rows * Q; i += 32) {
+            const int r = i / Q, d = (i % Q) * 4;
+            const float4 a = ld(r, d);
+            __nv_bfloat162 *o =
+                (__nv_bfloat162 *)(dq + ((size_t)b * T + i0 + r) * qld + (size_t)h * DH + d);
+            o[0] = __floats2bfloat162_rn(a.x * scale, a.y * scale);
+            o[1] = __floats2bfloat162_rn(a.z * scale, a.w * scale);
+        }
+    }
+    /* safe only because every piece is written whole before its next read: by its first
+     * contribution's copy (mode bit 4) or after the memset (bit 3 alone) */
+    for (int l = lane; l < 64 * DH * 4 / 128; l += 32)
+        asm volatile("discard.global.L2 [%0], 128;\n" ::"l"(acc_tile + 32 * l) : "memory");
 }
 
 /* The backward of att_bwd_dkdv_tc<DH, .., DQ = true> (same contract, FlashAttention-2's
@@ -880,13 +946,35 @@ template <int DH> constexpr size_t bwd_wg_smem()
  * A warpgroup whose 64 keys all come after the query tile (or lie past T) issues no products
  * for it and writes zero dS^T rows (mode bit 1, variant 11, computes them: NOTES item 18).
  * dk and dv are deterministic (ascending order); the order of dq's additions is not. rtab (not
- * NULL): dk comes out with RoPE's backward applied (store_dk_dv); dq's is in
- * att_dq_from_tiles_rope. mode bit 0: the grid is (key tiles, B Hkv); bit 2 (only without bit 0):
- * the blocks in launch order run in chunks of mode >> 8 (b, kv head) pairs (bwd_wg_chunk). */
+ * NULL): dk comes out with RoPE's backward applied (store_dk_dv), and so does dq. mode bit 0: the
+ * grid is (key tiles, B Hkv); bit 2 (only without bit 0): the blocks in launch order run in
+ * chunks of mode >> 8 (b, kv head) pairs (bwd_wg_chunk).
+ * mode bits 3 and 4 (TMA only): the consumers only write their dq tiles into shared memory
+ * (dq_full / dq_empty mbarriers) and warp 1 of the producer warpgroup, otherwise idle, issues
+ * the bulk operations in their order and frees each buffer once it has been read.
+ * Bit 4: the accumulator is not zeroed first; per 64 x 64 piece the contribution that claims it
+ * first (an atomic count) is copied (cp.async.bulk), then sets the piece's flag once complete,
+ * and the others wait for that flag before their reductions (the claimer is running and waits
+ * on nothing after its claim, so every wait ends; a flag set by a fixed block, e.g. the
+ * diagonal one, could deadlock, as that block need not be resident).
+ * Bit 3 (Dh 64): dq is converted here, not by a separate pass over the accumulator: once an
+ * operation has completed warp 1 adds one to dq_cnt[tile] (b, h, 64 queries); a tile has
+ * DH / 64 x (qi / 2 + 1) contributions (64-query tile qi: one per piece and key tile at or
+ * before it), and the one that completes it hands the tile to warp 2 or 3 (cv_* mbarriers),
+ * which copies it from L2 into shared memory in one bulk copy, converts it (dq_tile_convert:
+ * RoPE's backward folded in) and drops its lines from L2 unwritten. The atomics and the
+ * conversions stay off the consumers' path; in the head-major order the longest key tile's
+ * block completes most of its pair's tiles, about one per query tile it walks.
+ * Together the accumulator need not cross DRAM: the separate pass read it, the memset wrote it,
+ * the first reductions read it back and L2 wrote the sums back (~4 x 134 MB per call at B 8 T
+ * 2048 H 32 Dh 64; NOTES item 23). But the converter warps of the block that completes most
+ * tiles fall behind and stall it (18-24% slower at Dh 64, NOTES item 24), so bit 3 is only
+ * variants 16 and 17. dkdv_wg_launch zeroes dq_cnt (dq_cnt_ints) before each launch, and the
+ * accumulator too unless bit 4 is set. */
 template <int DH, bool TMA>
 __global__ void __launch_bounds__(384, 1)
     att_bwd_wg(bf16 *__restrict__ dk, bf16 *__restrict__ dv, float *__restrict__ dq_acc,
-               const bf16 *__restrict__ dout, const bf16 *__restrict__ q,
+               bf16 *__restrict__ dq, int *__restrict__ dq_cnt, const bf16 *__restrict__ dout, const bf16 *__restrict__ q,
                const bf16 *__restrict__ k, const bf16 *__restrict__ v,
                const float *__restrict__ lse, const float *__restrict__ Dv, int T, int H, int Hkv,
                size_t kst, size_t qld, float sl2, float scale, int mode, const float *__restrict__ rtab,
@@ -895,7 +983,10 @@ __global__ void __launch_bounds__(384, 1)
 {
 #ifdef DXC_HAVE_WGMMA
     constexpr int BK = 128, BQ = 64, NN = BQ / 8, NDT = DH / 8;
-    const bool key_x = mode & 1, skip_dead = !(mode & 2);
+    /* issuer: producer warp 1 issues the dq bulk operations (bits 3, 4); conv (Dh 64): its
+     * warps 2 and 3 convert completed tiles; first_store: a piece's first contribution copied */
+    const bool key_x = mode & 1, skip_dead = !(mode & 2), issuer = TMA && (mode & 24),
+               conv = TMA && DH == 64 && (mode & 8), first_store = TMA && (mode & 16);
     constexpr uint32_t KB = BK * DH * 2, QB = BQ * DH * 2, SB = BK * BQ * 2; /* tile bytes */
     DXC_DYNAMIC_SMEM(uint4, smem_raw);
     const uint32_t raw = smem_u32(smem_raw), base = (raw + 1023u) & ~1023u;
@@ -903,8 +994,14 @@ __global__ void __launch_bounds__(384, 1)
     const uint32_t Lv = Ss + 2 * SB; /* float lse[2][BQ], D[2][BQ] */
     const float *Lg = (const float *)((const char *)smem_raw + (Lv - raw));
     const uint32_t Dq = Lv + 4 * BQ * 4; /* float [2][BQ * 64] (dq_tiled_off) */
-    /* mbarriers: full_kv, full[2], empty[2] */
+    /* mbarriers: full_kv, full[2], empty[2]; (conv) per consumer its dq tile written (dq_full)
+     * and read by the bulk operation (dq_empty) */
     const uint32_t bars = Dq + 2 * BQ * 64 * 4, full_kv = bars, full = bars + 8, empty = bars + 24;
+    const uint32_t dq_full = bars + 40, dq_empty = bars + 56;
+    /* (conv) per converter warp: a tile to convert (cv_full, cv_slot), its slot free again
+     * (cv_empty), its copy in shared memory (cv_ld, at Stg + 16 KB x the warp) */
+    const uint32_t cv_full = bars + 72, cv_empty = bars + 88, cv_ld = bars + 104, cv_slot = bars + 120;
+    const uint32_t Stg = bars + 192;
 
     const int wg = threadIdx.x >> 7;
     /* grid (B Hkv, key tiles), long (early) key tiles first; key_x: (key tiles, B Hkv); mode
@@ -921,6 +1018,11 @@ __global__ void __launch_bounds__(384, 1)
     /* iteration it: query head kh * G + it / nq, query tile c0 + (it % nq) * BQ (queries
      * before c0 see none of these keys) */
     const int nq = (T - c0 + BQ - 1) / BQ, niter = G * nq;
+    const int nt64 = (T + 63) / 64;
+    /* (conv) dq_cnt: per tile (b, h, 64 queries) its completed additions, then per piece
+     * (64 x 64 of a tile) a claim count and a flag "first contribution written" (first_store) */
+    const size_t ntile = (size_t)(key_x ? gridDim.y : gridDim.x) * G * nt64;
+    int *const dq_claim = dq_cnt + ntile, *const dq_written = dq_claim + ntile * (DH / 64);
 
     if (threadIdx.x == 0) {
         /* TMA: K, V by thread 0's expect_tx; a stage by its expect_tx and warp 0's cp.async of
@@ -929,6 +1031,11 @@ __global__ void __launch_bounds__(384, 1)
         for (int i = 0; i < 2; i++) {
             mbar_init(full + 8 * i, TMA ? 33 : 128);
             mbar_init(empty + 8 * i, 8); /* the consumers' 8 warps */
+            mbar_init(dq_full + 8 * i, 1);
+            mbar_init(dq_empty + 8 * i, 1);
+            mbar_init(cv_full + 8 * i, 1);
+            mbar_init(cv_empty + 8 * i, 1);
+            mbar_init(cv_ld + 8 * i, 1);
         }
         if (TMA) fence_mbar_init();
     }
@@ -947,7 +1054,125 @@ __global__ void __launch_bounds__(384, 1)
     if (wg == 0 && TMA) { /* producer: warp 0, lane 0 issuing TMA copies, its lanes lse and D */
         setmaxnreg_dec<40>();
         const int tid = threadIdx.x;
-        if (tid >= 32) return;
+        if (tid >= 32) {
+            const int lane = tid & 31;
+            if (issuer && tid < 64) { /* warp 1: dq's bulk operations (lane 0) and their counts */
+                int npush = 0;
+                /* the bulk operation issued last and not yet counted: its tile */
+                bool pend = false;
+                size_t pend_ti = 0;
+                /* tile ti (query tile i0 of its head) to converter warp npush % 2 */
+                auto push = [&](uint32_t v) {
+                    const int w = npush & 1;
+                    if (npush >= 2) mbar_wait(cv_empty + 8 * w, ((npush >> 1) - 1) & 1);
+                    asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(cv_slot + 4 * w), "r"(v) : "memory");
+                    mbar_arrive(cv_full + 8 * w);
+                    npush++;
+                };
+                /* (conv, lane 0) one completed contribution to tile ti; the one that completes
+                 * it (DH / 64 pieces x key tiles 0 .. qi / 2) hands the tile to a converter */
+                auto count = [&](size_t ti) {
+                    __threadfence(); /* the contribution (visible to this thread), then the count */
+                    const int qi = (int)(ti % nt64);
+                    if (atomicAdd(dq_cnt + ti, 1) == (DH / 64) * (qi / 2 + 1) - 1) {
+                        __threadfence(); /* every contributor's, before the converter's copy */
+                        push((uint32_t)ti);
+                    }
+                };
+                if (lane == 0) {
+                    for (int it = 0; it < niter; it++) {
+                        const int h = kh * G + it / nq, i0 = c0 + (it % nq) * BQ;
+                        const size_t ti = ((size_t)b * H + h) * nt64 + i0 / 64;
+#pragma unroll
+                        for (int pc = 0; pc < DH / 64; pc++) {
+                            const int cc = DH == 128 ? pc : (it & 1); /* the consumer of this piece */
+                            /* consumer cc's tile number: one per iteration (Dh 128), or one
+                             * every other (Dh 64) */
+                            const int use = DH == 128 ? it : it >> 1;
+                            const size_t pi = ti * (DH / 64) + pc; /* the piece */
+                            mbar_wait(dq_full + 8 * cc, use & 1);
+                            float *dst = dq_acc + pi * 4096;
+                            const uint32_t src = Dq + cc * BQ * 64 * 4;
+                            bool stored = false;
+                            if (first_store && atomicAdd(dq_claim + pi, 1) == 0) {
+                                /* the piece's first contribution: a plain copy (the
+                                 * accumulator is not zeroed first) */
+                                bulk_copy_s2g(dst, src, 64 * 64 * 4);
+                                stored = true;
+                            } else {
+                                if (first_store) { /* once the first contribution is written */
+                                    while (ld_acquire_gpu(dq_written + pi) == 0) __nanosleep(64);
+                                    asm volatile("fence.proxy.async.global;\n" ::: "memory");
+                                }
+                                bulk_red_add_f32(dst, src, 64 * 64 * 4);
+                            }
+                            bulk_commit();
+                            bulk_wait_read<0>();
+                            mbar_arrive(dq_empty + 8 * cc); /* the consumer may refill it */
+                            if (stored) {
+                                bulk_wait<false>(); /* written (and the previous one complete) */
+                                asm volatile("fence.proxy.async.global;\n" ::: "memory");
+                                st_release_gpu(dq_written + pi, 1);
+                            } else if (conv && pend) {
+                                bulk_wait_n<1>(); /* the previous one complete */
+                                asm volatile("fence.proxy.async.global;\n" ::: "memory");
+                            }
+                            if (conv) {
+                                if (pend) count(pend_ti);
+                                if (stored) count(ti);
+                                pend = !stored;
+                                pend_ti = ti;
+                            }
+                        }
+                    }
+                    bulk_wait<false>(); /* every operation complete before the block exits */
+                    if (conv) {
+                        asm volatile("fence.proxy.async.global;\n" ::: "memory");
+                        if (pend) count(pend_ti);
+                        push(~0u); /* both converters: no more tiles */
+                        push(~0u);
+                    }
+                }
+            } else if (conv && tid >= 64) { /* warps 2 and 3: convert the tiles warp 1 hands them */
+                /* its staging: the tile (16 KB), then cos and sin rows (8 KB each) */
+                const int w = (tid >> 5) - 2;
+                constexpr uint32_t TB = 64 * DH * 4, RB = 64 * (DH / 2) * 4;
+                const uint32_t stg = Stg + w * (TB + 2 * RB);
+                const float *stg_g = (const float *)((const char *)smem_raw + (stg - raw));
+                for (int n = 0;; n++) {
+                    mbar_wait(cv_full + 8 * w, n & 1);
+                    uint32_t v;
+                    asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(v) : "r"(cv_slot + 4 * w) : "memory");
+                    if (v == ~0u) break;
+                    const size_t ti = v;
+                    const int qi = (int)(ti % nt64), h = (int)(ti / nt64 % H);
+                    const float *acc_tile = dq_acc + ti * 64 * DH;
+                    /* the tile from L2 into shared memory in one bulk copy, and RoPE's cos and
+                     * sin rows of its queries (each row DH / 2 floats: 16-byte aligned) */
+                    const int rows = T - qi * 64 < 64 ? T - qi * 64 : 64;
+                    const uint32_t rb = rtab ? (uint32_t)rows * (DH / 2) * 4 : 0;
+                    if (lane == 0) {
+                        asm volatile("fence.proxy.async.global;\n" ::: "memory");
+                        mbar_expect_tx(cv_ld + 8 * w, TB + 2 * rb);
+                        bulk_load_g2s(stg, acc_tile, TB, cv_ld + 8 * w);
+                        if (rtab) {
+                            const float *cr = rtab + (size_t)qi * 64 * (DH / 2);
+                            bulk_load_g2s(stg + TB, cr, rb, cv_ld + 8 * w);
+                            bulk_load_g2s(stg + TB + RB, cr + sin_off, rb, cv_ld + 8 * w);
+                        }
+                    }
+                    mbar_wait(cv_ld + 8 * w, n & 1);
+                    dq_tile_convert<DH>(dq, stg_g, stg_g + TB / 4, acc_tile, b, h, qi * 64, T, H, scale,
+                                        rtab != nullptr, qld, lane);
+                    __syncwarp();
+                    if (lane == 0) {
+                        fence_proxy_async(); /* the reads above, before the next bulk copy's writes */
+                        mbar_arrive(cv_empty + 8 * w);
+                    }
+                }
+            }
+            return;
+        }
         if (tid == 0) {
             mbar_expect_tx(full_kv, 2 * KB);
 #pragma unroll
@@ -1013,8 +1238,8 @@ __global__ void __launch_bounds__(384, 1)
     const int dq_col = DH == 128 ? 64 * c : 0;
     const uint32_t kq = Ks + (DH == 128 ? c * KB / 2 : 0);
     const uint32_t dqs = Dq + c * BQ * 64 * 4; /* this consumer's dq tile */
-    const int nt64 = (T + 63) / 64;
     const int tid = threadIdx.x & 127;
+    uint32_t nred = 0; /* this consumer's dq tiles so far */
 
     mbar_wait(full_kv, 0);
     for (int it = 0; it < niter; it++) {
@@ -1095,8 +1320,12 @@ __global__ void __launch_bounds__(384, 1)
             /* dq tile -> this consumer's shared buffer (once its previous reduction has read
              * it), then one bulk reduction of the 16 KB into dq_acc's piece (FlashAttention-3
              * adds its dq tiles with TMA reductions likewise) */
-            if (tid == 0) bulk_wait<true>();
-            bar_sync(3 + c, 128);
+            if (issuer) { /* producer warp 1's bulk operation has read the buffer */
+                if (nred > 0) mbar_wait(dq_empty + 8 * c, (nred - 1) & 1);
+            } else {
+                if (tid == 0) bulk_wait<true>();
+                bar_sync(3 + c, 128);
+            }
 #pragma unroll
             for (int hh = 0; hh < 2; hh++) {
                 const int r = 16 * warp + g + 8 * hh;
@@ -1110,11 +1339,16 @@ __global__ void __launch_bounds__(384, 1)
             fence_proxy_async();
             bar_sync(3 + c, 128);
             if (tid == 0) {
-                bulk_red_add_f32(dq_acc + (((size_t)b * H + h) * nt64 + i0 / 64) * 64 * DH +
-                                     (size_t)dq_col * 64,
-                                 dqs, 64 * 64 * 4);
-                bulk_commit();
+                if (issuer) {
+                    mbar_arrive(dq_full + 8 * c); /* to producer warp 1 */
+                } else {
+                    bulk_red_add_f32(dq_acc + (((size_t)b * H + h) * nt64 + i0 / 64) * 64 * DH +
+                                         (size_t)dq_col * 64,
+                                     dqs, 64 * 64 * 4);
+                    bulk_commit();
+                }
             }
+            nred++;
         } else {
             wg_wait<0>();
             reg_fence(dkf);
@@ -1123,7 +1357,7 @@ __global__ void __launch_bounds__(384, 1)
         }
     }
     store_dk_dv<1, NDT>(dk, dv, dka, dva, wk0, b, kh, T, kst, scale, t, g, rtab, sin_off);
-    if (tid == 0) bulk_wait<false>(); /* the last dq reduction, before the block exits */
+    if (tid == 0 && !issuer) bulk_wait<false>(); /* the last dq reduction, before the block exits */
 #else
     __trap(); /* dispatched only on sm_90 (dxc_impl.wgmma) */
 #endif
@@ -1317,8 +1551,21 @@ static int bwd_wg_chunk(dx_backend *be, int nbh, int nkt, int T, int G, int DH)
     return im->chunk_val;
 }
 
+/* the ints att_bwd_wg's dq_cnt holds for ntile tiles of head dimension DH: per tile a count, per
+ * 64 x 64 piece a claim count and a flag */
+constexpr size_t dq_cnt_ints(size_t ntile, int DH)
+{
+    return ntile * (1 + 2 * (size_t)(DH / 64));
+}
+
+/* att_bwd_wg, after zeroing what it adds into: dq_acc (B H ceil(T / 64) tiles of 64 x DH fp32,
+ * dq_tiled_off) and dq_cnt (dq_cnt_ints of them) after it. With TMA copies: mode bit 4 (head
+ * dim 128, or T <= 1024; variants 15 and 17 always, 14 and 16 never) copies each piece's first
+ * contribution, so only dq_cnt is zeroed, not the accumulator; bit 3 (head dim 64, variants 16
+ * and 17 only) converts dq in the kernel. Returns whether it did (else the caller runs the
+ * separate pass over the accumulator). */
 template <int DH>
-void dkdv_wg_launch(dx_backend *be, void *dk, void *dv, float *dq_acc, const void *dout,
+bool dkdv_wg_launch(dx_backend *be, void *dk, void *dv, float *dq_acc, void *dq, const void *dout,
                     const void *q, const void *k, const void *v, const float *lse,
                     const float *Dv, int B, int T, int H, int Hkv, size_t kst, size_t qld, bool key_x,
                     const float *rtab, size_t sin_off)
@@ -1344,15 +1591,35 @@ void dkdv_wg_launch(dx_backend *be, void *dk, void *dv, float *dq_acc, const voi
     const dim3 grid = key_x ? dim3(nkt, nbh) : dim3(nbh, nkt);
     /* mode: bit 0 the key-tile-major grid, bit 1 (variant 11) the masked warpgroup tiles computed */
     int mode = (key_x ? 1 : 0) | (dxc(be)->attn_bwd_var == 11 ? 2 : 0);
+    /* bit 4: each piece's first contribution copied, by default at Dh 128 and at Dh 64 up to
+     * seq 1024; bit 3 (Dh 64): dq converted in the kernel, only in variants 16 and 17. Alone on
+     * one H100 (2026-11-27, NOTES item 24), bit 4 took the backward from 0.670 to 0.609 ms at B
+     * 32 T 350 Dh 128, 2.027 to 1.900 at B 8 T 2048 Dh 128, 0.327 to 0.300 at B 32 T 350 Dh 64,
+     * but 1.198 to 1.200 at B 8 T 2048 Dh 64, 2.08 to 2.11 at T 4096 and 3.93 to 4.00 at T 8192
+     * (warp 1 issues one operation at a time); bit 3 made every shape slower (1.41 ms at B 8 T
+     * 2048: the last contributor to most tiles is one block, whose two converter warps fall
+     * behind). Variants: 14 neither (the consumers add every contribution), 15 bit 4 at every
+     * length, 16 bit 3 only, 17 both */
+    const int var = dxc(be)->attn_bwd_var;
+    const bool conv = tma && DH == 64 && (var == 16 || var == 17);
+    if (conv) mode |= 8;
+    if (tma && (var == 15 || var == 17 || (var != 14 && var != 16 && (DH == 128 || T <= 1024))))
+        mode |= 16;
+    const size_t ntile = (size_t)B * H * ((T + 63) / 64), nt = ntile * 64 * DH;
+    int *const dq_cnt = (int *)(dq_acc + nt);
+    DXC_CHECK(op, cudaMemsetAsync(mode & 16 ? (void *)dq_cnt : (void *)dq_acc, 0,
+                                  ((mode & 16 ? 0 : nt) + dq_cnt_ints(ntile, DH)) * sizeof(float),
+                                  dxc(be)->stream));
     if (!key_x && dxc(be)->attn_bwd_var != 9) { /* bit 2: chunks of C (b, kv head) pairs */
         const int C = bwd_wg_chunk(be, (int)nbh, (int)nkt, T, H / Hkv, DH);
         if (C < (int)nbh) mode |= 4 | (C << 8);
     }
-    kern<<<grid, 384, smem, dxc(be)->stream>>>((bf16 *)dk, (bf16 *)dv, dq_acc, (const bf16 *)dout,
-                                              (const bf16 *)q, (const bf16 *)k, (const bf16 *)v,
-                                              lse, Dv, T, H, Hkv, kst, qld, sl2, scale, mode,
-                                              rtab, sin_off, tq, tk, tv, tdo);
+    kern<<<grid, 384, smem, dxc(be)->stream>>>((bf16 *)dk, (bf16 *)dv, dq_acc, (bf16 *)dq, dq_cnt,
+                                              (const bf16 *)dout, (const bf16 *)q, (const bf16 *)k,
+                                              (const bf16 *)v, lse, Dv, T, H, Hkv, kst, qld, sl2,
+                                              scale, mode, rtab, sin_off, tq, tk, tv, tdo);
     DXC_LAUNCHED(be, op);
+    return conv;
 }
 
 template <int DH, int NW, int MT, int BN>
@@ -1470,11 +1737,10 @@ bool bwd_launch(dx_backend *be, void *dq, void *dk, void *dv, float *dq_acc, con
     const size_t n = (size_t)B * T * H * DH;
     cudaStream_t st = dxc(be)->stream;
     if constexpr (DH == 64 || DH == 128) {
-        if (wg) { /* the tiled accumulator (dq_tiled_off) */
-            const size_t nt = (size_t)B * H * ((T + 63) / 64) * 64 * DH;
-            DXC_CHECK(op, cudaMemsetAsync(dq_acc, 0, nt * sizeof(float), st));
-            dkdv_wg_launch<DH>(be, dk, dv, dq_acc, dout, q, k, v, lse, Dv, B, T, H, Hkv, kst, qld,
-                               wg == 2, rtab, sin_off);
+        if (wg) { /* the tiled accumulator (dq_tiled_off), then att_bwd_wg's counters */
+            if (dkdv_wg_launch<DH>(be, dk, dv, dq_acc, dq, dout, q, k, v, lse, Dv, B, T, H, Hkv, kst,
+                                   qld, wg == 2, rtab, sin_off))
+                return rtab != nullptr; /* dq converted by the kernel */
             const size_t per_b = (size_t)T * H * DH / (rtab ? 8 : 4),
                          cap = (size_t)dxc(be)->num_sms * 16 / B + 1;
             const size_t blocks = (per_b + 255) / 256 < cap ? (per_b + 255) / 256 : cap;
@@ -1545,9 +1811,15 @@ bool bwd_launch(dx_backend *be, void *dq, void *dk, void *dv, float *dq_acc, con
  *   backward Dh 64:  0 (wgmma; elsewhere 8)  9 (wgmma, longest first, no chunks)
  *                    10 (wgmma, key-tile major)
  *                    11 (0 computing the warpgroup tiles that lie wholly above the diagonal)
- *                    13 (0 with the cp.async producer)
+ *                    13 (0 with the cp.async producer, dq converted by a separate pass)
+ *                    14 (0 with the consumers adding every dq contribution, then the separate
+ *                        pass att_dq_from_tiles(_rope))
+ *                    15 (0 with each piece's first contribution copied at every length)
+ *                    16 (the dq accumulator zeroed first, every contribution added by warp 1,
+ *                        each tile converted in the kernel once complete)
+ *                    17 (first contributions copied and tiles converted in the kernel)
  *                    8 (4 warps, MT 2, 32 queries per tile)
- *            Dh 128: 0 (wgmma; elsewhere 8)  9  10  11  13  8 (8 warps, MT 1, 64 queries)  1 (4, 1, 32)
+ *            Dh 128: 0 (wgmma; elsewhere 8)  9  10  11  13  14  15 (as 0)  16 (as 14)  17 (as 0)  8 (8 warps, MT 1, 64 queries)  1 (4, 1, 32)
  *                    2 (8, 1, 32)  3 (4, 1, 64) */
 void dxc_attention_fwd_mma(dx_backend *be, void *o, void *lse, const void *q, const void *k,
                            const void *v, int ldq, int ldkv, int B, int T, int H, int Hkv, int Dh)
@@ -1615,7 +1887,7 @@ int dxc_attention_bwd_mma(dx_backend *be, void *dq, void *dk, void *dv, float *d
     /* att_bwd_wg (not with DX_CUDA_DETERMINISTIC): 1, or 2 with the key-tile-major grid */
     const long nblk = (long)B * Hkv * ((T + 127) / 128);
     const int wg = !dxc(be)->wgmma                                     ? 0
-                   : var == 0 || var == 11 || var == 13 ? (nblk >= 8L * dxc(be)->num_sms ? 2 : 1)
+                   : var == 0 || var == 11 || var == 13 || var == 14 || var == 15 || var == 16 ? (nblk >= 8L * dxc(be)->num_sms ? 2 : 1)
                    : var == 9 ? 1 : var == 10 ? 2 : 0;
 #define BWD(...)                                                                                   \
     bwd_launch<__VA_ARGS__>(be, dq, dk, dv, dq_acc, dout, q, k, v, lse, Dv, B, T, H, Hkv, kst, qld, \

@@ -257,6 +257,22 @@ __device__ __forceinline__ void bulk_red_add_f32(float *dst, uint32_t src, int b
                  ::"l"(dst), "r"(src), "r"(bytes)
                  : "memory");
 }
+/* global dst[0 .. bytes) = shared src[0 .. bytes), one bulk asynchronous copy by the calling
+ * thread (alignment as bulk_red_add_f32); completes in this thread's bulk group */
+__device__ __forceinline__ void bulk_copy_s2g(void *dst, uint32_t src, int bytes)
+{
+    asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;\n" ::"l"(dst), "r"(src),
+                 "r"(bytes)
+                 : "memory");
+}
+/* shared dst[0 .. bytes) = global src[0 .. bytes), one bulk asynchronous copy by the calling
+ * thread, completing on mbarrier bar's transaction count (16-byte alignment, bytes % 16 == 0) */
+__device__ __forceinline__ void bulk_load_g2s(uint32_t dst, const void *src, int bytes, uint32_t bar)
+{
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n"
+                 ::"r"(dst), "l"(src), "r"(bytes), "r"(bar)
+                 : "memory");
+}
 __device__ __forceinline__ void bulk_commit()
 {
     asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
@@ -266,6 +282,12 @@ __device__ __forceinline__ void bulk_commit()
 template <int N> __device__ __forceinline__ void bulk_wait_read()
 {
     asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(N) : "memory");
+}
+/* all but the N most recent of this thread's bulk groups have completed (their writes to global
+ * memory performed) */
+template <int N> __device__ __forceinline__ void bulk_wait_n()
+{
+    asm volatile("cp.async.bulk.wait_group %0;\n" ::"n"(N) : "memory");
 }
 template <bool READ> __device__ __forceinline__ void bulk_wait()
 {
