@@ -13,7 +13,9 @@
 # overlap: AdamW beside the next forward (the default) gives bitwise the serial update's weights and
 # losses (DX_OPT_OVERLAP=0), at ZeRO 0 and 1, with evaluations and a checkpoint in between, and its
 # op-level trace passes tests/check_events.py.
-# Logs go to $OUT (default /tmp/dissect-gpu); a summary table is printed last.
+# Each step is killed after STEP_TIMEOUT seconds (default 480; a hung kernel then costs one step,
+# reported as TIMEOUT, not the whole call). Logs go to $OUT (default /tmp/dissect-gpu); a summary
+# table is printed last.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/dissect-gpu}; mkdir -p "$OUT"
@@ -22,10 +24,15 @@ ngpu=$(nvidia-smi -L 2>/dev/null | wc -l)
 sections=("$@"); [ ${#sections[@]} -gt 0 ] || sections=(build kernels sanitizer hf overlap zero grid offload trace brown)
 declare -A result
 mpi=(mpirun -x LD_LIBRARY_PATH -x NCCL_NVLS_ENABLE -x PATH)
-run() { # name command...: runs, logs to $OUT/name.log, records ok/FAIL
-  local name=$1; shift
+run() { # name command...: runs (killed after STEP_TIMEOUT s), logs to $OUT/name.log, records ok/FAIL/TIMEOUT
+  local name=$1 rc=0; shift
   echo "== $name: $*"
-  if "$@" > "$OUT/$name.log" 2>&1; then result[$name]=ok; else result[$name]="FAIL($?)"; fi
+  timeout -k 10 "${STEP_TIMEOUT:-480}" "$@" > "$OUT/$name.log" 2>&1 || rc=$?
+  case $rc in
+    0) result[$name]=ok ;;
+    124|137) result[$name]="TIMEOUT(${STEP_TIMEOUT:-480} s)" ;;
+    *) result[$name]="FAIL($rc)" ;;
+  esac
   tail -n "${TAIL:-25}" "$OUT/$name.log"
 }
 want() { [[ " ${sections[*]} " == *" $1 "* ]]; }

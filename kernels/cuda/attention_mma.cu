@@ -968,7 +968,7 @@ __device__ __forceinline__ void dq_tile_convert(bf16 *__restrict__ dq, const flo
  * Together the accumulator need not cross DRAM: the separate pass read it, the memset wrote it,
  * the first reductions read it back and L2 wrote the sums back (~4 x 134 MB per call at B 8 T
  * 2048 H 32 Dh 64; NOTES item 23). But the converter warps of the block that completes most
- * tiles fall behind and stall it (18-24% slower at Dh 64, NOTES item 24), so bit 3 is only
+ * tiles fall behind and stall it (7-44% slower at Dh 64, NOTES item 24), so bit 3 is only
  * variants 16 and 17. dkdv_wg_launch zeroes dq_cnt (dq_cnt_ints) before each launch, and the
  * accumulator too unless bit 4 is set. */
 template <int DH, bool TMA>
