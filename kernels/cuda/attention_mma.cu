@@ -1884,11 +1884,13 @@ int dxc_attention_bwd_mma(dx_backend *be, void *dq, void *dk, void *dv, float *d
 {
     const size_t kst = (size_t)ldkv, qld = (size_t)ldq;
     const int var = dxc(be)->attn_bwd_var;
-    /* att_bwd_wg (not with DX_CUDA_DETERMINISTIC): 1, or 2 with the key-tile-major grid */
+    /* att_bwd_wg (not with DX_CUDA_DETERMINISTIC): 1, or 2 with the key-tile-major grid; the
+     * mma.sync kernels for variants 1-8 (and without sm_90a) */
     const long nblk = (long)B * Hkv * ((T + 127) / 128);
-    const int wg = !dxc(be)->wgmma                                     ? 0
-                   : var == 0 || var == 11 || var == 13 || var == 14 || var == 15 || var == 16 ? (nblk >= 8L * dxc(be)->num_sms ? 2 : 1)
-                   : var == 9 ? 1 : var == 10 ? 2 : 0;
+    const int wg = !dxc(be)->wgmma || (var >= 1 && var <= 8) ? 0
+                   : var == 9                                ? 1
+                   : var == 10                               ? 2
+                                                             : (nblk >= 8L * dxc(be)->num_sms ? 2 : 1);
 #define BWD(...)                                                                                   \
     bwd_launch<__VA_ARGS__>(be, dq, dk, dv, dq_acc, dout, q, k, v, lse, Dv, B, T, H, Hkv, kst, qld, \
                             wg, rope_tab, sin_off)
