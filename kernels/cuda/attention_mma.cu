@@ -869,6 +869,23 @@ __device__ __forceinline__ void st_release_gpu(int *p, int v)
     asm volatile("st.release.gpu.global.b32 [%0], %1;\n" ::"l"(p), "r"(v) : "memory");
 }
 
+/* RoPE's backward on 4 + 4 columns of one dq row (row: its (t, h) slice; columns d .. d+3 and
+ * e = d + Dh/2 ..; a, bb: the fp32 accumulator there, c, sn: cos and sin of position t):
+ *   row[d + j] = bf16(a_j s cos_j + b_j s sin_j),  row[e + j] = bf16(b_j s cos_j - a_j s sin_j)
+ * (s = scale; kernels.h rope_bwd's math), as both the separate pass and the in-kernel
+ * conversion write it */
+__device__ __forceinline__ void dq_store_rope4(bf16 *row, int d, int e, float4 a, float4 bb, float4 c,
+                                               float4 sn, float scale)
+{
+    const float a0 = a.x * scale, a1 = a.y * scale, a2 = a.z * scale, a3 = a.w * scale;
+    const float b0 = bb.x * scale, b1 = bb.y * scale, b2 = bb.z * scale, b3 = bb.w * scale;
+    __nv_bfloat162 *o = (__nv_bfloat162 *)(row + d), *p = (__nv_bfloat162 *)(row + e);
+    o[0] = __floats2bfloat162_rn(a0 * c.x + b0 * sn.x, a1 * c.y + b1 * sn.y);
+    o[1] = __floats2bfloat162_rn(a2 * c.z + b2 * sn.z, a3 * c.w + b3 * sn.w);
+    p[0] = __floats2bfloat162_rn(b0 * c.x - a0 * sn.x, b1 * c.y - a1 * sn.y);
+    p[1] = __floats2bfloat162_rn(b2 * c.z - a2 * sn.z, b3 * c.w - a3 * sn.w);
+}
+
 /* the dq tile of (b, h, query tile i0 / 64) converted by one warp from its copy in shared memory
  * (stage: att_bwd_wg's accumulator tile, DH / 64 pieces, dq_tiled_off): dq[b, t, h, :] =
  * bf16(acc * scale) for the tile's rows t < T, with RoPE's backward (att_dq_from_tiles_rope's
@@ -895,14 +912,7 @@ __device__ __forceinline__ void dq_tile_convert(bf16 *__restrict__ dq, const flo
             const float4 a = ld(r, d), bb = ld(r, e);
             const float4 c = *(const float4 *)(cs + r * HALF + d);
             const float4 sn = *(const float4 *)(cs + (64 + r) * HALF + d);
-            const float a0 = a.x * scale, a1 = a.y * scale, a2 = a.z * scale, a3 = a.w * scale;
-            const float b0 = bb.x * scale, b1 = bb.y * scale, b2 = bb.z * scale, b3 = bb.w * scale;
-            bf16 *row = dq + ((size_t)b * T + t) * qld + (size_t)h * DH;
-            __nv_bfloat162 *o = (__nv_bfloat162 *)(row + d), *p = (__nv_bfloat162 *)(row + e);
-            o[0] = __floats2bfloat162_rn(a0 * c.x + b0 * sn.x, a1 * c.y + b1 * sn.y);
-            o[1] = __floats2bfloat162_rn(a2 * c.z + b2 * sn.z, a3 * c.w + b3 * sn.w);
-            p[0] = __floats2bfloat162_rn(b0 * c.x - a0 * sn.x, b1 * c.y - a1 * sn.y);
-            p[1] = __floats2bfloat162_rn(b2 * c.z - a2 * sn.z, b3 * c.w - a3 * sn.w);
+            dq_store_rope4(dq + ((size_t)b * T + t) * qld + (size_t)h * DH, d, e, a, bb, c, sn, scale);
         }
     } else {
         constexpr int Q = DH / 4;
@@ -1704,14 +1714,7 @@ __global__ void att_dq_from_tiles_rope(bf16 *__restrict__ dq, const float *__res
         const float4 a = dq_acc_ld4<DH>(acc_bh, t, d), bb = dq_acc_ld4<DH>(acc_bh, t, e);
         const float4 c = __ldg((const float4 *)(rtab + (size_t)t * HALF + d));
         const float4 sn = __ldg((const float4 *)(rtab + sin_off + (size_t)t * HALF + d));
-        const float a0 = a.x * scale, a1 = a.y * scale, a2 = a.z * scale, a3 = a.w * scale;
-        const float b0 = bb.x * scale, b1 = bb.y * scale, b2 = bb.z * scale, b3 = bb.w * scale;
-        bf16 *row = dq + ((size_t)b * T + t) * qld + (size_t)h * DH;
-        __nv_bfloat162 *o = (__nv_bfloat162 *)(row + d), *p = (__nv_bfloat162 *)(row + e);
-        o[0] = __floats2bfloat162_rn(a0 * c.x + b0 * sn.x, a1 * c.y + b1 * sn.y);
-        o[1] = __floats2bfloat162_rn(a2 * c.z + b2 * sn.z, a3 * c.w + b3 * sn.w);
-        p[0] = __floats2bfloat162_rn(b0 * c.x - a0 * sn.x, b1 * c.y - a1 * sn.y);
-        p[1] = __floats2bfloat162_rn(b2 * c.z - a2 * sn.z, b3 * c.w - a3 * sn.w);
+        dq_store_rope4(dq + ((size_t)b * T + t) * qld + (size_t)h * DH, d, e, a, bb, c, sn, scale);
     }
 }
 
