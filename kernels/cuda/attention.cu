@@ -582,10 +582,9 @@ void dxc_attention_bwd(dx_backend *be, void *dq, void *dk, void *dv, const void 
         aligned16(dout) && aligned16(q) && aligned16(k) && aligned16(v) && aligned16(o)) {
         /* scratch: D (rows floats, padded to 128 bytes: att_bwd_wg drops the accumulator's
          * 128-byte lines from L2), then dq's fp32 accumulator (queries padded to a multiple of
-         * 64 for att_bwd_wg's tiles), then att_bwd_wg's counters: per 64-query tile one int,
-         * per 64 x 64 piece two (attention_mma.cu: dq_cnt_ints) */
+         * 64 for att_bwd_wg's tiles), then att_bwd_wg's counters (dxc_dq_acc_floats) */
         const size_t rows4 = (rows + 31) & ~(size_t)31;
-        const size_t acc = (size_t)B * H * ((T + 63) / 64) * (64 * Dh + 1 + 2 * ((Dh + 63) / 64));
+        const size_t acc = dxc_dq_acc_floats(B, T, H, Dh);
         float *Dv = (float *)dxc_scratch(be, (rows4 + acc) * sizeof(float), op);
         const unsigned blocks = (unsigned)((rows * (Dh / 8) + 255) / 256);
         const bf16 *d_ = (const bf16 *)dout, *o_ = (const bf16 *)o;

@@ -858,6 +858,7 @@ template <int DH> constexpr size_t bwd_wg_smem()
                                                                            tiles, cos and sin rows */
 }
 
+#ifdef DXC_HAVE_WGMMA /* (used by att_bwd_wg only) */
 __device__ __forceinline__ int ld_acquire_gpu(const int *p)
 {
     int v;
@@ -868,6 +869,7 @@ __device__ __forceinline__ void st_release_gpu(int *p, int v)
 {
     asm volatile("st.release.gpu.global.b32 [%0], %1;\n" ::"l"(p), "r"(v) : "memory");
 }
+#endif
 
 /* RoPE's backward on 4 + 4 columns of one dq row (row: its (t, h) slice; columns d .. d+3 and
  * e = d + Dh/2 ..; a, bb: the fp32 accumulator there, c, sn: cos and sin of position t):
@@ -979,7 +981,7 @@ __device__ __forceinline__ void dq_tile_convert(bf16 *__restrict__ dq, const flo
  * the first reductions read it back and L2 wrote the sums back (~4 x 134 MB per call at B 8 T
  * 2048 H 32 Dh 64; NOTES item 23). But the converter warps of the block that completes most
  * tiles fall behind and stall it (7-44% slower at Dh 64, NOTES item 24), so bit 3 is only
- * variants 16 and 17. dkdv_wg_launch zeroes dq_cnt (dq_cnt_ints) before each launch, and the
+ * variants 16 and 17. dkdv_wg_launch zeroes dq_cnt (dxc_dq_cnt_ints) before each launch, and the
  * accumulator too unless bit 4 is set. */
 template <int DH, bool TMA>
 __global__ void __launch_bounds__(384, 1)
@@ -1561,15 +1563,8 @@ static int bwd_wg_chunk(dx_backend *be, int nbh, int nkt, int T, int G, int DH)
     return im->chunk_val;
 }
 
-/* the ints att_bwd_wg's dq_cnt holds for ntile tiles of head dimension DH: per tile a count, per
- * 64 x 64 piece a claim count and a flag */
-constexpr size_t dq_cnt_ints(size_t ntile, int DH)
-{
-    return ntile * (1 + 2 * (size_t)(DH / 64));
-}
-
 /* att_bwd_wg, after zeroing what it adds into: dq_acc (B H ceil(T / 64) tiles of 64 x DH fp32,
- * dq_tiled_off) and dq_cnt (dq_cnt_ints of them) after it. With TMA copies: mode bit 4 (head
+ * dq_tiled_off) and dq_cnt (dxc_dq_cnt_ints of them) after it. With TMA copies: mode bit 4 (head
  * dim 128, or T <= 1024; variants 15 and 17 always, 14 and 16 never) copies each piece's first
  * contribution, so only dq_cnt is zeroed, not the accumulator; bit 3 (head dim 64, variants 16
  * and 17 only) converts dq in the kernel. Returns whether it did (else the caller runs the
@@ -1618,7 +1613,7 @@ bool dkdv_wg_launch(dx_backend *be, void *dk, void *dv, float *dq_acc, void *dq,
     const size_t ntile = (size_t)B * H * ((T + 63) / 64), nt = ntile * 64 * DH;
     int *const dq_cnt = (int *)(dq_acc + nt);
     DXC_CHECK(op, cudaMemsetAsync(mode & 16 ? (void *)dq_cnt : (void *)dq_acc, 0,
-                                  ((mode & 16 ? 0 : nt) + dq_cnt_ints(ntile, DH)) * sizeof(float),
+                                  ((mode & 16 ? 0 : nt) + dxc_dq_cnt_ints(ntile, DH)) * sizeof(float),
                                   dxc(be)->stream));
     if (!key_x && dxc(be)->attn_bwd_var != 9) { /* bit 2: chunks of C (b, kv head) pairs */
         const int C = bwd_wg_chunk(be, (int)nbh, (int)nkt, T, H / Hkv, DH);

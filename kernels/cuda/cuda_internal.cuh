@@ -200,10 +200,22 @@ const float *dxc_rope_table(dx_backend *be, int T, int Dh, float theta, size_t *
 void dxc_rope_apply(dx_backend *be, void *x, int ld, int B, int T, int H, int Dh, float theta,
                     float dir, const char *op);
 
+/* The ints att_bwd_wg keeps after dq's accumulator for ntile tiles (b, h, 64 queries) of head
+ * dimension Dh: per tile a count of completed contributions, per 64 x 64 piece a claim count and
+ * a "first contribution written" flag (attention_mma.cu: att_bwd_wg's mode bits 3 and 4). */
+static inline size_t dxc_dq_cnt_ints(size_t ntile, int Dh) { return ntile * (1 + 2 * (size_t)((Dh + 63) / 64)); }
+/* Floats of dxc_attention_bwd_mma's dq_acc: B H ceil(T / 64) tiles of 64 x Dh fp32 (queries
+ * padded for att_bwd_wg's tiles), then dxc_dq_cnt_ints counters (4 bytes each). */
+static inline size_t dxc_dq_acc_floats(int B, int T, int H, int Dh)
+{
+    const size_t ntile = (size_t)B * H * ((T + 63) / 64);
+    return ntile * 64 * (size_t)Dh + dxc_dq_cnt_ints(ntile, Dh);
+}
+
 /* attention_mma.cu (tensor cores; Dh in {32, 64, 128}, all bf16 pointers 16-byte aligned;
  * Dv = the D vector of the backward, laid out like lse; dq_acc = fp32 workspace of
- * B*T*H*Dh floats, 16-byte aligned, for the fused backward's dq accumulation; ldq % 8 == 0,
- * ldkv % 8 == 0) */
+ * dxc_dq_acc_floats floats, 16-byte aligned, for the fused backward's dq accumulation;
+ * ldq % 8 == 0, ldkv % 8 == 0) */
 void dxc_attention_fwd_mma(dx_backend *be, void *o, void *lse, const void *q, const void *k,
                            const void *v, int ldq, int ldkv, int B, int T, int H, int Hkv, int Dh);
 /* rope_tab (NULL: none; else dxc_rope_table's, sin_off its sine offset): dq and dk rotated back
