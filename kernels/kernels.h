@@ -380,6 +380,18 @@ struct dx_backend {
      * array is owned by the backend, valid until the next call. -1 + dx_fail on error. */
     int (*resolve_marks)(dx_backend *be, int wait_all, const int64_t **ns);
 
+    /* ---- stopwatch (NULL where ops finish before returning: time them with the host clock) ----
+     * Times stretches of the compute stream's work without the host waiting between them (the
+     * worker's forward and backward times per micro-batch).
+     * stamp(slot): records the compute stream's position so far (also between side_begin and
+     * side_end) as `slot` (>= 0; slots are created as needed; recording a slot again moves it);
+     * 0, or -1 + dx_fail.
+     * stamp_seconds(a, b, &s): *s = seconds from slot a's position to slot b's (CUDA events,
+     * resolution about 0.5 us; negative if b ran first), once both have completed (call after
+     * sync); 0, or -1 + dx_fail if a slot was never recorded or has not completed. */
+    int (*stamp)(dx_backend *be, int slot);
+    int (*stamp_seconds)(dx_backend *be, int a, int b, double *s);
+
     /* Releases the backend and everything it holds. */
     void (*destroy)(dx_backend *be);
 };

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The GPU checks of dissect, for a GPU host (see ../shared/gpu/README.md: `. .gpu/env.sh` first):
 #   tests/gpu_suite.sh [sections...]       sections: build kernels sanitizer hf overlap zero grid offload trace brown
-#                                          lora resume watchdog (run only when named)
+#                                          lora resume watchdog accum (run only when named)
 # Builds build-gpu (-Dcuda=enabled), then: CUDA kernels vs their CPU twins (table);
 # compute-sanitizer memcheck over that test; logits/loss/gradients against Hugging Face's
 # LlamaForCausalLM (bf16 on the GPU, fp32 on the CPU backend; bf16 also at head dims 64 and 128); ZeRO stages 0-3 on all visible
@@ -68,6 +68,25 @@ if want overlap; then
   done
   run overlap_events "$PYTHON3" tests/check_events.py "$o/tr_z0_1.h5" --require-op adamw
   TAIL=40 run overlap_report "$DISSECT" report "$o/tr_z0_1.h5"
+fi
+if want accum; then # a step's micro-batches queued without host waits (the default) against DX_MICRO_SYNC=1
+  # (a sync after every forward and backward): the same losses and weights bit for bit, with four
+  # micro-batches per step, at ZeRO 1 (AdamW beside the next forward), 3, and 1 with the optimizer
+  # offloaded and full recomputation
+  m=$OUT/accum; rm -rf "$m"; mkdir -p "$m"
+  "$PYTHON3" tests/make_synthetic.py "$m/ids.txt" --vocab 4096 --tokens 400000 && "$PYTHON3" examples/make_shards.py "$m/ids.txt" "$m/train.bin" --vocab-size 4096 > /dev/null
+  mc=(train --device cuda --model brown-small --train-data "$m/train.bin" --seq-length 256 --micro-batch 4 --grad-accum 4
+      --eval-interval 0 --sample-tokens 0 --log-interval 4 --train-iters 10)
+  declare -A mflags=([z1]="--zero-stage 1" [z3]="--zero-stage 3" [off]="--zero-stage 1 --offload-optimizer cpu --recompute-granularity full --recompute-method uniform")
+  for k in z1 z3 off; do
+    for ms in 0 1; do
+      # shellcheck disable=SC2086
+      run accum_${k}_$ms env DX_MICRO_SYNC=$ms "${mpi[@]}" -x DX_MICRO_SYNC -np 1 "$DISSECT" "${mc[@]}" ${mflags[$k]} \
+        --save "$m/ck_${k}_$ms.h5" --trace "$m/tr_${k}_$ms.h5"
+    done
+    run accum_${k}_weights "$PYTHON3" tests/compare_checkpoints.py --rtol 0 "$m/ck_${k}_1.h5" "$m/ck_${k}_0.h5"
+    run accum_${k}_losses "$PYTHON3" tests/compare_traces.py --rtol 0 "$m/tr_${k}_1.h5" "$m/tr_${k}_0.h5"
+  done
 fi
 if want zero && [ "$ngpu" -ge 2 ]; then
   ZE_DEVICE=cuda ZE_DPS=2 ZE_RTOL=${ZE_RTOL:-2e-2} ZE_STEPS=20 ZE_MODEL=brown-small run zero bash tests/test_zero_equivalence.sh

@@ -402,28 +402,62 @@ static void cuda_side_begin(dx_backend *be)
     im->stream = im->side_stream;
 }
 
+/* Makes (*ev)[slot] exist: grows the array of *n events (created with `flags`) as needed. */
+static int grow_events(cudaEvent_t **ev, int *n, int slot, unsigned flags, const char *op)
+{
+    if (slot < *n) return 0;
+    int m = slot + 1 > 2 * *n ? slot + 1 : 2 * *n;
+    cudaEvent_t *e = (cudaEvent_t *)realloc(*ev, (size_t)m * sizeof *e);
+    if (!e) return dx_fail("cuda backend: %s: out of host memory", op);
+    *ev = e;
+    for (int i = *n; i < m; i++) {
+        cudaError_t r = cudaEventCreateWithFlags(&e[i], flags);
+        if (r != cudaSuccess) {
+            *n = i;
+            return dx_fail("cuda backend: %s: cudaEventCreate: %s", op, cudaGetErrorString(r));
+        }
+    }
+    *n = m;
+    return 0;
+}
+
 static int cuda_side_record(dx_backend *be, int slot)
 {
     dxc_impl *im = dxc(be);
     DXC_ENTER(be, "side_record");
     if (!im->compute_stream || slot < 0)
         return dx_fail("cuda backend: side_record(%d) outside side_begin / side_end", slot);
-    if (slot >= im->side_nev) {
-        int n = slot + 1 > 2 * im->side_nev ? slot + 1 : 2 * im->side_nev;
-        cudaEvent_t *ev = (cudaEvent_t *)realloc(im->side_ev, (size_t)n * sizeof *ev);
-        if (!ev) return dx_fail("cuda backend: side_record: out of host memory");
-        im->side_ev = ev;
-        for (int i = im->side_nev; i < n; i++) {
-            cudaError_t e = cudaEventCreateWithFlags(&ev[i], cudaEventDisableTiming);
-            if (e != cudaSuccess) {
-                im->side_nev = i;
-                return dx_fail("cuda backend: side_record: cudaEventCreate: %s", cudaGetErrorString(e));
-            }
-        }
-        im->side_nev = n;
-    }
+    if (grow_events(&im->side_ev, &im->side_nev, slot, cudaEventDisableTiming, "side_record")) return -1;
     cudaError_t e = cudaEventRecord(im->side_ev[slot], im->stream);
     if (e != cudaSuccess) return dx_fail("cuda backend: side_record: %s", cudaGetErrorString(e));
+    return 0;
+}
+
+/* The stopwatch (kernels.h): timing events on the compute stream, one per slot. */
+static int cuda_stamp(dx_backend *be, int slot)
+{
+    dxc_impl *im = dxc(be);
+    DXC_ENTER(be, "stamp");
+    if (slot < 0) return dx_fail("cuda backend: stamp(%d): the slot must be >= 0", slot);
+    if (grow_events(&im->stamp_ev, &im->stamp_nev, slot, cudaEventDefault, "stamp")) return -1;
+    cudaError_t e = cudaEventRecord(im->stamp_ev[slot], im->compute_stream ? im->compute_stream : im->stream);
+    if (e != cudaSuccess) return dx_fail("cuda backend: stamp: %s", cudaGetErrorString(e));
+    return 0;
+}
+
+static int cuda_stamp_seconds(dx_backend *be, int a, int b, double *s)
+{
+    dxc_impl *im = dxc(be);
+    DXC_ENTER(be, "stamp_seconds");
+    if (a < 0 || b < 0 || a >= im->stamp_nev || b >= im->stamp_nev)
+        return dx_fail("cuda backend: stamp_seconds(%d, %d): slot never recorded", a, b);
+    float ms = 0;
+    cudaError_t e = cudaEventElapsedTime(&ms, im->stamp_ev[a], im->stamp_ev[b]);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError(); /* not ready / never recorded: not a sticky error */
+        return dx_fail("cuda backend: stamp_seconds(%d, %d): %s", a, b, cudaGetErrorString(e));
+    }
+    *s = (double)ms * 1e-3;
     return 0;
 }
 
@@ -2287,6 +2321,8 @@ static void cuda_destroy(dx_backend *be)
         if (im->copy_before) cudaEventDestroy(im->copy_before);
         for (int i = 0; i < im->side_nev; i++) cudaEventDestroy(im->side_ev[i]);
         free(im->side_ev);
+        for (int i = 0; i < im->stamp_nev; i++) cudaEventDestroy(im->stamp_ev[i]);
+        free(im->stamp_ev);
         if (im->side_start) cudaEventDestroy(im->side_start);
         if (im->side_stream) cudaStreamDestroy(im->side_stream);
         if (im->stream) cudaStreamDestroy(im->stream);
@@ -2436,6 +2472,8 @@ extern "C" dx_backend *dx_backend_cuda_create(int device, int nthreads)
     be->destroy = cuda_destroy;
     be->side_begin = cuda_side_begin;
     be->side_record = cuda_side_record;
+    be->stamp = cuda_stamp;
+    be->stamp_seconds = cuda_stamp_seconds;
     be->side_end = cuda_side_end;
     be->side_wait = cuda_side_wait;
     im->side_grid = env_int("DX_CUDA_SIDE_BLOCKS", 0, "a block count (0: no cap)");

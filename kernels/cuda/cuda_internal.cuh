@@ -58,6 +58,8 @@ struct dxc_impl {
     cudaEvent_t side_start;      /* compute-stream position the side stream starts after */
     cudaEvent_t *side_ev;        /* [side_nev]: positions recorded by side_record, per slot */
     int side_nev;
+    cudaEvent_t *stamp_ev;       /* [stamp_nev]: the stopwatch's slots (be->stamp), timing events */
+    int stamp_nev;
     int side_grid;               /* DX_CUDA_SIDE_BLOCKS: most blocks of an AdamW launch on the side
                                     stream (0: as on the compute stream) */
     /* CPU offload copies: device-to-host [0] and host-to-device [1] streams, and a ring of

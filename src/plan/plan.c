@@ -168,7 +168,8 @@ int dx_plan_rank_bytes(const dx_config *c, int rank, const char *device, dx_plan
                     (int64_t)DX_ZERO_OFFLOAD_SLOTS * (int64_t)dx_zero_offload_chunk((size_t)max_shard) *
                         (4 + (c->offload_param ? 0 : xs)); /* staging: gradient (+ parameters) */
     out->bytes[DX_PLAN_ACTIVATIONS] = acts;
-    out->bytes[DX_PLAN_OTHER] = 2 * N * 4 + as /* worker: ids, targets, loss */ + as /* zero: scalar */;
+    /* worker: ids and targets (without a pipeline, of the step's micro-batches), loss; zero: scalar */
+    out->bytes[DX_PLAN_OTHER] = 2 * N * 4 * (c->pp > 1 ? 1 : c->grad_accum) + as + as;
     for (int k = 0; k < DX_PLAN_NCAT; k++) out->peak += out->bytes[k];
     return 0;
 }

@@ -41,8 +41,10 @@ struct dx_worker {
     dx_shard train, valid;
     int have_train, have_valid;
     dx_batcher tb, vb;
-    int32_t *h_in, *h_tg; /* host micro-batch [micro * T] */
+    int32_t *h_in, *h_tg; /* host batch [rows * T]: a step's micro-batches, or one micro-batch */
     int32_t *d_in, *d_tg; /* backend copies */
+    int micro_sync;       /* DX_MICRO_SYNC=1: wait for the GPU after every forward and backward
+                             (the phase times then come from the host clock) */
     void *d_loss;         /* A[1] */
     float *h_logits;      /* one row of logits [V] for sampling */
     dx_tracer tr;
@@ -213,7 +215,10 @@ static int open_data_and_model(dx_worker *w, const dx_config *c)
     w->first_stage = dx_model_chunk_has_embedding(w->model, 0);
     w->last_stage = dx_model_chunk_has_head(w->model, v - 1);
     if (w->pipe) dx_pipeline_set_model(w->pipe, w->model, &w->tr);
-    size_t n = (size_t)B * T;
+    /* without a pipeline a step's micro-batches are uploaded at once (dx_worker_train_step) */
+    size_t n = (size_t)B * T * (size_t)(w->pipe ? 1 : c->grad_accum);
+    const char *ms = getenv("DX_MICRO_SYNC");
+    w->micro_sync = ms && atoi(ms) != 0;
     w->h_in = malloc(n * sizeof(int32_t));
     w->h_tg = malloc(n * sizeof(int32_t));
     w->h_logits = malloc((size_t)V * sizeof(float));
@@ -344,6 +349,16 @@ static int reduce_loss(dx_worker *w, double *loss_sum, double *comm_s)
     return 0;
 }
 
+/* Waits for the compute stream, adds the host time since *t to *sum (seconds) and moves *t on. */
+static int phase_time(dx_backend *be, uint64_t *t, double *sum)
+{
+    be->sync(be);
+    uint64_t now = dx_now_ns();
+    *sum += (double)(now - *t) * 1e-9;
+    *t = now;
+    return 0;
+}
+
 int dx_worker_train_step(dx_worker *w, long step, dx_step_stats *st)
 {
     const dx_config *c = &w->cfg;
@@ -377,24 +392,40 @@ int dx_worker_train_step(dx_worker *w, long step, dx_step_stats *st)
                               &st->forward_s, &st->backward_s))
             return -1;
     } else {
+        /* The step's micro-batches go up in one upload, while the compute stream is idle at the
+         * step's start, and micro-batch j reads rows [j B, (j + 1) B) of d_in / d_tg. The loop
+         * then queues every forward and backward without waiting for the GPU in between (as
+         * Megatron-LM's and DeepSpeed's loops do): stream order keeps the micro-batches apart.
+         * The phase times come from the backend's stopwatch, slot 2j before micro-batch j's
+         * forward, 2j + 1 after it, 2j + 2 after its backward; where there is none (CPU: ops
+         * finish before returning) or with DX_MICRO_SYNC=1, from the host clock after a sync. */
+        if (upload_batch(w, &w->tb, lc.g0, B * A)) return -1;
+        const size_t rows = (size_t)B * T;
+        const int sw = be->stamp && be->stamp_seconds && !w->micro_sync;
+        uint64_t th = dx_now_ns();
+        if (sw && be->stamp(be, 0)) return -1;
         for (int j = 0; j < A; j++) {
             tr->micro = (int16_t)j;
             tr->phase = DX_PH_FORWARD;
-            const int32_t *ids, *tg;
-            if (load_micro(&lc, j, &ids, &tg)) return -1;
             if (dx_model_set_micro_sequence(w->model, 0, 0, lc.g0 + (uint64_t)j * B)) return -1;
-            uint64_t t0 = dx_now_ns();
-            if (dx_model_forward(w->model, ids, tg, B, T, w->d_loss, 1, (float)(1.0 / global_tokens)))
+            if (dx_model_forward(w->model, w->d_in + j * rows, w->d_tg + j * rows, B, T, w->d_loss, 1,
+                                 (float)(1.0 / global_tokens)))
                 return -1;
-            be->sync(be);
-            uint64_t t1 = dx_now_ns();
+            if (sw ? be->stamp(be, 2 * j + 1) : phase_time(be, &th, &st->forward_s)) return -1;
             tr->phase = DX_PH_BACKWARD;
             if (j == A - 1 && dx_zero_begin_last_backward(w->zero, &hp, c->grad_clip) < 0) return -1;
             if (dx_model_backward(w->model)) return -1;
+            if (sw ? be->stamp(be, 2 * j + 2) : phase_time(be, &th, &st->backward_s)) return -1;
+        }
+        if (sw) {
             be->sync(be);
-            uint64_t t2 = dx_now_ns();
-            st->forward_s += (double)(t1 - t0) * 1e-9;
-            st->backward_s += (double)(t2 - t1) * 1e-9;
+            for (int j = 0; j < A; j++) {
+                double f, b;
+                if (be->stamp_seconds(be, 2 * j, 2 * j + 1, &f) || be->stamp_seconds(be, 2 * j + 1, 2 * j + 2, &b))
+                    return dx_fail("rank %d: timing micro-batch %d of step %ld", w->world->rank, j, step);
+                st->forward_s += f;
+                st->backward_s += b;
+            }
         }
     }
     double hook_comm = dx_zero_take_comm_seconds(w->zero); /* ZeRO-2/3 collectives in fwd/bwd */
