@@ -379,6 +379,12 @@ struct dx_backend {
      * the new id -1 - (*ns)[id], to be resolved by a later call. Resolved ids are reused. The
      * array is owned by the backend, valid until the next call. -1 + dx_fail on error. */
     int (*resolve_marks)(dx_backend *be, int wait_all, const int64_t **ns);
+    /* Takes the host-time reference for the next resolve_marks now: waits for the compute
+     * stream's work queued so far and reads the host clock. That resolve_marks (wait_all 0) then
+     * waits for nothing and converts the marks completed by then, those recorded since the
+     * anchor too, so that the conversion (microseconds per mark) can run while the GPU works on
+     * later work. Optional (NULL: resolve_marks takes its own). 0, or -1 + dx_fail. */
+    int (*anchor_marks)(dx_backend *be);
 
     /* ---- stopwatch (NULL where ops finish before returning: time them with the host clock) ----
      * Times stretches of the compute stream's work without the host waiting between them (the

@@ -17,6 +17,9 @@ struct pool {
     cudaEvent_t *ev = nullptr;
     int64_t *ns = nullptr;
     int n = 0, cap = 0;
+    cudaEvent_t ref = nullptr; /* the reference: a compute-stream position and its host time */
+    int64_t t_ref = 0;
+    int anchored = 0;          /* anchor() took it for the next resolve */
 };
 pool P;
 
@@ -38,16 +41,35 @@ int mark(dx_backend *be, void *stream)
     return P.n++;
 }
 
+/* Records the reference on the compute stream, waits for it and reads the host clock. */
+cudaError_t take_ref(dx_backend *be)
+{
+    cudaError_t e = P.ref ? cudaSuccess : cudaEventCreate(&P.ref);
+    if (e == cudaSuccess) e = cudaEventRecord(P.ref, (cudaStream_t)dx_cuda_stream(be));
+    if (e == cudaSuccess) e = cudaEventSynchronize(P.ref);
+    P.t_ref = (int64_t)dx_now_ns();
+    return e;
+}
+
+int anchor(dx_backend *be)
+{
+    cudaError_t e = take_ref(be);
+    if (e != cudaSuccess) return dx_fail("trace: timing marks' reference: %s", cudaGetErrorString(e));
+    P.anchored = 1;
+    return 0;
+}
+
 int resolve(dx_backend *be, int wait_all, const int64_t **ns)
 {
-    cudaEvent_t ref;
-    cudaError_t e = cudaEventCreate(&ref);
+    cudaError_t e = cudaSuccess;
     for (int i = 0; wait_all && e == cudaSuccess && i < P.n; i++) e = cudaEventSynchronize(P.ev[i]);
-    if (e == cudaSuccess) e = cudaEventRecord(ref, (cudaStream_t)dx_cuda_stream(be));
-    if (e == cudaSuccess) e = cudaEventSynchronize(ref);
-    int64_t t_ref = (int64_t)dx_now_ns();
+    /* the reference anchor() took (no wait now), or a new one */
+    if (e == cudaSuccess && (wait_all || !P.anchored)) e = take_ref(be);
+    P.anchored = 0;
+    const int64_t t_ref = P.t_ref;
     /* a mark not yet complete moves to the front (the next ids), swapping its event with a
-     * resolved one; P.ns stays indexed by the ids the caller holds */
+     * resolved one; P.ns stays indexed by the ids the caller holds. A mark after the reference
+     * (recorded since anchor()) gets a negative elapsed time: a host time after t_ref. */
     int kept = 0;
     for (int i = 0; e == cudaSuccess && i < P.n; i++) {
         cudaError_t q = cudaEventQuery(P.ev[i]);
@@ -60,10 +82,9 @@ int resolve(dx_backend *be, int wait_all, const int64_t **ns)
             continue;
         }
         float ms = 0;
-        e = q == cudaSuccess ? cudaEventElapsedTime(&ms, P.ev[i], ref) : q;
+        e = q == cudaSuccess ? cudaEventElapsedTime(&ms, P.ev[i], P.ref) : q;
         P.ns[i] = t_ref - (int64_t)((double)ms * 1e6);
     }
-    cudaEventDestroy(ref);
     if (e != cudaSuccess) return dx_fail("trace: resolving %d CUDA timing marks: %s", P.n, cudaGetErrorString(e));
     int n = P.n;
     P.n = kept;
@@ -78,5 +99,6 @@ extern "C" int dx_cuda_enable_marks(dx_backend *be)
     P.be = be;
     be->mark = mark;
     be->resolve_marks = resolve;
+    be->anchor_marks = anchor;
     return 0;
 }

@@ -492,7 +492,7 @@ int dx_run_train(const dx_config *c, dx_comm *world)
         val_loss = NAN;
         /* the last step's events are all resolved first (collectives still running included) */
         if (events && (step % 10 == 0 || final_step) &&
-            ((final_step && dx_tr_resolve(dx_worker_tracer(w), 1)) ||
+            ((final_step && dx_worker_trace_flush(w)) ||
              gather_events(world, dx_worker_tracer(w), tw, offset, t_start))) {
             fprintf(stderr, "dissect: error: rank %d, step %ld: %s\n", rank, step, dx_last_error());
             dx_comm_mpi_abort(1);

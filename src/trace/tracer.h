@@ -7,7 +7,7 @@
  * On the CPU backend ops are synchronous, so host clock reads bracket them exactly. On backends
  * with timing marks (CUDA), spans are bracketed by marks recorded in stream order and resolved to
  * host-clock times once per step (dx_tr_resolve; a collective still running then resolves at a
- * later step).
+ * later step; the worker converts a step's marks while the next step's first forward runs).
  */
 #ifndef DX_TRACER_H
 #define DX_TRACER_H

@@ -25,6 +25,13 @@
 #include "comm/comm_nccl.h"
 #endif
 
+/* A step's host times, kept until its span is recorded (finish_step_span). */
+typedef struct {
+    int on;
+    long step;
+    uint64_t t_step, t_end;
+} step_span;
+
 struct dx_worker {
     dx_config cfg;
     dx_grid grid;    /* PP x DP x TP: one group per axis, over host memory and backend buffers */
@@ -43,6 +50,7 @@ struct dx_worker {
     dx_batcher tb, vb;
     int32_t *h_in, *h_tg; /* host batch [rows * T]: a step's micro-batches, or one micro-batch */
     int32_t *d_in, *d_tg; /* backend copies */
+    step_span span;       /* the step whose span finish_step_span records next */
     int micro_sync;       /* DX_MICRO_SYNC=1: wait for the GPU after every forward and backward
                              (the phase times then come from the host clock) */
     void *d_loss;         /* A[1] */
@@ -349,6 +357,43 @@ static int reduce_loss(dx_worker *w, double *loss_sum, double *comm_s)
     return 0;
 }
 
+/* Resolves the tracer's marks (dx_tr_resolve) and records the span of the step dx_worker_train_step
+ * left in w->span, if any: from the step's first host time or event to its last host time or the
+ * end of its last event on the compute stream or the host (the span covers every op of the step:
+ * device timestamps mapped to the host clock can sit a few microseconds outside the host's reads;
+ * AdamW beside the next forward and collectives that overlap it are left out, as the report
+ * counts them). */
+static int finish_step_span(dx_worker *w, int wait_all)
+{
+    dx_tracer *tr = &w->tr;
+    if (dx_tr_resolve(tr, wait_all)) return -1;
+    if (!w->span.on) return 0;
+    w->span.on = 0;
+    if (!dx_tr_on(tr, 1)) return 0;
+    const int32_t step = (int32_t)w->span.step;
+    uint64_t lo = w->span.t_step, hi = w->span.t_end;
+    for (size_t i = 0; !tr->failed && i < tr->buf.n; i++) {
+        const dx_event *e = &tr->buf.ev[i];
+        if (e->step != step || dx_tr_pending(e) || e->op == DX_OP_STEP) continue;
+        if ((uint64_t)e->start_ns < lo) lo = (uint64_t)e->start_ns;
+        if ((e->stream == DX_STREAM_COMPUTE || e->stream == DX_STREAM_HOST) && (uint64_t)e->end_ns > hi)
+            hi = (uint64_t)e->end_ns;
+    }
+    const int32_t s0 = tr->step;
+    const int16_t m0 = tr->micro;
+    const uint8_t p0 = tr->phase;
+    tr->step = step;
+    tr->micro = -1;
+    tr->phase = DX_PH_STEP;
+    dx_tr_record(tr, lo, hi, DX_MOD_STEP, -1, DX_OP_STEP, DX_STREAM_HOST, 0, 0);
+    tr->step = s0;
+    tr->micro = m0;
+    tr->phase = p0;
+    return 0;
+}
+
+int dx_worker_trace_flush(dx_worker *w) { return finish_step_span(w, 1); }
+
 /* Waits for the compute stream, adds the host time since *t to *sum (seconds) and moves *t on. */
 static int phase_time(dx_backend *be, uint64_t *t, double *sum)
 {
@@ -373,7 +418,6 @@ int dx_worker_train_step(dx_worker *w, long step, dx_step_stats *st)
     tr->step = (int32_t)step;
     tr->micro = -1;
     tr->phase = DX_PH_FORWARD;
-    size_t ev0 = tr->buf.n; /* this step's first event */
     uint64_t t_step = dx_now_ns();
     dx_zero_take_comm_seconds(w->zero);
     DX_TRACE_OP(tr, DX_MOD_OPTIMIZER, -1, DX_OP_MEMSET, 0, 0, dx_zero_zero_grad(w->zero));
@@ -387,6 +431,7 @@ int dx_worker_train_step(dx_worker *w, long step, dx_step_stats *st)
     /* LoRA dropout's keys: the step, and each micro-batch's first global sequence */
     dx_model_set_dropout_seed(w->model, dx_mix64(c->seed ^ 0x6c6f7261u) + (uint64_t)step);
     if (w->pipe) { /* the pipeline schedule over the step's micro-batches */
+        if (finish_step_span(w, 0)) return -1; /* the last step's (the schedule waits anyway) */
         dx_pipeline_set_first_sequence(w->pipe, lc.g0);
         if (dx_pipeline_train(w->pipe, B, T, w->d_loss, (float)(1.0 / global_tokens), load_micro, &lc,
                               &st->forward_s, &st->backward_s))
@@ -412,6 +457,8 @@ int dx_worker_train_step(dx_worker *w, long step, dx_step_stats *st)
                                  (float)(1.0 / global_tokens)))
                 return -1;
             if (sw ? be->stamp(be, 2 * j + 1) : phase_time(be, &th, &st->forward_s)) return -1;
+            /* the last step's marks, converted while the GPU runs this forward */
+            if (j == 0 && w->span.on && finish_step_span(w, 0)) return -1;
             tr->phase = DX_PH_BACKWARD;
             if (j == A - 1 && dx_zero_begin_last_backward(w->zero, &hp, c->grad_clip) < 0) return -1;
             if (dx_model_backward(w->model)) return -1;
@@ -454,20 +501,12 @@ int dx_worker_train_step(dx_worker *w, long step, dx_step_stats *st)
     st->step_s = (double)(t_end - t_step) * 1e-9;
     st->mem = be->mem;
     /* GPU marks -> host times; collectives still running (ZeRO-1/2's parameter all-gathers,
-     * which overlap the next forward) are resolved at a later step, not waited for */
-    if (dx_tr_resolve(tr, 0)) return -1;
-    tr->phase = DX_PH_STEP;
-    if (dx_tr_on(tr, 1)) {
-        /* the span covers the host's view of the step and every op of it: device timestamps
-         * mapped to the host clock can sit a few microseconds outside the host's reads */
-        uint64_t lo = t_step, hi = t_end;
-        for (size_t i = ev0; !tr->failed && i < tr->buf.n; i++) {
-            if (dx_tr_pending(&tr->buf.ev[i])) continue;
-            if ((uint64_t)tr->buf.ev[i].start_ns < lo) lo = (uint64_t)tr->buf.ev[i].start_ns;
-            if ((uint64_t)tr->buf.ev[i].end_ns > hi) hi = (uint64_t)tr->buf.ev[i].end_ns;
-        }
-        dx_tr_record(tr, lo, hi, DX_MOD_STEP, -1, DX_OP_STEP, DX_STREAM_HOST, 0, 0);
-    }
+     * which overlap the next forward) are resolved at a later step, not waited for. With CUDA
+     * marks the reference is taken now and the conversion waits until the next step's first
+     * forward is queued (finish_step_span): at trace level op it takes milliseconds of host time
+     * (thousands of marks), which the GPU would otherwise spend idle between the steps. */
+    w->span = (step_span){.on = 1, .step = step, .t_step = t_step, .t_end = t_end};
+    if (be->anchor_marks ? be->anchor_marks(be) : finish_step_span(w, 0)) return -1;
     tr->step = 0;
     return 0;
 }

@@ -81,6 +81,11 @@ const dx_grid *dx_worker_grid(const dx_worker *w);
 
 /* The worker's event recorder (its buffer is drained by the coordinator). */
 dx_tracer *dx_worker_tracer(dx_worker *w);
+/* Resolves every timing mark of the tracer, waiting for those still pending (dx_tr_resolve with
+ * wait_all), and records the span of the last step if dx_worker_train_step left it for its next
+ * call (with CUDA marks it converts them while the next step's first forward runs): call before
+ * the coordinator takes the run's last events. 0, or -1 + dx_fail. */
+int dx_worker_trace_flush(dx_worker *w);
 
 /* The worker's model and ZeRO state (for checkpoints). */
 struct dx_model;
