@@ -7,11 +7,15 @@
  * computes in fp32 (adamw, loss sums and sum of squares in fp64) and rounds to bf16 once, with
  * round-to-nearest-even, when it stores an X output. Reductions are deterministic: fixed block
  * shapes, tree reductions in shared memory or warp shuffles, partial results reduced by a second
- * kernel in a fixed order (no floating-point atomics except in embedding_bwd).
+ * kernel in a fixed order; no floating-point atomics (the embedding's backward sorts its rows by
+ * id first).
  */
 #include "cuda_internal.cuh"
 
+#include <cub/device/device_radix_sort.cuh>
+
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -1646,14 +1650,108 @@ static __global__ void k_embedding_fwd(bf16 *__restrict__ out, const int32_t *__
     for (int j = threadIdx.x; j < D; j += blockDim.x) dst[j] = src[j];
 }
 
-/* fp32 atomics: rows with repeated ids add in an unspecified order */
-static __global__ void k_embedding_bwd(float *dtable, const bf16 *__restrict__ dout,
-                                       const int32_t *__restrict__ ids, int D)
+/* The embedding's backward without atomics: the rows' (id, position) pairs sorted by id (CUB's
+ * radix sort, stable: positions ascend within an id), then one block per id adds the rows of
+ * its run to the table row in position order, as the CPU twin's loop over positions does: the
+ * same fp32 additions in the same order, so bitwise the CPU's result and the same from run to
+ * run (PyTorch's deterministic index_put / embedding_dense_backward sorts likewise). */
+static __global__ void k_iota(int32_t *v, int n)
 {
-    const size_t row = blockIdx.x;
-    float *dst = dtable + (size_t)ids[row] * D;
-    const bf16 *src = dout + row * D;
-    for (int j = threadIdx.x; j < D; j += blockDim.x) atomicAdd(dst + j, ld(src, j));
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) v[i] = i;
+}
+
+/* The end of the run of id that starts at sorted index i: 32 keys per step (a ballot per warp;
+ * every warp of the block finds the same end). */
+static __device__ __forceinline__ int run_end(const int32_t *__restrict__ keys, int i, int N, int id)
+{
+    const int lane = threadIdx.x & 31;
+    for (int end = i + 1;; end += 32) {
+        const int k = end + lane;
+        const unsigned same = __ballot_sync(0xffffffffu, k < N && keys[k] == id);
+        if (same != 0xffffffffu) return end + __ffs(~same) - 1;
+    }
+}
+
+#define DXC_EMB_ROWS 8 /* rows loaded ahead per step of a run (their additions stay in order) */
+
+/* Block i: the run of equal ids starting at sorted index i (blocks inside a run return); its
+ * table row ids - v0 (skipped outside [0, Vl)) += the run's dout rows, in position order. A
+ * thread owns 8 columns (16-byte loads; D % 8 == 0, 16-byte aligned rows) and loads the next
+ * DXC_EMB_ROWS rows before adding them, so a frequent id's long run (an end-of-document token:
+ * hundreds of rows per micro-batch) costs its length / DXC_EMB_ROWS memory latencies, not its
+ * length. */
+static __global__ void k_embedding_runs(float *dtable, const bf16 *__restrict__ dout,
+                                        const int32_t *__restrict__ keys,
+                                        const int32_t *__restrict__ pos, int N, int D, int v0, int Vl)
+{
+    const int i = blockIdx.x;
+    const int id = keys[i];
+    if (i > 0 && keys[i - 1] == id) return;
+    const int r = id - v0;
+    if (r < 0 || r >= Vl) return;
+    const int end = run_end(keys, i, N, id);
+    float4 *dst = reinterpret_cast<float4 *>(dtable + (size_t)r * D);
+    for (int v = threadIdx.x; v < D / 8; v += blockDim.x) {
+        const float4 a = dst[2 * v], b = dst[2 * v + 1];
+        float acc[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+        for (int k = i; k < end; k += DXC_EMB_ROWS) {
+            uint4 x[DXC_EMB_ROWS];
+#pragma unroll
+            for (int u = 0; u < DXC_EMB_ROWS; u++)
+                if (k + u < end) x[u] = ldg8(dout + (size_t)pos[k + u] * D, v);
+#pragma unroll
+            for (int u = 0; u < DXC_EMB_ROWS; u++) {
+                if (k + u >= end) break;
+                float f[8];
+                unpack8(x[u], f);
+#pragma unroll
+                for (int e = 0; e < 8; e++) acc[e] += f[e];
+            }
+        }
+        dst[2 * v] = make_float4(acc[0], acc[1], acc[2], acc[3]);
+        dst[2 * v + 1] = make_float4(acc[4], acc[5], acc[6], acc[7]);
+    }
+}
+
+/* The same, one column per thread and one row at a time (any D, any alignment). */
+static __global__ void k_embedding_runs1(float *dtable, const bf16 *__restrict__ dout,
+                                         const int32_t *__restrict__ keys,
+                                         const int32_t *__restrict__ pos, int N, int D, int v0, int Vl)
+{
+    const int i = blockIdx.x;
+    const int id = keys[i];
+    if (i > 0 && keys[i - 1] == id) return;
+    const int r = id - v0;
+    if (r < 0 || r >= Vl) return;
+    const int end = run_end(keys, i, N, id);
+    float *dst = dtable + (size_t)r * D;
+    for (int j = threadIdx.x; j < D; j += blockDim.x) {
+        float acc = dst[j];
+        for (int k = i; k < end; k++) acc += ld(dout + (size_t)pos[k] * D, j);
+        dst[j] = acc;
+    }
+}
+
+/* dtable rows [v0, v0 + Vl) += dout rows by ids (embedding_bwd: v0 0, Vl INT_MAX). */
+static void embedding_bwd_sorted(dx_backend *be, float *dtable, const bf16 *dout, const int32_t *ids,
+                                 int N, int D, int v0, int Vl, const char *op)
+{
+    cudaStream_t st = dxc(be)->stream;
+    size_t cub_bytes = 0;
+    DXC_CHECK(op, cub::DeviceRadixSort::SortPairs(nullptr, cub_bytes, ids, (int32_t *)nullptr,
+                                                  (const int32_t *)nullptr, (int32_t *)nullptr, N, 0, 32, st));
+    const size_t arr = ((size_t)N * sizeof(int32_t) + 255) & ~(size_t)255;
+    char *w = (char *)dxc_scratch(be, 3 * arr + cub_bytes, op);
+    int32_t *keys = (int32_t *)w, *pos_in = (int32_t *)(w + arr), *pos = (int32_t *)(w + 2 * arr);
+    k_iota<<<(N + DXC_THREADS - 1) / DXC_THREADS, DXC_THREADS, 0, st>>>(pos_in, N);
+    DXC_LAUNCHED(be, op);
+    DXC_CHECK(op, cub::DeviceRadixSort::SortPairs(w + 3 * arr, cub_bytes, ids, keys, pos_in, pos, N, 0, 32, st));
+    if (D % 8 == 0 && al16(dtable) && al16(dout))
+        k_embedding_runs<<<N, DXC_THREADS, 0, st>>>(dtable, dout, keys, pos, N, D, v0, Vl);
+    else
+        k_embedding_runs1<<<N, DXC_THREADS, 0, st>>>(dtable, dout, keys, pos, N, D, v0, Vl);
+    DXC_LAUNCHED(be, op);
 }
 
 static void cuda_embedding_fwd(dx_backend *be, void *out, const int32_t *ids, const void *table,
@@ -1671,9 +1769,7 @@ static void cuda_embedding_bwd(dx_backend *be, void *dtable, const void *dout, c
 {
     if (N <= 0 || D <= 0) return;
     DXC_ENTER(be, "embedding_bwd");
-    k_embedding_bwd<<<N, DXC_THREADS, 0, dxc(be)->stream>>>((float *)dtable, (const bf16 *)dout,
-                                                            ids, D);
-    DXC_LAUNCHED(be, "embedding_bwd");
+    embedding_bwd_sorted(be, (float *)dtable, (const bf16 *)dout, ids, N, D, 0, INT_MAX, "embedding_bwd");
 }
 
 /* ============================================================================================
@@ -1887,18 +1983,6 @@ static __global__ void k_embedding_vp_fwd(bf16 *__restrict__ out, const int32_t 
     for (int j = threadIdx.x; j < D; j += blockDim.x) dst[j] = src[j];
 }
 
-/* fp32 atomics, as k_embedding_bwd */
-static __global__ void k_embedding_vp_bwd(float *dtable, const bf16 *__restrict__ dout,
-                                          const int32_t *__restrict__ ids, int D, int v0, int Vl)
-{
-    const size_t row = blockIdx.x;
-    const int r = ids[row] - v0;
-    if (r < 0 || r >= Vl) return;
-    float *dst = dtable + (size_t)r * D;
-    const bf16 *src = dout + row * D;
-    for (int j = threadIdx.x; j < D; j += blockDim.x) atomicAdd(dst + j, ld(src, j));
-}
-
 static void cuda_embedding_vp_fwd(dx_backend *be, void *out, const int32_t *ids, const void *table,
                                   int N, int D, int v0, int Vl)
 {
@@ -1914,9 +1998,7 @@ static void cuda_embedding_vp_bwd(dx_backend *be, void *dtable, const void *dout
 {
     if (N <= 0 || D <= 0) return;
     DXC_ENTER(be, "embedding_vp_bwd");
-    k_embedding_vp_bwd<<<N, DXC_THREADS, 0, dxc(be)->stream>>>((float *)dtable, (const bf16 *)dout,
-                                                               ids, D, v0, Vl);
-    DXC_LAUNCHED(be, "embedding_vp_bwd");
+    embedding_bwd_sorted(be, (float *)dtable, (const bf16 *)dout, ids, N, D, v0, Vl, "embedding_vp_bwd");
 }
 
 /* One block per row: the slice's log-sum-exp (online max / sum, merged as k_xent does) and the
