@@ -1661,15 +1661,25 @@ static __global__ void k_iota(int32_t *v, int n)
     if (i < n) v[i] = i;
 }
 
-/* The end of the run of id that starts at sorted index i: 32 keys per step (a ballot per warp;
- * every warp of the block finds the same end). */
-static __device__ __forceinline__ int run_end(const int32_t *__restrict__ keys, int i, int N, int id)
+/* Block blockIdx.x's run: false unless sorted index i = blockIdx.x starts a run of equal ids
+ * whose table row r = id - v0 lies in [0, Vl); then *r, and *end = the run's end, found 32 keys
+ * per step (a ballot per warp; every warp of the block finds the same end). */
+static __device__ __forceinline__ bool block_run(const int32_t *__restrict__ keys, int N, int v0, int Vl,
+                                                 int *r, int *end)
 {
+    const int i = blockIdx.x;
+    const int id = keys[i];
+    if (i > 0 && keys[i - 1] == id) return false;
+    *r = id - v0;
+    if (*r < 0 || *r >= Vl) return false;
     const int lane = threadIdx.x & 31;
-    for (int end = i + 1;; end += 32) {
-        const int k = end + lane;
+    for (int e = i + 1;; e += 32) {
+        const int k = e + lane;
         const unsigned same = __ballot_sync(0xffffffffu, k < N && keys[k] == id);
-        if (same != 0xffffffffu) return end + __ffs(~same) - 1;
+        if (same != 0xffffffffu) {
+            *end = e + __ffs(~same) - 1;
+            return true;
+        }
     }
 }
 
@@ -1686,11 +1696,8 @@ static __global__ void k_embedding_runs(float *dtable, const bf16 *__restrict__ 
                                         const int32_t *__restrict__ pos, int N, int D, int v0, int Vl)
 {
     const int i = blockIdx.x;
-    const int id = keys[i];
-    if (i > 0 && keys[i - 1] == id) return;
-    const int r = id - v0;
-    if (r < 0 || r >= Vl) return;
-    const int end = run_end(keys, i, N, id);
+    int r, end;
+    if (!block_run(keys, N, v0, Vl, &r, &end)) return;
     float4 *dst = reinterpret_cast<float4 *>(dtable + (size_t)r * D);
     for (int v = threadIdx.x; v < D / 8; v += blockDim.x) {
         const float4 a = dst[2 * v], b = dst[2 * v + 1];
@@ -1720,11 +1727,8 @@ static __global__ void k_embedding_runs1(float *dtable, const bf16 *__restrict__
                                          const int32_t *__restrict__ pos, int N, int D, int v0, int Vl)
 {
     const int i = blockIdx.x;
-    const int id = keys[i];
-    if (i > 0 && keys[i - 1] == id) return;
-    const int r = id - v0;
-    if (r < 0 || r >= Vl) return;
-    const int end = run_end(keys, i, N, id);
+    int r, end;
+    if (!block_run(keys, N, v0, Vl, &r, &end)) return;
     float *dst = dtable + (size_t)r * D;
     for (int j = threadIdx.x; j < D; j += blockDim.x) {
         float acc = dst[j];
