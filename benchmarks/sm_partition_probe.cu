@@ -16,6 +16,8 @@
  * The norm-like pass is RMSNorm's backward without dw: per row of D bf16, c = sum dy w x rstd,
  * then dres += rstd (dy w - x rstd c / D) (reads dy, x, dres; writes dres).
  *
+ * Build (on the GPU host, `. .gpu/env.sh` first): nvcc -gencode=arch=compute_90a,code=sm_90a -O3
+ * -std=c++17 benchmarks/sm_partition_probe.cu -lcublas -o /tmp/sm_partition_probe
  * Usage: sm_partition_probe M N K [ITERS [S ...]]   (row-major dW[N, K] += dY[M, N]^T X[M, K];
  * the norm pass over M rows of K). Data: uniform in [-1, 1), fixed seed. */
 #include <cublas_v2.h>
