@@ -174,6 +174,20 @@ struct dx_backend {
     int (*side_record)(dx_backend *be, int slot);
     void (*side_end)(dx_backend *be);
     void (*side_wait)(dx_backend *be, int slot);
+    /* ---- the overlap stream (NULL where ops run in call order on one stream) ----
+     * Runs a memory-bound op (rmsnorm_bwd) on a few SMs beside a power-bound GEMM on the rest
+     * (benchmarks/NOTES.md item 30).
+     * overlap_begin(sms): the ops called until overlap_end run on a second stream, after all
+     * work queued on the compute stream so far, rmsnorm_bwd on at most `sms` SMs; the compute
+     * stream's GEMMs (gemm) called until overlap_join are planned for the other SMs (cuBLAS's
+     * SM count target). Only rmsnorm_bwd may be called in between (its scratch is not used by
+     * gemm). 0, or -1 + dx_fail (sms not in 1 .. SMs - 1, already begun, or on the side stream).
+     * overlap_end: later ops run on the compute stream again.
+     * overlap_join: the compute stream's later work waits for the overlap stream's; GEMMs use
+     * every SM again. Call it before the compute stream touches what the ops in between use. */
+    int (*overlap_begin)(dx_backend *be, int sms);
+    void (*overlap_end)(dx_backend *be);
+    void (*overlap_join)(dx_backend *be);
 
     /* ---- math ---- */
     /* C[M,N] = alpha * op(A) @ op(B) + beta * C, row-major; op(A) is [M,K] (A is [K,M] when

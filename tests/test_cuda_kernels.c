@@ -496,6 +496,22 @@ static void test_rmsnorm(uint64_t seed, int N, int D)
     cpu->rmsnorm_bwd(cpu, cdx, cdw, cdy, cx, cw, cr, N, D);
     cmp("rmsnorm_bwd dx (+=)", shape, gdx, BF, cdx, nx, B_X);
     cmp("rmsnorm_bwd dw (+=)", shape, gdw, F32, cdw, D, B_A);
+    if (gpu->overlap_begin) { /* on the overlap stream (few SMs, two virtual blocks): the same bits */
+        void *odx = g_from(pdx, nx, BF), *odw = g_from(pdw, D, F32);
+        if (gpu->overlap_begin(gpu, 3)) die("overlap_begin");
+        gpu->rmsnorm_bwd(gpu, odx, odw, gdy, gx, gw, grs, N, D);
+        gpu->overlap_end(gpu);
+        gpu->overlap_join(gpu);
+        float *a = g_get(gdx, nx, BF), *b = g_get(odx, nx, BF), *aw = g_get(gdw, D, F32), *bw = g_get(odw, D, F32);
+        report("rmsnorm_bwd overlap dx", shape, mismatches(a, b, nx), 0);
+        report("rmsnorm_bwd overlap dw", shape, mismatches(aw, bw, D), 0);
+        free(a);
+        free(b);
+        free(aw);
+        free(bw);
+        gfree(odx);
+        gfree(odw);
+    }
 
     free(x);
     free(w);

@@ -481,6 +481,53 @@ static void cuda_side_wait(dx_backend *be, int slot)
     DXC_CHECK("side_wait", cudaStreamWaitEvent(im->stream, im->side_ev[slot], 0));
 }
 
+/* The overlap stream (kernels.h). */
+static int cuda_overlap_begin(dx_backend *be, int sms)
+{
+    dxc_impl *im = dxc(be);
+    DXC_ENTER(be, "overlap_begin");
+    if (sms < 1 || sms >= im->num_sms)
+        return dx_fail("cuda backend: overlap_begin(%d): the SMs must be 1 .. %d", sms, im->num_sms - 1);
+    if (im->compute_stream || im->aux_saved || im->aux_sms)
+        return dx_fail("cuda backend: overlap_begin inside side_begin / side_end or another overlap");
+    if (!im->aux_stream) {
+        int least = 0, greatest = 0;
+        DXC_CHECK("overlap_begin", cudaDeviceGetStreamPriorityRange(&least, &greatest));
+        DXC_CHECK("overlap_begin", cudaStreamCreateWithPriority(&im->aux_stream, cudaStreamNonBlocking, greatest));
+        DXC_CHECK("overlap_begin", cudaEventCreateWithFlags(&im->aux_fork, cudaEventDisableTiming));
+        DXC_CHECK("overlap_begin", cudaEventCreateWithFlags(&im->aux_done, cudaEventDisableTiming));
+    }
+    DXC_CHECK("overlap_begin", cudaEventRecord(im->aux_fork, im->stream));
+    DXC_CHECK("overlap_begin", cudaStreamWaitEvent(im->aux_stream, im->aux_fork, 0));
+    if (cublasSetSmCountTarget(im->blas, im->num_sms - sms) != CUBLAS_STATUS_SUCCESS)
+        return dx_fail("cuda backend: overlap_begin: cublasSetSmCountTarget failed");
+    im->aux_sms = sms;
+    im->aux_saved = im->stream;
+    im->stream = im->aux_stream;
+    return 0;
+}
+
+static void cuda_overlap_end(dx_backend *be)
+{
+    dxc_impl *im = dxc(be);
+    if (!im->aux_saved) return;
+    DXC_ENTER(be, "overlap_end");
+    DXC_CHECK("overlap_end", cudaEventRecord(im->aux_done, im->aux_stream));
+    im->stream = im->aux_saved;
+    im->aux_saved = NULL;
+}
+
+static void cuda_overlap_join(dx_backend *be)
+{
+    dxc_impl *im = dxc(be);
+    if (!im->aux_sms) return;
+    cuda_overlap_end(be);
+    DXC_ENTER(be, "overlap_join");
+    DXC_CHECK("overlap_join", cudaStreamWaitEvent(im->stream, im->aux_done, 0));
+    DXC_BLAS("overlap_join", cublasSetSmCountTarget(im->blas, 0));
+    im->aux_sms = 0;
+}
+
 void *dxc_scratch(dx_backend *be, size_t bytes, const char *op)
 {
     dxc_impl *im = dxc(be);
@@ -956,99 +1003,112 @@ static void cuda_rmsnorm_fwd(dx_backend *be, void *y, void *rstd, const void *x,
  * part[c, j] = sum over the slots in order 0..RPB-1.
  * Dynamic shared memory: RPB * D floats, as float4: slot s's accumulator for columns
  * 8 v + 4 h .. 8 v + 4 h + 3 at acc[(2 s + h) nvec + v] (conflict-free 16-byte accesses). */
-template <int MAXV, int WPR>
-static __global__ void __launch_bounds__(DXC_THREADS)
+template <int MAXV, int WPR, int VB>
+static __global__ void __launch_bounds__(DXC_THREADS * VB)
     k_rmsnorm_bwd_reg(bf16 *dx, float *__restrict__ part, const bf16 *__restrict__ dy,
                       const bf16 *__restrict__ x, const bf16 *__restrict__ w,
-                      const float *__restrict__ rstd, int N, int D, int rows_per)
+                      const float *__restrict__ rstd, int N, int D, int rows_per, int nchunks)
 {
+    static_assert(VB == 1 || WPR == 1, "k_rmsnorm_bwd_reg: two virtual blocks only with one warp per row");
     constexpr int RPB = DXC_RMS_ROWS / WPR, TPR = 32 * WPR; /* rows per block, threads per row */
     DXC_DYNAMIC_SMEM(float4, dxc_rms_acc);
     __shared__ float red[2][DXC_RMS_ROWS];
-    const int slot = (threadIdx.x >> 5) / WPR, tr = threadIdx.x % TPR;
+    /* VB = 2: the block's two halves of DXC_THREADS threads are two independent blocks of the
+     * VB = 1 kernel (own accumulators, own barrier), so the results are bitwise the same */
+    const int half = VB == 1 ? 0 : (int)(threadIdx.x / DXC_THREADS), tid = threadIdx.x % DXC_THREADS;
+    const int slot = (tid >> 5) / WPR, tr = tid % TPR;
     const int nvec = D >> 3;
-    float4 *acc = dxc_rms_acc + (size_t)slot * 2 * nvec;
+    float4 *const accs = dxc_rms_acc + (size_t)half * RPB * 2 * nvec; /* this virtual block's */
+    float4 *acc = accs + (size_t)slot * 2 * nvec;
     const float4 zero4 = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-#pragma unroll
-    for (int k = 0; k < MAXV; k++) {
-        const int v = k * TPR + tr;
-        if (v < nvec) {
-            acc[v] = zero4;
-            acc[nvec + v] = zero4;
-        }
-    }
-    const int r0 = blockIdx.x * rows_per, r1 = r0 + rows_per < N ? r0 + rows_per : N;
+    auto vsync = [&]() {
+        if (VB == 1) __syncthreads();
+        else if (half == 0) asm volatile("bar.sync 5, %0;" ::"n"(DXC_THREADS) : "memory");
+        else asm volatile("bar.sync 6, %0;" ::"n"(DXC_THREADS) : "memory");
+    };
     int par = 0;
-    for (int r = r0 + slot; r < r1; r += RPB, par ^= 1) { /* (a slot's warps: the same rows) */
-        const size_t base = (size_t)r * D;
-        const bf16 *dyr = dy + base, *xr = x + base;
-        bf16 *dxr = dx + base;
-        uint4 dyv[MAXV], xv[MAXV];
+    for (int cb = blockIdx.x * VB + half; cb < nchunks; cb += gridDim.x * VB) {
 #pragma unroll
         for (int k = 0; k < MAXV; k++) {
             const int v = k * TPR + tr;
-            dyv[k] = v < nvec ? ldg8(dyr, v) : make_uint4(0, 0, 0, 0);
-            xv[k] = v < nvec ? ldg8(xr, v) : make_uint4(0, 0, 0, 0);
-        }
-        const float rs = rstd[r];
-        float c = 0;
-#pragma unroll
-        for (int k = 0; k < MAXV; k++) {
-            const int v = k * TPR + tr;
-            if (v >= nvec) break;
-            float df[8], xf[8], wf[8];
-            unpack8(dyv[k], df);
-            unpack8(xv[k], xf);
-            unpack8(ldg8(w, v), wf);
-#pragma unroll
-            for (int e = 0; e < 8; e++) c = fmaf(df[e] * wf[e], xf[e] * rs, c);
-        }
-        c = row_sum<WPR>(c, red, par, slot);
-        const float cm = c / (float)D;
-#pragma unroll
-        for (int k = 0; k < MAXV; k++) {
-            const int v = k * TPR + tr;
-            if (v >= nvec) break;
-            float df[8], xf[8], wf[8], of[8];
-            unpack8(dyv[k], df);
-            unpack8(xv[k], xf);
-            unpack8(ldg8(w, v), wf);
-            unpack8(ld8(dxr, v), of);
-            float xh[8];
-#pragma unroll
-            for (int e = 0; e < 8; e++) {
-                xh[e] = xf[e] * rs;
-                of[e] = of[e] + rs * (df[e] * wf[e] - xh[e] * cm);
+            if (v < nvec) {
+                acc[v] = zero4;
+                acc[nvec + v] = zero4;
             }
-            st8(dxr, v, pack8(of));
-            float4 a0 = acc[v], a1 = acc[nvec + v];
-            a0.x = fmaf(df[0], xh[0], a0.x);
-            a0.y = fmaf(df[1], xh[1], a0.y);
-            a0.z = fmaf(df[2], xh[2], a0.z);
-            a0.w = fmaf(df[3], xh[3], a0.w);
-            a1.x = fmaf(df[4], xh[4], a1.x);
-            a1.y = fmaf(df[5], xh[5], a1.y);
-            a1.z = fmaf(df[6], xh[6], a1.z);
-            a1.w = fmaf(df[7], xh[7], a1.w);
-            acc[v] = a0;
-            acc[nvec + v] = a1;
         }
-    }
-    __syncthreads();
-    /* output float4 o = 2 v + h (columns 8 v + 4 h ..): coalesced stores */
-    float4 *pc = reinterpret_cast<float4 *>(part + (size_t)blockIdx.x * D);
-    for (int o = threadIdx.x; o < 2 * nvec; o += blockDim.x) {
-        const int v = o >> 1, h = o & 1;
-        float4 s = dxc_rms_acc[(size_t)h * nvec + v];
+        const int r0 = cb * rows_per, r1 = r0 + rows_per < N ? r0 + rows_per : N;
+        for (int r = r0 + slot; r < r1; r += RPB, par ^= 1) { /* (a slot's warps: the same rows) */
+            const size_t base = (size_t)r * D;
+            const bf16 *dyr = dy + base, *xr = x + base;
+            bf16 *dxr = dx + base;
+            uint4 dyv[MAXV], xv[MAXV];
 #pragma unroll
-        for (int k = 1; k < RPB; k++) {
-            const float4 t = dxc_rms_acc[(size_t)(2 * k + h) * nvec + v];
-            s.x += t.x;
-            s.y += t.y;
-            s.z += t.z;
-            s.w += t.w;
+            for (int k = 0; k < MAXV; k++) {
+                const int v = k * TPR + tr;
+                dyv[k] = v < nvec ? ldg8(dyr, v) : make_uint4(0, 0, 0, 0);
+                xv[k] = v < nvec ? ldg8(xr, v) : make_uint4(0, 0, 0, 0);
+            }
+            const float rs = rstd[r];
+            float c = 0;
+#pragma unroll
+            for (int k = 0; k < MAXV; k++) {
+                const int v = k * TPR + tr;
+                if (v >= nvec) break;
+                float df[8], xf[8], wf[8];
+                unpack8(dyv[k], df);
+                unpack8(xv[k], xf);
+                unpack8(ldg8(w, v), wf);
+#pragma unroll
+                for (int e = 0; e < 8; e++) c = fmaf(df[e] * wf[e], xf[e] * rs, c);
+            }
+            c = row_sum<WPR>(c, red, par, slot);
+            const float cm = c / (float)D;
+#pragma unroll
+            for (int k = 0; k < MAXV; k++) {
+                const int v = k * TPR + tr;
+                if (v >= nvec) break;
+                float df[8], xf[8], wf[8], of[8];
+                unpack8(dyv[k], df);
+                unpack8(xv[k], xf);
+                unpack8(ldg8(w, v), wf);
+                unpack8(ld8(dxr, v), of);
+                float xh[8];
+#pragma unroll
+                for (int e = 0; e < 8; e++) {
+                    xh[e] = xf[e] * rs;
+                    of[e] = of[e] + rs * (df[e] * wf[e] - xh[e] * cm);
+                }
+                st8(dxr, v, pack8(of));
+                float4 a0 = acc[v], a1 = acc[nvec + v];
+                a0.x = fmaf(df[0], xh[0], a0.x);
+                a0.y = fmaf(df[1], xh[1], a0.y);
+                a0.z = fmaf(df[2], xh[2], a0.z);
+                a0.w = fmaf(df[3], xh[3], a0.w);
+                a1.x = fmaf(df[4], xh[4], a1.x);
+                a1.y = fmaf(df[5], xh[5], a1.y);
+                a1.z = fmaf(df[6], xh[6], a1.z);
+                a1.w = fmaf(df[7], xh[7], a1.w);
+                acc[v] = a0;
+                acc[nvec + v] = a1;
+            }
         }
-        pc[o] = s;
+        vsync();
+        /* output float4 o = 2 v + h (columns 8 v + 4 h ..): coalesced stores */
+        float4 *pc = reinterpret_cast<float4 *>(part + (size_t)cb * D);
+        for (int o = tid; o < 2 * nvec; o += DXC_THREADS) {
+            const int v = o >> 1, h = o & 1;
+            float4 s = accs[(size_t)h * nvec + v];
+#pragma unroll
+            for (int k = 1; k < RPB; k++) {
+                const float4 t = accs[(size_t)(2 * k + h) * nvec + v];
+                s.x += t.x;
+                s.y += t.y;
+                s.z += t.z;
+                s.w += t.w;
+            }
+            pc[o] = s;
+        }
+        vsync(); /* (the next chunk zeroes what the sums above read) */
     }
 }
 
@@ -1176,16 +1236,25 @@ static __global__ void __launch_bounds__(32 * DXC_COLSUM_TY)
 }
 
 typedef void (*rms_bwd_reg_fn)(bf16 *, float *, const bf16 *, const bf16 *, const bf16 *,
-                               const float *, int, int, int);
+                               const float *, int, int, int, int);
 
-static rms_bwd_reg_fn rms_bwd_reg_kernel(int maxv, int wpr)
+/* vb 2: two virtual blocks per block (wpr 1 only) */
+static rms_bwd_reg_fn rms_bwd_reg_kernel(int maxv, int wpr, int vb)
 {
-    if (wpr == 2) return k_rmsnorm_bwd_reg<8, 2>;
+    if (wpr == 2) return k_rmsnorm_bwd_reg<8, 2, 1>;
+    if (vb == 2) {
+        switch (maxv) {
+        case 1: return k_rmsnorm_bwd_reg<1, 1, 2>;
+        case 2: return k_rmsnorm_bwd_reg<2, 1, 2>;
+        case 4: return k_rmsnorm_bwd_reg<4, 1, 2>;
+        default: return k_rmsnorm_bwd_reg<8, 1, 2>;
+        }
+    }
     switch (maxv) {
-    case 1: return k_rmsnorm_bwd_reg<1, 1>;
-    case 2: return k_rmsnorm_bwd_reg<2, 1>;
-    case 4: return k_rmsnorm_bwd_reg<4, 1>;
-    default: return k_rmsnorm_bwd_reg<8, 1>;
+    case 1: return k_rmsnorm_bwd_reg<1, 1, 1>;
+    case 2: return k_rmsnorm_bwd_reg<2, 1, 1>;
+    case 4: return k_rmsnorm_bwd_reg<4, 1, 1>;
+    default: return k_rmsnorm_bwd_reg<8, 1, 1>;
     }
 }
 
@@ -1206,12 +1275,18 @@ static void cuda_rmsnorm_bwd(dx_backend *be, void *dx, void *dw, const void *dy,
     int wpr;
     const int maxv = aligned ? rms_maxv(D, &wpr) : 0;
     if (maxv) { /* dx and the dw partials in one pass */
-        const rms_bwd_reg_fn kern = rms_bwd_reg_kernel(maxv, wpr);
-        const size_t smem = (size_t)(DXC_RMS_ROWS / wpr) * D * sizeof(float);
+        /* on the overlap stream (overlap_begin): at most aux_sms blocks of two virtual blocks
+         * each, one per SM (their registers leave no room for a GEMM's block beside them), the
+         * same chunks, so the same results */
+        const int vb = im->aux_sms > 0 && im->stream == im->aux_stream && wpr == 1 ? 2 : 1;
+        const rms_bwd_reg_fn kern = rms_bwd_reg_kernel(maxv, wpr, vb);
+        const size_t smem = (size_t)vb * (DXC_RMS_ROWS / wpr) * D * sizeof(float);
         dxc_set_smem(be, (const void *)kern, smem, "rmsnorm_bwd");
-        kern<<<nchunks, DXC_THREADS, smem, im->stream>>>((bf16 *)dx, part, (const bf16 *)dy,
-                                                          (const bf16 *)x, (const bf16 *)w,
-                                                          (const float *)rstd, N, D, rows_per);
+        int grid = (nchunks + vb - 1) / vb;
+        if (vb == 2 && grid > im->aux_sms) grid = im->aux_sms;
+        kern<<<grid, vb * DXC_THREADS, smem, im->stream>>>((bf16 *)dx, part, (const bf16 *)dy,
+                                                           (const bf16 *)x, (const bf16 *)w,
+                                                           (const float *)rstd, N, D, rows_per, nchunks);
         DXC_LAUNCHED(be, "rmsnorm_bwd");
     } else {
         const bool vec = aligned && D % 8 == 0;
@@ -2380,6 +2455,8 @@ static void cuda_destroy(dx_backend *be)
     if (im) {
         cudaError_t e = cudaSetDevice(im->device);
         if (im->compute_stream) im->stream = im->compute_stream; /* (side_end never came) */
+        if (im->aux_saved) im->stream = im->aux_saved;          /* (nor overlap_end) */
+        if (e == cudaSuccess && im->aux_stream) e = cudaStreamSynchronize(im->aux_stream);
         if (e == cudaSuccess && im->stream) e = cudaStreamSynchronize(im->stream);
         if (e == cudaSuccess && im->side_stream) e = cudaStreamSynchronize(im->side_stream);
         if (e != cudaSuccess)
@@ -2411,6 +2488,9 @@ static void cuda_destroy(dx_backend *be)
         free(im->stamp_ev);
         if (im->side_start) cudaEventDestroy(im->side_start);
         if (im->side_stream) cudaStreamDestroy(im->side_stream);
+        if (im->aux_fork) cudaEventDestroy(im->aux_fork);
+        if (im->aux_done) cudaEventDestroy(im->aux_done);
+        if (im->aux_stream) cudaStreamDestroy(im->aux_stream);
         if (im->stream) cudaStreamDestroy(im->stream);
         free(im->slots);
         free(im);
@@ -2562,6 +2642,9 @@ extern "C" dx_backend *dx_backend_cuda_create(int device, int nthreads)
     be->stamp_seconds = cuda_stamp_seconds;
     be->side_end = cuda_side_end;
     be->side_wait = cuda_side_wait;
+    be->overlap_begin = cuda_overlap_begin;
+    be->overlap_end = cuda_overlap_end;
+    be->overlap_join = cuda_overlap_join;
     im->side_grid = env_int("DX_CUDA_SIDE_BLOCKS", 0, "a block count (0: no cap)");
 
     const char *prio_env = getenv("DX_CUDA_COMPUTE_PRIORITY");

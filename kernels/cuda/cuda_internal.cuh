@@ -60,6 +60,11 @@ struct dxc_impl {
     int side_nev;
     cudaEvent_t *stamp_ev;       /* [stamp_nev]: the stopwatch's slots (be->stamp), timing events */
     int stamp_nev;
+    /* the overlap stream (kernels.h: overlap_begin ...): a memory-bound op beside a GEMM */
+    cudaStream_t aux_stream;     /* created at the first overlap_begin (highest priority) */
+    cudaStream_t aux_saved;      /* the compute stream while `stream` is aux_stream */
+    cudaEvent_t aux_fork, aux_done;
+    int aux_sms;                 /* > 0 from overlap_begin to overlap_join: the SMs left to it */
     int side_grid;               /* DX_CUDA_SIDE_BLOCKS: most blocks of an AdamW launch on the side
                                     stream (0: as on the compute stream) */
     /* CPU offload copies: device-to-host [0] and host-to-device [1] streams, and a ring of

@@ -48,6 +48,9 @@ struct dx_model {
     int Hl, KVl;      /* query heads and KV heads computed here */
     int kv_repl;      /* k/v_proj replicated over TP; kv_head: the one KV head used here */
     int kv_head;
+    int norm_overlap; /* DX_NORM_OVERLAP = n > 0: the MLP's RMSNorm backward on n SMs beside the
+                         gate|up weight gradient (be->overlap_begin; NOTES item 30; default 8); 0:
+                         after it */
     /* Q|K|V: q, k, v (and dq, dk, dv) are column blocks of one buffer, rows qkv_ld = HDl + 2 KDl
      * apart. Unless kv_repl, q_proj|k_proj|v_proj are adjacent rows of the layer group, so the
      * input gradient is one GEMM (K = qkv_ld); qkv_fused: the forward and the weight gradient
@@ -262,6 +265,10 @@ dx_model *dx_model_create_part(const dx_model_config *cfg, dx_backend *be, int m
         m->qkv_fused = !m->kv_repl && (e && !strcmp(e, "fused") ? 1
                                        : e && !strcmp(e, "split") ? 0
                                                                   : 4 * m->KVl <= m->Hl);
+    }
+    {
+        const char *e = getenv("DX_NORM_OVERLAP");
+        m->norm_overlap = e ? atoi(e) : 8;
     }
     m->Il = m->I / m->tp;
     m->Vl = m->V / m->tp;
@@ -1145,12 +1152,32 @@ int dx_model_backward_chunk(dx_model *m, int c, int s)
                 OP(DX_MOD_MLP, l, DX_OP_SWIGLU, 12 * NI, 5 * NI * xsz,
                    be->swiglu_bwd(be, m->dg, m->du, m->da, a->g, a->u, N, Il, 2 * Il));
             }
-            linear_bwd(m, DX_MOD_MLP, l, m->dxn, gat(G, m->o_gate, as), m->dg, a->xn2,
-                       at(W, m->o_gate, xs), N, D, 2 * Il, 0.0f); /* gate | up */
-            lora_bwd_t(m, C, a, li, DX_LORA_GATE, m->dxn, m->dg, 2 * Il, a->xn2, N, D, Il);
-            lora_bwd_t(m, C, a, li, DX_LORA_UP, m->dxn, m->du, 2 * Il, a->xn2, N, D, Il);
-            if (norm_bwd(m, DX_MOD_MLP, l, dwat(m, G, m->o_ln2), a->h, at(W, m->o_ln2, xs), a->rstd2, N))
-                return -1;
+            if (m->norm_overlap > 0 && be->overlap_begin && m->tp == 1 && !dx_tr_on(m->tr, 2) &&
+                !(m->lora_targets & (1u << DX_LORA_GATE | 1u << DX_LORA_UP))) {
+                /* the norm's backward needs only the input gradient: it runs on a few SMs
+                 * beside the gate|up weight gradient (NOTES item 30). Not at trace level op,
+                 * whose compute-stream ops must not overlap (the op would be traced there). */
+                linear_bwd_dx(m, DX_MOD_MLP, l, m->dxn, m->dg, 2 * Il, at(W, m->o_gate, xs), N, D, 2 * Il, 0.0f);
+                const int ov = be->overlap_begin(be, m->norm_overlap) == 0;
+                if (!ov) { /* (the backend refused: serial from now on) */
+                    fprintf(stderr, "dissect: warning: DX_NORM_OVERLAP=%d: %s; the norm's backward runs after "
+                                    "the weight gradient\n", m->norm_overlap, dx_last_error());
+                    m->norm_overlap = 0;
+                }
+                int nrc = ov ? norm_bwd(m, DX_MOD_MLP, l, dwat(m, G, m->o_ln2), a->h, at(W, m->o_ln2, xs), a->rstd2, N) : 0;
+                if (ov) be->overlap_end(be);
+                linear_bwd_dw(m, DX_MOD_MLP, l, gat(G, m->o_gate, as), m->dg, 2 * Il, a->xn2, N, D, 2 * Il);
+                if (ov) be->overlap_join(be);
+                else nrc = norm_bwd(m, DX_MOD_MLP, l, dwat(m, G, m->o_ln2), a->h, at(W, m->o_ln2, xs), a->rstd2, N);
+                if (nrc) return -1;
+            } else {
+                linear_bwd(m, DX_MOD_MLP, l, m->dxn, gat(G, m->o_gate, as), m->dg, a->xn2,
+                           at(W, m->o_gate, xs), N, D, 2 * Il, 0.0f); /* gate | up */
+                lora_bwd_t(m, C, a, li, DX_LORA_GATE, m->dxn, m->dg, 2 * Il, a->xn2, N, D, Il);
+                lora_bwd_t(m, C, a, li, DX_LORA_UP, m->dxn, m->du, 2 * Il, a->xn2, N, D, Il);
+                if (norm_bwd(m, DX_MOD_MLP, l, dwat(m, G, m->o_ln2), a->h, at(W, m->o_ln2, xs), a->rstd2, N))
+                    return -1;
+            }
             MOD_END(m, DX_MOD_MLP, l);
         }
         { /* attention: dres = dL/dh */
