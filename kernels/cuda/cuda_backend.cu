@@ -995,7 +995,10 @@ static void cuda_rmsnorm_fwd(dx_backend *be, void *y, void *rstd, const void *x,
 
 #define DXC_DW_CHUNKS 256 /* at most this many row chunks (dw partial rows) */
 
-/* Fused backward, fast path. Block c handles the rows [c rows_per, (c + 1) rows_per) of chunk c:
+/* Fused backward, fast path. Each (virtual) block walks chunks c = its index, + their count, ...
+ * (one chunk each when the grid has nchunks blocks; VB = 2: a block of 512 threads is two
+ * virtual blocks, as overlap_begin launches it on a few SMs). For chunk c, rows
+ * [c rows_per, (c + 1) rows_per):
  * row slot s (WPR warps) takes rows r0 + s, r0 + s + RPB, ...; per row it holds dy and x in
  * registers (16-byte loads), reduces sum_j g xh (shuffles, then over its warps in order),
  * updates dx (+=, 16-byte read-modify-write) and adds dy * xh for its columns into the slot's
