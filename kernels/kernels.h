@@ -178,7 +178,8 @@ struct dx_backend {
      * Runs a memory-bound op (rmsnorm_bwd) on a few SMs beside a power-bound GEMM on the rest
      * (benchmarks/NOTES.md item 30).
      * overlap_begin(sms): the ops called until overlap_end run on a second stream, after all
-     * work queued on the compute stream so far, rmsnorm_bwd on at most `sms` SMs; the compute
+     * work queued on the compute stream so far, rmsnorm_bwd on at most `sms` SMs (CUDA: rows
+     * of D <= 2048, one warp per row; wider rows take every SM free at the time); the compute
      * stream's GEMMs (gemm) called until overlap_join are planned for the other SMs (cuBLAS's
      * SM count target). Only rmsnorm_bwd may be called in between (its scratch is not used by
      * gemm). 0, or -1 + dx_fail (sms not in 1 .. SMs - 1, already begun, or on the side stream).

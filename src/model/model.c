@@ -1152,11 +1152,13 @@ int dx_model_backward_chunk(dx_model *m, int c, int s)
                 OP(DX_MOD_MLP, l, DX_OP_SWIGLU, 12 * NI, 5 * NI * xsz,
                    be->swiglu_bwd(be, m->dg, m->du, m->da, a->g, a->u, N, Il, 2 * Il));
             }
-            if (m->norm_overlap > 0 && be->overlap_begin && m->tp == 1 && !dx_tr_on(m->tr, 2) &&
+            if (m->norm_overlap > 0 && be->overlap_begin && m->tp == 1 && D <= 2048 && !dx_tr_on(m->tr, 2) &&
                 !(m->lora_targets & (1u << DX_LORA_GATE | 1u << DX_LORA_UP))) {
                 /* the norm's backward needs only the input gradient: it runs on a few SMs
                  * beside the gate|up weight gradient (NOTES item 30). Not at trace level op,
-                 * whose compute-stream ops must not overlap (the op would be traced there). */
+                 * whose compute-stream ops must not overlap (the op would be traced there),
+                 * nor for rows over 2048 (kernels.h: rmsnorm_bwd is capped to the SMs only up
+                 * to there; not measured beyond) */
                 linear_bwd_dx(m, DX_MOD_MLP, l, m->dxn, m->dg, 2 * Il, at(W, m->o_gate, xs), N, D, 2 * Il, 0.0f);
                 const int ov = be->overlap_begin(be, m->norm_overlap) == 0;
                 if (!ov) { /* (the backend refused: serial from now on) */
