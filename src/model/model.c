@@ -268,7 +268,13 @@ dx_model *dx_model_create_part(const dx_model_config *cfg, dx_backend *be, int m
     }
     {
         const char *e = getenv("DX_NORM_OVERLAP");
-        m->norm_overlap = e ? atoi(e) : 8;
+        char *end = NULL;
+        long v = e ? strtol(e, &end, 10) : 8;
+        if (e && (end == e || *end || v < 0 || v > 1024)) {
+            fprintf(stderr, "dissect: warning: DX_NORM_OVERLAP=%s is not a count of SMs (0 .. 1024); 8 is used\n", e);
+            v = 8;
+        }
+        m->norm_overlap = (int)v;
     }
     m->Il = m->I / m->tp;
     m->Vl = m->V / m->tp;
