@@ -8,6 +8,8 @@ For every (rank, step) with step > 0 in /events (one line per check and rank, ov
   - every other event of that rank and step lies within the span, except that an op on stream
     "optimizer" (AdamW beside the next forward, which runs on into the next step) only starts
     after the span's start;
+    (Ops on stream "aux", RMSNorm's backward beside a weight gradient, lie within the span and
+    count as the other streams' do below.)
   - the ops on the compute and host streams do not overlap each other: their summed durations,
     plus the time covered only by other streams' ops (exposed communication), plus idle
     (= the span minus the union of all ops), equal the span within 2%. (Module and step spans

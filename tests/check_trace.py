@@ -22,7 +22,7 @@ OPS = ["gemm", "attention", "rmsnorm", "rope", "swiglu", "cross_entropy", "adamw
        "reduce_scatter", "all_gather", "broadcast", "send", "recv", "memcpy", "embedding", "add",
        "memset", "grad_norm", "module", "step", "memcpy_d2h", "memcpy_h2d", "lora_gemm", "dequantize",
        "adamw_redo"]
-STREAMS = ["compute", "comm", "host", "copy", "optimizer"]
+STREAMS = ["compute", "comm", "host", "copy", "optimizer", "aux"]
 STEP_MS = [750, 1750, 2750]
 BASE_MS = [100, 1000, 3000]
 

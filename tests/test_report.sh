@@ -168,6 +168,41 @@ if [[ $rc -eq 1 ]] && grep -q "^FAIL rank 0: compute+host" "$tmp/ce2.txt" && gre
   ok "check_events.py finds overlapping compute ops, a missing span, a missing op: $(tail -1 "$tmp/ce2.txt")"
 else bad "check_events.py on a broken copy (exit $rc):"; sed 's/^/     /' "$tmp/ce2.txt"; fi
 
+# a copy with an op on stream "aux" (RMSNorm's backward beside the layer-1 backward GEMM, units
+# 40..44 of each step: 4 units of 17.5 and 27.5 ms in steps 20 and 30, 90 ms per step on rank 0):
+# check_events.py passes, the report prints its line and the step breakdown does not change
+"$PYTHON3" - "$trace" "$tmp/aux.h5" <<'EOF2'
+import shutil, sys, h5py, numpy as np
+shutil.copy(sys.argv[1], sys.argv[2])
+with h5py.File(sys.argv[2], "r+") as f:
+    d = f["events"]
+    ev = d[()]
+    ops = h5py.check_enum_dtype(d.dtype["op"])
+    mods = h5py.check_enum_dtype(d.dtype["module"])
+    streams = h5py.check_enum_dtype(d.dtype["stream"])
+    span = ev[ev["op"] == ops["step"]]
+    new = span.copy()
+    for i, sp in enumerate(span):
+        u = (int(sp["end_ns"]) - int(sp["start_ns"])) // 100
+        new["start_ns"][i] = sp["start_ns"] + 40 * u
+        new["end_ns"][i] = sp["start_ns"] + 44 * u
+    new["op"] = ops["rmsnorm"]
+    new["module"] = mods["mlp"]
+    new["stream"] = streams["aux"]
+    new["layer"] = 1
+    new["phase"] = h5py.check_enum_dtype(d.dtype["phase"])["backward"]
+    d.resize((len(ev) + len(new),))
+    d[len(ev):] = new
+EOF2
+"$DISSECT" report "$tmp/aux.h5" >"$tmp/aux.txt" 2>&1 || bad "aux: report exit $?"
+expect_line "aux stream" "$tmp/aux.txt" "RMSNorm's backward beside the gate|up weight gradients (stream 'aux', rank 0): 90.000 ms of"
+rows() { sed -n '/^Step breakdown/,/^$/p' "$1" | grep -E '^ +([0-9]+|mean|min|max) '; }
+if [[ -n $(rows "$out") ]] && diff <(rows "$out") <(rows "$tmp/aux.txt") >/dev/null; then
+  ok "aux stream: the step breakdown as without it"; else bad "aux stream: the step breakdown changed"; fi
+if "$PYTHON3" "$SRCDIR/tests/check_events.py" "$tmp/aux.h5" >"$tmp/aux_ce.txt" 2>&1; then
+  ok "aux stream: check_events.py: $(tail -1 "$tmp/aux_ce.txt")"
+else bad "aux stream: check_events.py:"; sed 's/^/     /' "$tmp/aux_ce.txt"; fi
+
 # --- --chrome ----------------------------------------------------------------------------
 json=$tmp/trace.json
 if "$DISSECT" report "$trace" --chrome "$json" >/dev/null 2>"$tmp/err.txt" && [[ -f $json && ! -e $json.tmp ]]; then

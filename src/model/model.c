@@ -51,6 +51,8 @@ struct dx_model {
     int norm_overlap; /* DX_NORM_OVERLAP = n > 0: the MLP's RMSNorm backward on n SMs beside the
                          gate|up weight gradient (be->overlap_begin; NOTES item 30; default 8); 0:
                          after it */
+    int op_stream;    /* the trace stream of OP's events (DX_STREAM_COMPUTE, or DX_STREAM_AUX
+                         between overlap_begin and overlap_end) */
     /* Q|K|V: q, k, v (and dq, dk, dv) are column blocks of one buffer, rows qkv_ld = HDl + 2 KDl
      * apart. Unless kv_repl, q_proj|k_proj|v_proj are adjacent rows of the layer group, so the
      * input gradient is one GEMM (K = qkv_ld); qkv_fused: the forward and the weight gradient
@@ -634,7 +636,9 @@ static int hook(dx_model *m, int g, dx_hook_kind k)
         if (dx_tr_on((m)->tr, 1))                                                               \
             dx_tr_end((m)->tr, mod_t0_, (module), (layer), DX_OP_MODULE, DX_STREAM_COMPUTE, 0, 0); \
     } while (0)
-#define OP(module, layer, op, flops, bytes, call) DX_TRACE_OP(m->tr, module, layer, op, flops, bytes, call)
+/* (m->op_stream: the stream name op events get; DX_STREAM_AUX while on the overlap stream) */
+#define OP(module, layer, op, flops, bytes, call)                                               \
+    DX_TRACE_OP_ON(m->tr, m->op_stream, module, layer, op, flops, bytes, call)
 
 /* Before group gi's gradient is first written in a backward (after its PRE_BACKWARD hook): a
  * fresh gradient (dx_group.grad_fresh) is overwritten instead of accumulated into. A decoder
@@ -1158,12 +1162,11 @@ int dx_model_backward_chunk(dx_model *m, int c, int s)
                 OP(DX_MOD_MLP, l, DX_OP_SWIGLU, 12 * NI, 5 * NI * xsz,
                    be->swiglu_bwd(be, m->dg, m->du, m->da, a->g, a->u, N, Il, 2 * Il));
             }
-            if (m->norm_overlap > 0 && be->overlap_begin && m->tp == 1 && D <= 2048 && !dx_tr_on(m->tr, 2) &&
+            if (m->norm_overlap > 0 && be->overlap_begin && m->tp == 1 && D <= 2048 &&
                 !(m->lora_targets & (1u << DX_LORA_GATE | 1u << DX_LORA_UP))) {
                 /* the norm's backward needs only the input gradient: it runs on a few SMs
-                 * beside the gate|up weight gradient (NOTES item 30). Not at trace level op,
-                 * whose compute-stream ops must not overlap (the op would be traced there),
-                 * nor for rows over 2048 (kernels.h: rmsnorm_bwd is capped to the SMs only up
+                 * beside the gate|up weight gradient (NOTES item 30; traced on stream "aux"),
+                 * not for rows over 2048 (kernels.h: rmsnorm_bwd is capped to the SMs only up
                  * to there; not measured beyond) */
                 linear_bwd_dx(m, DX_MOD_MLP, l, m->dxn, m->dg, 2 * Il, at(W, m->o_gate, xs), N, D, 2 * Il, 0.0f);
                 const int ov = be->overlap_begin(be, m->norm_overlap) == 0;
@@ -1172,7 +1175,9 @@ int dx_model_backward_chunk(dx_model *m, int c, int s)
                                     "the weight gradient\n", m->norm_overlap, dx_last_error());
                     m->norm_overlap = 0;
                 }
+                if (ov) m->op_stream = DX_STREAM_AUX;
                 int nrc = ov ? norm_bwd(m, DX_MOD_MLP, l, dwat(m, G, m->o_ln2), a->h, at(W, m->o_ln2, xs), a->rstd2, N) : 0;
+                m->op_stream = DX_STREAM_COMPUTE;
                 if (ov) be->overlap_end(be);
                 linear_bwd_dw(m, DX_MOD_MLP, l, gat(G, m->o_gate, as), m->dg, 2 * Il, a->xn2, N, D, 2 * Il);
                 if (ov) be->overlap_join(be);

@@ -94,6 +94,7 @@ typedef struct {
     double hredo;     /* host AdamW redone (a speculative early update whose norm clipped) */
     int redo_step;    /* the step had a redo */
     double side;      /* GPU AdamW on stream "optimizer" (beside the next forward), unclipped */
+    double aux;       /* ops on stream "aux" (RMSNorm's backward beside a weight gradient) */
 } group_stats;
 
 /* ------------------------------------------------------------------------------------------ */
@@ -954,6 +955,7 @@ static int analyse(report *r, analysis *a)
                 a->module_used[ev->module] = 1;
             }
             if (ev->stream == DX_STREAM_OPTIMIZER) g->side += dur; /* (runs past the span) */
+            if (ev->stream == DX_STREAM_AUX) g->aux += dur;
             if (t <= s) continue;
             if (ev->stream == DX_STREAM_HOST && (ev->op == DX_OP_ADAMW || ev->op == DX_OP_ADAMW_REDO)) {
                 g->hadam += (double)(t - s);
@@ -1492,6 +1494,14 @@ static void print_breakdown(const report *r, const analysis *a)
                    "    column: they run during the next step's forward, whose column includes the time they slow it\n"
                    "    and its waits for them (DX_OPT_OVERLAP=0 runs them in the optimizer column instead)\n",
                    side0 / (double)n * 1e-6);
+        /* ops beside the weight gradients (rank 0, mean per step) */
+        double aux0 = 0;
+        for (size_t i = 0; i < n; i++) aux0 += a->g[i * W].aux;
+        if (aux0 > 0)
+            printf("  RMSNorm's backward beside the gate|up weight gradients (stream 'aux', rank 0): %.3f ms of\n"
+                   "    kernels per step, on a few SMs while the GEMMs run on the rest: in no column (the backward\n"
+                   "    column holds the GEMMs' time; DX_NORM_OVERLAP=0 runs them in it instead)\n",
+                   aux0 / (double)n * 1e-6);
         /* optimizer offload (rank 0, mean per step) */
         double o[6] = {0, 0, 0, 0, 0, 0};
         int nredo = 0;

@@ -15,7 +15,8 @@ const char *const dx_op_names[DX_OP_COUNT] = {
     "all_reduce", "reduce_scatter", "all_gather", "broadcast", "send", "recv", "memcpy",
     "embedding", "add", "memset", "grad_norm", "module", "step", "memcpy_d2h", "memcpy_h2d",
     "lora_gemm", "dequantize", "adamw_redo"};
-const char *const dx_stream_names[DX_STREAM_COUNT] = {"compute", "comm", "host", "copy", "optimizer"};
+const char *const dx_stream_names[DX_STREAM_COUNT] = {"compute", "comm", "host", "copy", "optimizer",
+                                                       "aux"};
 
 _Static_assert(sizeof(dx_event) == 64, "dx_event is 64 bytes");
 

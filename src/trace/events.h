@@ -71,13 +71,15 @@ typedef enum {
  * communication kernels run on separate streams; "copy" is the device <-> host copies of CPU
  * offload (their own copy streams), "host" the host thread's own work (data, host AdamW),
  * "optimizer" the GPU AdamW updates that run beside the next forward (the backend's side
- * stream; zero.h, dx_zero_step). */
+ * stream; zero.h, dx_zero_step), "aux" the RMSNorm backward that runs on a few SMs beside a
+ * weight-gradient GEMM (the backend's overlap stream; kernels.h overlap_begin). */
 typedef enum {
     DX_STREAM_COMPUTE = 0,
     DX_STREAM_COMM,
     DX_STREAM_HOST,
     DX_STREAM_COPY,
     DX_STREAM_OPTIMIZER,
+    DX_STREAM_AUX,
     DX_STREAM_COUNT
 } dx_stream;
 
