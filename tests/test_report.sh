@@ -196,6 +196,8 @@ with h5py.File(sys.argv[2], "r+") as f:
 EOF2
 "$DISSECT" report "$tmp/aux.h5" >"$tmp/aux.txt" 2>&1 || bad "aux: report exit $?"
 expect_line "aux stream" "$tmp/aux.txt" "RMSNorm's backward beside the gate|up weight gradients (stream 'aux', rank 0): 90.000 ms of"
+expect_line "aux stream" "$tmp/aux.txt" "kernels per step (1.0 calls of 90000.0 us), on a few SMs while the GEMMs run on the rest: in no"
+if grep -q "^  rmsnorm " "$tmp/aux.txt"; then bad "aux stream: its op in the operator table"; else ok "aux stream: not in the operator table"; fi
 rows() { sed -n '/^Step breakdown/,/^$/p' "$1" | grep -E '^ +([0-9]+|mean|min|max) '; }
 if [[ -n $(rows "$out") ]] && diff <(rows "$out") <(rows "$tmp/aux.txt") >/dev/null; then
   ok "aux stream: the step breakdown as without it"; else bad "aux stream: the step breakdown changed"; fi
