@@ -143,6 +143,17 @@ if [[ $1 != *.h5 ]]; then
   else bad "host cover: trace or report failed"; cat "$tmp/hc_trace.log" "$tmp/hc.txt" 2>/dev/null; fi
 fi
 
+# --- benchmarks/step_gaps.py: the compute stream's gaps, from the template (rank 0, units u =
+# S / 100): busy [2, 30) + [30, 80) + [85, 95) = 88u; gaps [0, 2) before the first op, [80, 85)
+# between the backward and the optimizer (the all-reduce [60, 85) runs through it), [95, 100)
+# after the last op; steps 10-30 (S = 750, 1750, 2750 ms) have the mean S = 1750 ms, u = 17.5 ms
+if "$PYTHON3" "$SRCDIR/benchmarks/step_gaps.py" "$trace" --skip-steps 0 >"$tmp/gaps.txt" 2>&1; then
+  expect_line "step_gaps.py step 20" "$tmp/gaps.txt" "20 1750.00 1540.00 210.00 35.00 0.00 0.00 87.50 87.50"
+  expect_line "step_gaps.py mean" "$tmp/gaps.txt" "mean 1750.00 1540.00 210.00 35.00 0.00 0.00 87.50 87.50"
+  expect_line "step_gaps.py gap kind" "$tmp/gaps.txt" \
+    "87.500 1.0 87500.0 bwd end backward/embedding/embedding -> optimizer/optimizer/grad_norm side comm"
+else bad "step_gaps.py exit:"; sed 's/^/     /' "$tmp/gaps.txt"; fi
+
 # --- check_events.py ---------------------------------------------------------------------
 if "$PYTHON3" "$SRCDIR/tests/check_events.py" "$trace" --require-op gemm --require-op all_reduce \
      --require-op adamw >"$tmp/ce.txt" 2>&1; then
