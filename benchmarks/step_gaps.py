@@ -13,6 +13,7 @@ after the last backward op, after the last op); then the largest kinds of gap, s
 steps (ms per step), with the count per step and the median gap (us).
 """
 import argparse
+import sys
 from collections import defaultdict
 
 import h5py
@@ -48,13 +49,23 @@ def main():
     ap.add_argument("--skip-steps", type=int, default=1)
     ap.add_argument("--top", type=int, default=12)
     a = ap.parse_args()
-    with h5py.File(a.trace, "r") as f:
-        ev = f["events"][:]
-        en = {k: dict((v, n) for n, v in h5py.check_enum_dtype(ev.dtype[k]).items())
-              for k in ("phase", "module", "op", "stream")}
+    try:
+        with h5py.File(a.trace, "r") as f:
+            if "events" not in f:
+                sys.exit(f"step_gaps.py: {a.trace}: no /events (trace level step); "
+                         "record the run with --trace-level op")
+            ev = f["events"][:]
+    except OSError as e:
+        sys.exit(f"step_gaps.py: {a.trace}: {e}")
+    en = {k: dict((v, n) for n, v in h5py.check_enum_dtype(ev.dtype[k]).items())
+          for k in ("phase", "module", "op", "stream")}
     op_id = {v: k for k, v in en["op"].items()}
     st_id = {v: k for k, v in en["stream"].items()}
     ev = ev[(ev["rank"] == a.rank) & (ev["step"] > a.skip_steps)]
+    if not np.any((ev["op"] == op_id["step"]) & (ev["stream"] == st_id["host"])) or \
+            not np.any((ev["stream"] == st_id["compute"]) & (ev["op"] != op_id["module"])):
+        sys.exit(f"step_gaps.py: {a.trace}: no step spans with op events on the compute stream for rank "
+                 f"{a.rank} after step {a.skip_steps} (trace level op, --rank, --skip-steps)")
     kinds = defaultdict(list)
     print(f"{'step':>4} {'step ms':>8} {'busy ms':>8} {'idle ms':>8} {'first':>7} {'in mb':>7} "
           f"{'betw mb':>7} {'bwd end':>7} {'last':>7}   (idle ms; side = a side stream ran)")

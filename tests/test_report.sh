@@ -153,6 +153,11 @@ if "$PYTHON3" "$SRCDIR/benchmarks/step_gaps.py" "$trace" --skip-steps 0 >"$tmp/g
   expect_line "step_gaps.py gap kind" "$tmp/gaps.txt" \
     "87.500 1.0 87500.0 bwd end backward/embedding/embedding -> optimizer/optimizer/grad_norm side comm"
 else bad "step_gaps.py exit:"; sed 's/^/     /' "$tmp/gaps.txt"; fi
+if "$PYTHON3" "$SRCDIR/benchmarks/step_gaps.py" "$trace" --skip-steps 40 >"$tmp/gaps40.txt" 2>&1; then
+  bad "step_gaps.py --skip-steps 40 (no such steps) exits 0"
+elif grep -q "no step spans with op events on the compute stream for rank 0 after step 40" "$tmp/gaps40.txt"; then
+  ok "step_gaps.py --skip-steps 40: $(tail -1 "$tmp/gaps40.txt")"
+else bad "step_gaps.py --skip-steps 40:"; sed 's/^/     /' "$tmp/gaps40.txt"; fi
 
 # --- check_events.py ---------------------------------------------------------------------
 if "$PYTHON3" "$SRCDIR/tests/check_events.py" "$trace" --require-op gemm --require-op all_reduce \
