@@ -79,12 +79,16 @@ def main():
         s0, s1 = int(span["start_ns"].min()), int(span["end_ns"].max())
         ops = (es["stream"] == st_id["compute"]) & (es["op"] != op_id["module"]) & (es["op"] != op_id["step"])
         c = es[ops]
-        iv = merged([(int(e["start_ns"]), int(e["end_ns"]), i) for i, e in enumerate(c)])
+
+        def clipped(evs):  # (start, end, index) inside the step span
+            return [(max(int(e["start_ns"]), s0), min(int(e["end_ns"]), s1), i) for i, e in enumerate(evs)
+                    if min(int(e["end_ns"]), s1) > max(int(e["start_ns"]), s0)]
+
+        iv = merged(clipped(c))
         side = {}
         for name in ("optimizer", "aux", "comm"):
             if name in st_id:
-                sm = es[(es["stream"] == st_id[name]) & (es["op"] != op_id["module"])]
-                side[name] = merged([(int(e["start_ns"]), int(e["end_ns"]), 0) for e in sm])
+                side[name] = merged(clipped(es[(es["stream"] == st_id[name]) & (es["op"] != op_id["module"])]))
         if not iv:
             continue
         busy = sum(e - s for s, e, *_ in iv)
@@ -119,11 +123,12 @@ def main():
             tot[k] += split[k]
         tot["step"] += s1 - s0
         tot["busy"] += busy
+        tot["n"] += 1
         print(f"{st:>4} {(s1 - s0) * 1e-6:8.2f} {busy * 1e-6:8.2f} {idle * 1e-6:8.2f} "
               + " ".join(f"{split[k] * 1e-6:7.2f}" for k in ("first", "in mb", "betw mb", "bwd end", "last")))
-    n = len(steps)
+    n = int(tot["n"])
     if not n:
-        return
+        sys.exit(f"step_gaps.py: {a.trace}: no step of rank {a.rank} has compute-stream ops inside its span")
     print(f"mean {tot['step'] * 1e-6 / n:8.2f} {tot['busy'] * 1e-6 / n:8.2f} "
           f"{(tot['step'] - tot['busy']) * 1e-6 / n:8.2f} "
           + " ".join(f"{tot[k] * 1e-6 / n:7.2f}" for k in ("first", "in mb", "betw mb", "bwd end", "last")))
