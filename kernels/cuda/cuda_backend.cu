@@ -1241,24 +1241,21 @@ static __global__ void __launch_bounds__(32 * DXC_COLSUM_TY)
 typedef void (*rms_bwd_reg_fn)(bf16 *, float *, const bf16 *, const bf16 *, const bf16 *,
                                const float *, int, int, int, int);
 
+template <int VB> static rms_bwd_reg_fn rms_bwd_reg_one_warp(int maxv)
+{
+    switch (maxv) {
+    case 1: return k_rmsnorm_bwd_reg<1, 1, VB>;
+    case 2: return k_rmsnorm_bwd_reg<2, 1, VB>;
+    case 4: return k_rmsnorm_bwd_reg<4, 1, VB>;
+    default: return k_rmsnorm_bwd_reg<8, 1, VB>;
+    }
+}
+
 /* vb 2: two virtual blocks per block (wpr 1 only) */
 static rms_bwd_reg_fn rms_bwd_reg_kernel(int maxv, int wpr, int vb)
 {
     if (wpr == 2) return k_rmsnorm_bwd_reg<8, 2, 1>;
-    if (vb == 2) {
-        switch (maxv) {
-        case 1: return k_rmsnorm_bwd_reg<1, 1, 2>;
-        case 2: return k_rmsnorm_bwd_reg<2, 1, 2>;
-        case 4: return k_rmsnorm_bwd_reg<4, 1, 2>;
-        default: return k_rmsnorm_bwd_reg<8, 1, 2>;
-        }
-    }
-    switch (maxv) {
-    case 1: return k_rmsnorm_bwd_reg<1, 1, 1>;
-    case 2: return k_rmsnorm_bwd_reg<2, 1, 1>;
-    case 4: return k_rmsnorm_bwd_reg<4, 1, 1>;
-    default: return k_rmsnorm_bwd_reg<8, 1, 1>;
-    }
+    return vb == 2 ? rms_bwd_reg_one_warp<2>(maxv) : rms_bwd_reg_one_warp<1>(maxv);
 }
 
 static void cuda_rmsnorm_bwd(dx_backend *be, void *dx, void *dw, const void *dy, const void *x,

@@ -1162,6 +1162,7 @@ int dx_model_backward_chunk(dx_model *m, int c, int s)
                 OP(DX_MOD_MLP, l, DX_OP_SWIGLU, 12 * NI, 5 * NI * xsz,
                    be->swiglu_bwd(be, m->dg, m->du, m->da, a->g, a->u, N, Il, 2 * Il));
             }
+            int norm_done = 0; /* the norm's backward already queued (on the overlap stream) */
             if (m->norm_overlap > 0 && be->overlap_begin && m->tp == 1 && D <= 2048 &&
                 !(m->lora_targets & (1u << DX_LORA_GATE | 1u << DX_LORA_UP))) {
                 /* the norm's backward needs only the input gradient: it runs on a few SMs
@@ -1170,27 +1171,33 @@ int dx_model_backward_chunk(dx_model *m, int c, int s)
                  * to there; not measured beyond) */
                 linear_bwd_dx(m, DX_MOD_MLP, l, m->dxn, m->dg, 2 * Il, at(W, m->o_gate, xs), N, D, 2 * Il, 0.0f);
                 const int ov = be->overlap_begin(be, m->norm_overlap) == 0;
-                if (!ov) { /* (the backend refused: serial from now on) */
+                if (ov) {
+                    m->op_stream = DX_STREAM_AUX;
+                    const int nrc = norm_bwd(m, DX_MOD_MLP, l, dwat(m, G, m->o_ln2), a->h, at(W, m->o_ln2, xs),
+                                             a->rstd2, N);
+                    m->op_stream = DX_STREAM_COMPUTE;
+                    be->overlap_end(be);
+                    if (nrc) {
+                        be->overlap_join(be);
+                        return -1;
+                    }
+                    norm_done = 1;
+                } else { /* (the backend refused: serial from now on) */
                     fprintf(stderr, "dissect: warning: DX_NORM_OVERLAP=%d: %s; the norm's backward runs after "
                                     "the weight gradient\n", m->norm_overlap, dx_last_error());
                     m->norm_overlap = 0;
                 }
-                if (ov) m->op_stream = DX_STREAM_AUX;
-                int nrc = ov ? norm_bwd(m, DX_MOD_MLP, l, dwat(m, G, m->o_ln2), a->h, at(W, m->o_ln2, xs), a->rstd2, N) : 0;
-                m->op_stream = DX_STREAM_COMPUTE;
-                if (ov) be->overlap_end(be);
                 linear_bwd_dw(m, DX_MOD_MLP, l, gat(G, m->o_gate, as), m->dg, 2 * Il, a->xn2, N, D, 2 * Il);
                 if (ov) be->overlap_join(be);
-                else nrc = norm_bwd(m, DX_MOD_MLP, l, dwat(m, G, m->o_ln2), a->h, at(W, m->o_ln2, xs), a->rstd2, N);
-                if (nrc) return -1;
             } else {
                 linear_bwd(m, DX_MOD_MLP, l, m->dxn, gat(G, m->o_gate, as), m->dg, a->xn2,
                            at(W, m->o_gate, xs), N, D, 2 * Il, 0.0f); /* gate | up */
                 lora_bwd_t(m, C, a, li, DX_LORA_GATE, m->dxn, m->dg, 2 * Il, a->xn2, N, D, Il);
                 lora_bwd_t(m, C, a, li, DX_LORA_UP, m->dxn, m->du, 2 * Il, a->xn2, N, D, Il);
-                if (norm_bwd(m, DX_MOD_MLP, l, dwat(m, G, m->o_ln2), a->h, at(W, m->o_ln2, xs), a->rstd2, N))
-                    return -1;
             }
+            if (!norm_done &&
+                norm_bwd(m, DX_MOD_MLP, l, dwat(m, G, m->o_ln2), a->h, at(W, m->o_ln2, xs), a->rstd2, N))
+                return -1;
             MOD_END(m, DX_MOD_MLP, l);
         }
         { /* attention: dres = dL/dh */
