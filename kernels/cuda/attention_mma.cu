@@ -397,7 +397,9 @@ template <int DH, int BN, int KS> constexpr size_t fwd_wg_smem()
 
 /* A persistent grid (one block per SM) walks the work tiles (128 queries of one head and batch)
  * longest first: tile L = blockIdx.x, + gridDim.x, ... is query tile nqt - 1 - L / (B H) of
- * (b, h) = L % (B H). Each block has 3 warpgroups (FlashAttention-3's warp specialisation):
+ * (b, h) = L % (B H); or (hm) head after head: tile L is query tile nqt - 1 - L % nqt of
+ * (b, h) = L / nqt, the block's n-th tile nth(n) (a snake over the rounds of gridDim.x tiles).
+ * Without a persistent grid (gridDim.x = the tiles) block L takes tile L. Each block has 3 warpgroups (FlashAttention-3's warp specialisation):
  *   warpgroup 0, the producer (40 registers): copies each work tile's Q (once the consumers
  *     are done with the previous one: "empty_q"), then its K and V tiles of BN keys into KS
  *     stages each; a copy completes on the stage's "full" mbarrier, and a stage is refilled
@@ -442,6 +444,16 @@ __global__ void __launch_bounds__(384, 1)
         const int q0 = qt * BM, h = bh % H, kend = q0 + BM < T ? q0 + BM : T;
         return work_tile{q0, h, bh / H, h / (H / Hkv), (kend + BN - 1) / BN};
     };
+    /* the block's n-th work tile: blockIdx.x + n gridDim.x, or (hm) in the persistent grid's
+     * odd rounds gridDim.x - 1 - blockIdx.x + n gridDim.x, so that a block whose tiles in
+     * even rounds are its heads' longest gets their shortest in odd ones: with gridDim.x a
+     * multiple of the tiles per head, the plain stride would give every block one query tile
+     * position of every head it visits (1.44 times the mean work for the busiest block at T
+     * 350, 1.68 at T 700; benchmarks/NOTES.md item 32) */
+    auto nth = [&](int n) {
+        const int x = hm && (n & 1) ? (int)gridDim.x - 1 - (int)blockIdx.x : (int)blockIdx.x;
+        return n * (int)gridDim.x + x;
+    };
 
     if (threadIdx.x == 0) {
         const int fills = TMA ? 1 : 128; /* the TMA thread's expect_tx, or every cp.async thread */
@@ -461,7 +473,7 @@ __global__ void __launch_bounds__(384, 1)
         setmaxnreg_dec<40>();
         if (threadIdx.x != 0) return;
         int it = 0, n = 0; /* K/V tiles and work tiles copied so far */
-        for (int L = blockIdx.x; L < ntiles; L += gridDim.x, n++) {
+        for (int L = nth(0); L < ntiles; L = nth(++n)) {
             const work_tile w = work(L);
             const int q0 = w.q0, h = w.h, b = w.b, kh = w.kh, nkt = w.nkt;
             if (n > 0) mbar_wait(empty_q, (n - 1) & 1);
@@ -491,7 +503,7 @@ __global__ void __launch_bounds__(384, 1)
         setmaxnreg_dec<40>();
         const int tid = threadIdx.x;
         int it = 0, n = 0; /* K/V tiles and work tiles copied so far */
-        for (int L = blockIdx.x; L < ntiles; L += gridDim.x, n++) {
+        for (int L = nth(0); L < ntiles; L = nth(++n)) {
             const work_tile w = work(L);
             const int q0 = w.q0, h = w.h, b = w.b, kh = w.kh, nkt = w.nkt;
             const bf16 *kb = k + (size_t)b * T * kst + (size_t)kh * DH;
@@ -557,13 +569,13 @@ __global__ void __launch_bounds__(384, 1)
     auto par = [](int x) { return (x / KS) & 1; }; /* its fill's phase parity */
     if (c == 1) bar_arrive(1, 256); /* consumer 0 issues first */
     int it = 0, n = 0; /* K/V tiles and work tiles consumed so far */
-    for (int L = blockIdx.x; L < ntiles; L += gridDim.x, n++) {
+    for (int L = nth(0); L < ntiles; L = nth(++n)) {
         const work_tile w = work(L);
         const int q0 = w.q0, h = w.h, b = w.b, nkt = w.nkt;
         const int wr0 = q0 + 64 * c + 16 * warp; /* this warp's first row */
         /* consumer 1 leaves out its very last turn-passing arrival, so that every bar.sync
          * of both named barriers is matched */
-        const bool last_work = L + (int)gridDim.x >= ntiles;
+        const bool last_work = nth(n + 1) >= ntiles;
         float mrow[1][2] = {{-INFINITY, -INFINITY}}, lrow[1][2] = {{0.0f, 0.0f}}, cs[1][2];
         zero(oacc);
         /* once S_j (K/V tile `itj`) has landed: release K (and Q after the last), mask, softmax */
@@ -1780,10 +1792,11 @@ bool bwd_launch(dx_backend *be, void *dq, void *dk, void *dv, float *dq_acc, con
  *   the forward is att_fwd_wg with 128-key tiles and TMA copies (0.366 ms at B 8 T 2048 H 32
  *     Hkv 4 Dh 64, 0.570 at Dh 128 H 32 Hkv 32; SDPA flash 0.518, 0.892, SDPA cuDNN 0.345, 0.494;
  *     one H100, 2026-11-26, benchmarks/NOTES.md items 13 and 20),
- *     on a persistent grid with the longest work tiles first, or one block per work tile with
- *     the tiles of one head after another where the K/V rows in use would not fit L2 (variant
- *     12; 11 is that order on the persistent grid); variant 9 is att_fwd_wg with 64-key tiles,
- *     10 one block per work tile in the longest-first order, 8 the mma.sync default above;
+ *     on a persistent grid walking the work tiles head after head (NOTES item 32; 11 is the
+ *     same), or one block per work tile head after head (variant 12); variant 15 is the
+ *     order before 2026-11-27 (longest first on the persistent grid, 12 where the K/V rows
+ *     in use would not fit L2), 9 att_fwd_wg with 64-key tiles, 10 one block per work tile
+ *     in the longest-first order, 8 the mma.sync default above;
  *   the backward is att_bwd_wg (1.268 ms at B 8 T 2048 H 32 Hkv 4 Dh 64, 1.993 at Dh 128 Hkv 32;
  *     SDPA flash 1.836, 3.104, SDPA cuDNN 1.142, 1.682; one H100, 2026-11-26; NOTES items 14
  *     and 20), its grid (B Hkv, key tiles) with the longest key tiles first, launched in chunks
@@ -1801,9 +1814,10 @@ bool bwd_launch(dx_backend *be, void *dq, void *dk, void *dv, float *dq_acc, con
  *                    9 (wgmma, 64 keys)  10 (wgmma, 128 keys, one block per work tile)
  *                    11 (wgmma, persistent, head after head)  12 (wgmma, 10 head after head)
  *                    13 (0 with the cp.async producer)  14 (0 with 3 K/V stages)
+ *                    15 (wgmma, the order before 2026-11-27: longest first, or 12)
  *                    1 (8, 1, 128)  2 (4, 1, 128)
  *                    3 (4, 2, 64, Q from shared memory)  4 (8, 1, 64, Q in registers)
- *            Dh 128: 0 (wgmma, 128 keys; elsewhere 8)  8 (4, 2, 64)  9 (wgmma, 64 keys)  10-14
+ *            Dh 128: 0 (wgmma, 128 keys; elsewhere 8)  8 (4, 2, 64)  9 (wgmma, 64 keys)  10-15
  *                    1 (4, 1, 64)  2 (8, 1, 64, Q in registers)  3 (4, 1, 128)  4 (8, 1, 32)
  *                    5 (8, 1, 64)  6 (4, 2, 32)  7 (8, 2, 32)
  *   backward Dh 64:  0 (wgmma; elsewhere 8)  9 (wgmma, longest first, no chunks)
@@ -1824,18 +1838,25 @@ void dxc_attention_fwd_mma(dx_backend *be, void *o, void *lse, const void *q, co
 {
     const size_t kst = (size_t)ldkv, qld = (size_t)ldq;
     const int var = dxc(be)->attn_fwd_var;
-    if (dxc(be)->wgmma && (Dh == 64 || Dh == 128) && (var == 0 || (var >= 9 && var <= 14))) {
-        /* Work tiles longest first on a persistent grid, unless the K and V rows read by the
-         * tiles running at once (about min(SMs, B H) heads, G = H / Hkv sharing one kv head)
-         * exceed the L2 cache: then one block per work tile, the tiles of one head after
-         * another (0.854 against 0.895 ms at B 8 T 2048 H 32 Hkv 32 Dh 128, 1.48 against
-         * 1.58 at T 4096; slower at Dh 64 Hkv 4, where K and V fit: NOTES item 13) */
+    if (dxc(be)->wgmma && (Dh == 64 || Dh == 128) && (var == 0 || (var >= 9 && var <= 15))) {
+        /* A persistent grid walking the work tiles head after head (the snake order of
+         * att_fwd_wg's nth), so that the blocks running at once share their heads' K and V
+         * rows in L2. Against the longest-first order that was the default until 2026-11-27
+         * (variant 15: longest first, or one block per work tile head after head where the K
+         * and V rows of about min(SMs, B H) heads would not fit L2), one H100, median of 30,
+         * two rounds: B 32 T 350 H 32 Hkv 32 Dh 128 0.162 / 0.163 against 0.221 / 0.223 ms, B 16
+         * T 700 0.211 / 0.215 against 0.324 / 0.326, B 8 T 2048 0.521 / 0.531 against 0.577 /
+         * 0.580, B 4 T 4096 0.919 / 0.942 against 0.979 / 0.980; Dh 64 Hkv 4: B 32 T 350
+         * 0.100 / 0.101 against 0.102 / 0.106, B 8 T 2048 0.378 / 0.368 against 0.381 / 0.390
+         * (NOTES item 32). The longest-first order visits every head once per query-tile
+         * position, so where all heads' K and V exceed L2 each pass reads them from DRAM again
+         * (477 against 275 MB read at B 32 T 350 Dh 128). */
         const double kv_live = (double)(B * H < dxc(be)->num_sms ? B * H : dxc(be)->num_sms) /
                                (H / Hkv) * T * Dh * 2 * sizeof(bf16);
-        const bool l2_miss = kv_live > (double)dxc(be)->l2_bytes;
+        const bool l2_miss = kv_live > (double)dxc(be)->l2_bytes; /* variant 15's choice */
         const int vo = var == 13 || var == 14 ? 0 : var; /* the tile order of variants 13, 14 */
-        const bool pers = (vo == 0 && !l2_miss) || vo == 11;
-        const bool hm = (vo == 0 && l2_miss) || vo == 11 || vo == 12;
+        const bool pers = vo == 0 || vo == 11 || (vo == 15 && !l2_miss);
+        const bool hm = vo == 0 || vo == 11 || vo == 12 || (vo == 15 && l2_miss);
         if (Dh == 64) {
             if (var == 9) fwd_wg_launch<64, 64>(be, o, lse, q, k, v, B, T, H, Hkv, kst, qld);
             else if (var == 14) fwd_wg_launch<64, 128, 3>(be, o, lse, q, k, v, B, T, H, Hkv, kst, qld, pers, hm);
