@@ -5,7 +5,12 @@
  *   dx_att_bwd_chunk's choices on an H100 / H200 (132 SMs, 50 MiB of L2) for the shapes measured
  *   in benchmarks/NOTES.md item 22 (TinyLlama's heads: G 8, Dh 64), where it must not chunk (the
  *   pairs of one wave fit half the L2; one key tile; one wave of blocks), and that each choice's
- *   simulated schedule is within 2% of the best candidate's (an independent simulation here).
+ *   simulated schedule is within 2% of the best candidate's (an independent simulation here);
+ *   the forward's work tiles (dx_att_fwd_work, dx_att_fwd_nth): every tile once, in either
+ *   order, on persistent grids of 1 .. 140 blocks and on one block per tile; each block's tiles
+ *   increasing; each round of the head-after-head order covering whole heads' runs; and the
+ *   busiest block's work (key tiles + 1 per tile) on 132 SMs within 4% of the mean for the
+ *   measured shapes with the snake, where the plain stride head after head gives 1.38 / 1.60.
  * Prints one line per check and exits 1 on any failure. */
 #include "../kernels/cuda/att_order.h"
 
@@ -59,6 +64,55 @@ static double makespan(int nbh, int nkt, int T, int G, int C, int nsm)
         fin[s - 1] = t;
     }
     return fin[nsm - 1];
+}
+
+/* the forward's work tiles on a grid of G blocks (G = the tiles: one block per tile): every tile
+ * once, each block's tiles increasing; head after head, each round of G tiles a permutation of
+ * its range */
+static int fwd_order_ok(int nbh, int nqt, int hm, int G)
+{
+    static unsigned char seen[80 * 10];
+    const int nt = nbh * nqt;
+    memset(seen, 0, (size_t)nt);
+    int count = 0;
+    for (int blk = 0; blk < G; blk++) {
+        int prev = -1;
+        for (int k = 0;; k++) {
+            const int L = dx_att_fwd_nth(k, blk, G, hm);
+            if (L <= prev) return 0;
+            if (L >= nt) break;
+            if (L / G != k) return 0; /* round k's tiles lie in [k G, k G + G) */
+            prev = L;
+            int qt, bh;
+            dx_att_fwd_work(L, nqt, nbh, hm, &qt, &bh);
+            if (qt < 0 || qt >= nqt || bh < 0 || bh >= nbh || seen[bh * nqt + qt]) return 0;
+            seen[bh * nqt + qt] = 1, count++;
+        }
+    }
+    return count == nt;
+}
+
+/* the busiest block's work over the mean (per tile: its 128-key tiles + 1) for nbh heads of T
+ * queries on G persistent blocks, longest first (hm 0) or head after head, with the snake or
+ * (snake 0) the plain stride n G + blk */
+static double fwd_imbalance(int nbh, int T, int hm, int G, int snake)
+{
+    const int nqt = (T + 127) / 128, nt = nbh * nqt;
+    double load[256] = {0}, total = 0.0;
+    for (int blk = 0; blk < G; blk++)
+        for (int k = 0;; k++) {
+            const int L = snake ? dx_att_fwd_nth(k, blk, G, hm) : k * G + blk;
+            if (L >= nt) break;
+            int qt, bh;
+            dx_att_fwd_work(L, nqt, nbh, hm, &qt, &bh);
+            const int kend = qt * 128 + 128 < T ? qt * 128 + 128 : T;
+            const double w = (kend + 127) / 128 + 1.0;
+            load[blk] += w, total += w;
+        }
+    double mx = 0.0;
+    for (int blk = 0; blk < G; blk++)
+        if (load[blk] > mx) mx = load[blk];
+    return mx / (total / G);
 }
 
 int main(void)
@@ -131,6 +185,41 @@ int main(void)
         snprintf(what, sizeof what, "pairs %d key tiles %d T %d: C %d ends at %.0f, best %.0f, none smaller within 2%%",
                  nbh, nkt, T, C, mc, best);
         check(mc <= 1.02 * best && !smaller_ok, what);
+    }
+
+    /* the forward's order: every tile once, each block's tiles increasing */
+    bad = 0, n = 0;
+    for (int nbh = 1; nbh <= 70; nbh += (nbh < 12 ? 1 : 11))
+        for (int nqt = 1; nqt <= 9; nqt++)
+            for (int hm = 0; hm <= 1; hm++)
+                for (int G = 1; G <= 141; G += (G < 10 ? 1 : 13), n++)
+                    if (!fwd_order_ok(nbh, nqt, hm, G < 141 ? G : nbh * nqt)) {
+                        if (bad++ < 5) printf("  fwd order fails: nbh %d nqt %d hm %d G %d\n", nbh, nqt, hm, G);
+                    }
+    snprintf(what, sizeof what, "forward order: every work tile once, blocks' tiles increasing (%d grids)", n);
+    check(bad == 0, what);
+    int lf = 1, hmo = 1;
+    for (int L = 0; L < 5 * 3; L++) {
+        int qt, bh;
+        dx_att_fwd_work(L, 3, 5, 0, &qt, &bh);
+        lf &= qt == 2 - L / 5 && bh == L % 5;
+        dx_att_fwd_work(L, 3, 5, 1, &qt, &bh);
+        hmo &= qt == 2 - L % 3 && bh == L / 3;
+    }
+    check(lf && hmo, "forward order: longest first by position, or head after head, longest first");
+    check(dx_att_fwd_nth(0, 5, 132, 1) == 5 && dx_att_fwd_nth(1, 5, 132, 1) == 132 + 126 &&
+              dx_att_fwd_nth(1, 5, 132, 0) == 137 && dx_att_fwd_nth(2, 5, 132, 1) == 269,
+          "forward order: the snake reverses odd rounds only where head after head");
+
+    /* balance on 132 SMs: B H = 1024 heads at T 350 / 700 (half the batch) / 2048 / 4096 */
+    const int fb[][2] = {{32, 350}, {16, 700}, {8, 2048}, {4, 4096}};
+    for (size_t i = 0; i < sizeof fb / sizeof fb[0]; i++) {
+        const int nbh = fb[i][0] * 32, T = fb[i][1];
+        const double snake = fwd_imbalance(nbh, T, 1, 132, 1), plain = fwd_imbalance(nbh, T, 1, 132, 0),
+                     lfirst = fwd_imbalance(nbh, T, 0, 132, 0);
+        snprintf(what, sizeof what, "B %d T %d: busiest block / mean %.3f (snake), %.3f (plain), %.3f (longest first)",
+                 fb[i][0], T, snake, plain, lfirst);
+        check(snake <= 1.04 && snake <= lfirst + 1e-9 && (T > 1000 || plain >= 1.3), what);
     }
 
     printf("%d passed, %d failed\n", checks - fails, fails);

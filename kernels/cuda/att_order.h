@@ -1,8 +1,10 @@
 /* The launch order of the Hopper attention backward (attention_mma.cu, att_bwd_wg): which
  * (batch x kv head pair, key tile) a block takes when the blocks are launched in chunks of C
- * pairs, and the choice of C. Plain C for the host and the device, so that
- * tests/test_att_order.c checks both on a CPU. Source of the argument: benchmarks/NOTES.md item
- * 22 (the backward's dq tiles stay in L2 when fewer pairs run at once). */
+ * pairs, and the choice of C; and the order in which the forward's blocks (att_fwd_wg) take
+ * their work tiles. Plain C for the host and the device, so that tests/test_att_order.c checks
+ * them on a CPU. Sources of the arguments: benchmarks/NOTES.md item 22 (the backward's dq tiles
+ * stay in L2 when fewer pairs run at once) and item 32 (the forward's K and V rows stay in L2
+ * when the blocks running at once share heads). */
 #ifndef DX_ATT_ORDER_H
 #define DX_ATT_ORDER_H
 
@@ -74,6 +76,30 @@ static inline int dx_att_bwd_chunk(int nbh, int nkt, int T, int G, int DH, int n
     for (int k = 0; k < NC; k++)
         if (M[k] >= 0.0 && M[k] <= 1.02 * best) return cand[k];
     return nbh;
+}
+
+/* The forward's work tile L (0 <= L < nqt nbh: 128 queries of one of nbh = B H (batch, query
+ * head) pairs, nqt = ceil(T / 128) query tiles per head): sets *qt (the query tile) and *bh (the
+ * pair, b H + h). hm = 0: longest first, the query tiles at one position of every head before
+ * the next (qt = nqt - 1 - L / nbh, bh = L % nbh); hm = 1: head after head, each head's longest
+ * tile first (qt = nqt - 1 - L % nqt, bh = L / nqt). A bijection of [0, nqt nbh) onto
+ * [0, nqt) x [0, nbh) (tests/test_att_order.c). */
+static inline DX_ATT_HD void dx_att_fwd_work(int L, int nqt, int nbh, int hm, int *qt, int *bh)
+{
+    *qt = hm ? nqt - 1 - L % nqt : nqt - 1 - L / nbh;
+    *bh = hm ? L / nqt : L % nbh;
+}
+
+/* The n-th work tile (n >= 0) of block blk of a grid of G blocks: n G + blk, or (hm) in odd
+ * rounds n G + G - 1 - blk, a snake over the rounds of G tiles. With the plain stride and G a
+ * multiple of nqt, head after head gives every block one query-tile position of every head it
+ * visits: at B 32 T 350 H 32 on 132 SMs the busiest block's work is 1.38 times the mean, at T
+ * 700 1.60 (tests/test_att_order.c's model: a tile costs its key tiles + 1); the snake pairs a block's long tiles of one round
+ * with short ones of the next. Each round of G tiles is a permutation of [n G, n G + G), and a
+ * block's tiles increase with n, so a block stops at its first tile >= the grid's tiles. */
+static inline DX_ATT_HD int dx_att_fwd_nth(int n, int blk, int G, int hm)
+{
+    return n * G + (hm && (n & 1) ? G - 1 - blk : blk);
 }
 
 #endif

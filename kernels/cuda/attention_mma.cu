@@ -398,8 +398,9 @@ template <int DH, int BN, int KS> constexpr size_t fwd_wg_smem()
 /* A persistent grid (one block per SM) walks the work tiles (128 queries of one head and batch)
  * longest first: tile L = blockIdx.x, + gridDim.x, ... is query tile nqt - 1 - L / (B H) of
  * (b, h) = L % (B H); or (hm) head after head: tile L is query tile nqt - 1 - L % nqt of
- * (b, h) = L / nqt, the block's n-th tile nth(n) (a snake over the rounds of gridDim.x tiles).
- * Without a persistent grid (gridDim.x = the tiles) block L takes tile L. Each block has 3 warpgroups (FlashAttention-3's warp specialisation):
+ * (b, h) = L / nqt, the block's n-th tile a snake over the rounds of gridDim.x tiles
+ * (att_order.h). Without a persistent grid (gridDim.x = the tiles) block L takes tile L.
+ * Each block has 3 warpgroups (FlashAttention-3's warp specialisation):
  *   warpgroup 0, the producer (40 registers): copies each work tile's Q (once the consumers
  *     are done with the previous one: "empty_q"), then its K and V tiles of BN keys into KS
  *     stages each; a copy completes on the stage's "full" mbarrier, and a stage is refilled
@@ -440,20 +441,13 @@ __global__ void __launch_bounds__(384, 1)
      * q0 .. q0 + BM - 1 of head h, batch b, kv head kh, nkt key tiles of BN */
     struct work_tile { int q0, h, b, kh, nkt; };
     auto work = [&](int L) {
-        const int qt = hm ? nqt - 1 - L % nqt : nqt - 1 - L / BH, bh = hm ? L / nqt : L % BH;
+        int qt, bh;
+        dx_att_fwd_work(L, nqt, BH, hm, &qt, &bh);
         const int q0 = qt * BM, h = bh % H, kend = q0 + BM < T ? q0 + BM : T;
         return work_tile{q0, h, bh / H, h / (H / Hkv), (kend + BN - 1) / BN};
     };
-    /* the block's n-th work tile: blockIdx.x + n gridDim.x, or (hm) in the persistent grid's
-     * odd rounds gridDim.x - 1 - blockIdx.x + n gridDim.x, so that a block whose tiles in
-     * even rounds are its heads' longest gets their shortest in odd ones: with gridDim.x a
-     * multiple of the tiles per head, the plain stride would give every block one query tile
-     * position of every head it visits (1.44 times the mean work for the busiest block at T
-     * 350, 1.68 at T 700; benchmarks/NOTES.md item 32) */
-    auto nth = [&](int n) {
-        const int x = hm && (n & 1) ? (int)gridDim.x - 1 - (int)blockIdx.x : (int)blockIdx.x;
-        return n * (int)gridDim.x + x;
-    };
+    /* the block's n-th work tile (att_order.h: a snake over the rounds where hm) */
+    auto nth = [&](int n) { return dx_att_fwd_nth(n, (int)blockIdx.x, (int)gridDim.x, hm); };
 
     if (threadIdx.x == 0) {
         const int fills = TMA ? 1 : 128; /* the TMA thread's expect_tx, or every cp.async thread */
