@@ -20,7 +20,8 @@
  * two-kernel backward; also DX_CUDA_ATT_GRID=7, so that the Hopper forward's persistent blocks
  * each walk several work tiles), with the CUDA-core ones (DX_CUDA_ATTENTION=simple, "[simple]")
  * and with the tensor-core ones again, the Hopper backward's blocks launched in chunks of 3
- * (b, kv head) pairs (DX_CUDA_ATT_CHUNK=3, "[tc-chunk]"), and three more times with the Hopper
+ * (b, kv head) pairs (DX_CUDA_ATT_CHUNK=3, "[tc-chunk]"; with the Hopper forward's
+ * longest-first order on 7 persistent blocks, DX_CUDA_ATT_FWD=15), and three more times with the Hopper
  * backward's other handlings of dq (by default, at these lengths, a producer warp copies each
  * piece's first contribution and adds the others, then a separate pass converts dq): its
  * accumulator zeroed first, every contribution added by that warp and each tile converted in the
@@ -1427,10 +1428,16 @@ int main(void)
                  * shapes fit), the last chunk short (B Hkv = 16 or 4) */
                 unsetenv("DX_CUDA_ATTENTION");
                 setenv("DX_CUDA_ATT_CHUNK", "3", 1);
+                /* and the forward's longest-first order (variant 15; the default walks head
+                 * after head) on 7 persistent blocks */
+                setenv("DX_CUDA_ATT_FWD", "15", 1);
+                setenv("DX_CUDA_ATT_GRID", "7", 1);
             }
             if (pass == 4) { /* the Hopper backward's dq accumulator zeroed, every piece added
                               * by producer warp 1, tiles converted in the kernel (Dh 64) */
                 unsetenv("DX_CUDA_ATT_CHUNK");
+                unsetenv("DX_CUDA_ATT_FWD");
+                unsetenv("DX_CUDA_ATT_GRID");
                 setenv("DX_CUDA_ATT_BWD", "16", 1);
             }
             if (pass == 5) /* first contributions copied, tiles converted in the kernel (Dh 64) */

@@ -93,10 +93,13 @@ static inline DX_ATT_HD void dx_att_fwd_work(int L, int nqt, int nbh, int hm, in
 /* The n-th work tile (n >= 0) of block blk of a grid of G blocks: n G + blk, or (hm) in odd
  * rounds n G + G - 1 - blk, a snake over the rounds of G tiles. With the plain stride and G a
  * multiple of nqt, head after head gives every block one query-tile position of every head it
- * visits: at B 32 T 350 H 32 on 132 SMs the busiest block's work is 1.38 times the mean, at T
- * 700 1.60 (tests/test_att_order.c's model: a tile costs its key tiles + 1); the snake pairs a block's long tiles of one round
- * with short ones of the next. Each round of G tiles is a permutation of [n G, n G + G), and a
- * block's tiles increase with n, so a block stops at its first tile >= the grid's tiles. */
+ * visits: on 132 SMs the busiest block's work is 1.38 times the mean at B 32 T 350 H 32, 1.60
+ * at B 16 T 700 (tests/test_att_order.c's model: a tile costs its key tiles + 1); the snake
+ * pairs a block's long tiles of one round with short ones of the next (1.031 at both, as the
+ * longest-first order; with under ~3 rounds of tiles it can be worse than that order, e.g.
+ * 1.146 against 1.031 at B 4 T 350, or better, 1.031 against 1.194 at B 1 T 2048). Each round
+ * of G tiles is a permutation of [n G, n G + G), and a block's tiles increase with n, so a
+ * block stops at its first tile >= the grid's tiles. */
 static inline DX_ATT_HD int dx_att_fwd_nth(int n, int blk, int G, int hm)
 {
     return n * G + (hm && (n & 1) ? G - 1 - blk : blk);

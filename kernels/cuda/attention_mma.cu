@@ -1789,8 +1789,8 @@ bool bwd_launch(dx_backend *be, void *dq, void *dk, void *dv, float *dq_acc, con
  *     on a persistent grid walking the work tiles head after head (NOTES item 32; 11 is the
  *     same), or one block per work tile head after head (variant 12); variant 15 is the
  *     order before 2026-11-27 (longest first on the persistent grid, 12 where the K/V rows
- *     in use would not fit L2), 9 att_fwd_wg with 64-key tiles, 10 one block per work tile
- *     in the longest-first order, 8 the mma.sync default above;
+ *     in use would not fit L2), 9 att_fwd_wg with 64-key tiles (persistent, longest first),
+ *     10 one block per work tile in the longest-first order, 8 the mma.sync default above;
  *   the backward is att_bwd_wg (1.268 ms at B 8 T 2048 H 32 Hkv 4 Dh 64, 1.993 at Dh 128 Hkv 32;
  *     SDPA flash 1.836, 3.104, SDPA cuDNN 1.142, 1.682; one H100, 2026-11-26; NOTES items 14
  *     and 20), its grid (B Hkv, key tiles) with the longest key tiles first, launched in chunks
@@ -1805,8 +1805,9 @@ bool bwd_launch(dx_backend *be, void *dq, void *dk, void *dv, float *dq_acc, con
  * DX_CUDA_ATT_GRID=n caps the persistent forward's grid at n blocks, as those checks do in one
  * pass, so that small shapes also give each block several work tiles):
  *   forward  Dh 64:  0 (wgmma, 128 keys; elsewhere 8)  8 (4 warps, MT 2, 64 keys, Q in registers)
- *                    9 (wgmma, 64 keys)  10 (wgmma, 128 keys, one block per work tile)
- *                    11 (wgmma, persistent, head after head)  12 (wgmma, 10 head after head)
+ *                    9 (wgmma, 64 keys, persistent, longest first)
+ *                    10 (wgmma, 128 keys, one block per work tile, longest first)
+ *                    11 (as 0: persistent, head after head)  12 (wgmma, 10 head after head)
  *                    13 (0 with the cp.async producer)  14 (0 with 3 K/V stages)
  *                    15 (wgmma, the order before 2026-11-27: longest first, or 12)
  *                    1 (8, 1, 128)  2 (4, 1, 128)
