@@ -1033,8 +1033,10 @@ __global__ void __launch_bounds__(384, 1)
     }
     const int kh = bk % Hkv, b = bk / Hkv, G = H / Hkv;
     const size_t qst = (size_t)H * DH; /* dout; q rows qld apart */
-    /* iteration it: query head kh * G + it / nq, query tile c0 + (it % nq) * BQ (queries
-     * before c0 see none of these keys) */
+    /* iteration it: query head h = kh * G + it / nq, query tile qi = it % nq, its queries from
+     * c0 + qi * BQ (queries before c0 see none of these keys). The loops count h and qi rather
+     * than divide: a signed division by nq at the head of every consumer iteration was ~10% of
+     * the consumers' stall samples (2.9% of the backward at B 8 T 2048 Dh 64, NOTES item 33) */
     const int nq = (T - c0 + BQ - 1) / BQ, niter = G * nq;
     const int nt64 = (T + 63) / 64;
     /* (conv) dq_cnt: per tile (b, h, 64 queries) its completed additions, then per piece
@@ -1098,8 +1100,9 @@ __global__ void __launch_bounds__(384, 1)
                     }
                 };
                 if (lane == 0) {
-                    for (int it = 0; it < niter; it++) {
-                        const int h = kh * G + it / nq, i0 = c0 + (it % nq) * BQ;
+                    for (int it = 0, qi = 0, h = kh * G; it < niter;
+                         it++, qi = qi + 1 == nq ? 0 : qi + 1, h += qi == 0) {
+                        const int i0 = c0 + qi * BQ;
                         const size_t ti = ((size_t)b * H + h) * nt64 + i0 / 64;
 #pragma unroll
                         for (int pc = 0; pc < DH / 64; pc++) {
@@ -1199,8 +1202,8 @@ __global__ void __launch_bounds__(384, 1)
                 tma_load_3d(Vs + cb * BK * 128, &tv, full_kv, kh * DH + cb * 64, c0, b);
             }
         }
-        for (int it = 0; it < niter; it++) {
-            const int st = it & 1, h = kh * G + it / nq, i0 = c0 + (it % nq) * BQ;
+        for (int it = 0, qi = 0, h = kh * G; it < niter; it++, qi = qi + 1 == nq ? 0 : qi + 1, h += qi == 0) {
+            const int st = it & 1, i0 = c0 + qi * BQ;
             if (it >= 2) mbar_wait(empty + 8 * st, ((it >> 1) - 1) & 1);
             if (tid == 0) {
                 mbar_expect_tx(full + 8 * st, 2 * QB);
@@ -1223,8 +1226,8 @@ __global__ void __launch_bounds__(384, 1)
         tile_async_sw<DH, BK, 128>(Ks, k + (size_t)b * T * kst + (size_t)kh * DH, kst, c0, T, tid);
         tile_async_sw<DH, BK, 128>(Vs, v + (size_t)b * T * kst + (size_t)kh * DH, kst, c0, T, tid);
         cp_async_arrive(full_kv);
-        for (int it = 0; it < niter; it++) {
-            const int st = it & 1, h = kh * G + it / nq, i0 = c0 + (it % nq) * BQ;
+        for (int it = 0, qi = 0, h = kh * G; it < niter; it++, qi = qi + 1 == nq ? 0 : qi + 1, h += qi == 0) {
+            const int st = it & 1, i0 = c0 + qi * BQ;
             if (it >= 2) mbar_wait(empty + 8 * st, ((it >> 1) - 1) & 1);
             const size_t qo = (size_t)b * T * qst + (size_t)h * DH, qq = (size_t)b * T * qld + (size_t)h * DH;
             tile_async_sw<DH, BQ, 128>(Qs + st * QB, q + qq, qld, i0, T, tid);
@@ -1260,8 +1263,8 @@ __global__ void __launch_bounds__(384, 1)
     uint32_t nred = 0; /* this consumer's dq tiles so far */
 
     mbar_wait(full_kv, 0);
-    for (int it = 0; it < niter; it++) {
-        const int st = it & 1, h = kh * G + it / nq, i0 = c0 + (it % nq) * BQ;
+    for (int it = 0, qi = 0, h = kh * G; it < niter; it++, qi = qi + 1 == nq ? 0 : qi + 1, h += qi == 0) {
+        const int st = it & 1, i0 = c0 + qi * BQ;
         const uint32_t qt = Qs + st * QB, ot = Os + st * QB, ss = Ss + st * SB;
         /* every query of the tile before this warpgroup's first key, or its keys all past T:
          * P^T = dS^T = 0 (nothing to add to dV or dK), only its dS^T rows for dq, as zeros (the
