@@ -854,14 +854,14 @@ __host__ __device__ constexpr size_t dq_tiled_off(int r, int col)
     return (size_t)r * 64 + 4 * ((col / 4) ^ (r % 8)) + col % 4;
 }
 
-template <int DH> constexpr size_t bwd_wg_smem()
+template <int DH, int BQ = 64> constexpr size_t bwd_wg_smem()
 {
-    /* alignment slack; K, V (128 keys); Q, dO (2 stages of 64 queries); dS^T (2 x 128 x 64);
-     * lse, D (2 stages of 64); dq tiles (2 consumers x 64 x 64 fp32); mbarriers */
-    return 1024 + (size_t)(2 * 128 * DH + 4 * 64 * DH + 2 * 128 * 64) * sizeof(bf16) +
-           4 * 64 * sizeof(float) + 2 * 64 * 64 * sizeof(float) + 192 +
-           (DH == 64 ? 2 * (64 * 64 + 2 * 64 * 32) * sizeof(float) : 0); /* (Dh 64) 2 converters'
-                                                                           tiles, cos and sin rows */
+    /* alignment slack; K, V (128 keys); Q, dO (2 stages of BQ queries); dS^T (2 x 128 x BQ);
+     * lse, D (2 stages of BQ); dq tiles (2 consumers x 64 x 64 fp32); mbarriers */
+    return 1024 + (size_t)(2 * 128 * DH + 4 * BQ * DH + 2 * 128 * BQ) * sizeof(bf16) +
+           4 * BQ * sizeof(float) + 2 * 64 * 64 * sizeof(float) + 192 +
+           (DH == 64 && BQ == 64 ? 2 * (64 * 64 + 2 * 64 * 32) * sizeof(float) : 0); /* (Dh 64) 2
+                                                                converters' tiles, cos and sin rows */
 }
 
 #ifdef DXC_HAVE_WGMMA /* (used by att_bwd_wg only) */
@@ -961,6 +961,12 @@ __device__ __forceinline__ void dq_tile_convert(bf16 *__restrict__ dq, const flo
  *     from there into its piece of dq_acc (tiled: dq_tiled_off) in one bulk asynchronous
  *     reduction (cp.reduce.async.bulk .add.f32; 2.18 against 2.42 ms with per-thread
  *     red.global at B 8 T 2048 H 32 Dh 128, NOTES item 14).
+ * BQT = 128 (Dh 64 with TMA; variant 20, not yet run on a GPU: NOTES item 34): 128-query
+ *   tiles, so S^T and dP^T are 64 x 128 products per warpgroup (m64n128k16), dS^T is [128 keys]
+ *   [2 x 64 queries], and both warpgroups issue dq every tile, warpgroup w for queries
+ *   64(w-1) .. +63 of it (FlashAttention-3's Hopper backward at head dim 64 has 128 x 128 tiles
+ *   and splits dQ between its two consumers by query rows likewise): each tile's dq products
+ *   are balanced between the consumers instead of falling to one in turn (NOTES item 34).
  * A warpgroup whose 64 keys all come after the query tile (or lie past T) issues no products
  * for it and writes zero dS^T rows (mode bit 1, variant 11, computes them: NOTES item 18).
  * dk and dv are deterministic (ascending order); the order of dq's additions is not. rtab (not
@@ -989,7 +995,7 @@ __device__ __forceinline__ void dq_tile_convert(bf16 *__restrict__ dq, const flo
  * tiles fall behind and stall it (7-44% slower at Dh 64, NOTES item 24), so bit 3 is only
  * variants 16 and 17. dkdv_wg_launch zeroes dq_cnt (dxc_dq_cnt_ints) before each launch, and the
  * accumulator too unless bit 4 is set. */
-template <int DH, bool TMA>
+template <int DH, bool TMA, int BQT>
 __global__ void __launch_bounds__(384, 1)
     att_bwd_wg(bf16 *__restrict__ dk, bf16 *__restrict__ dv, float *__restrict__ dq_acc,
                bf16 *__restrict__ dq, int *__restrict__ dq_cnt, const bf16 *__restrict__ dout, const bf16 *__restrict__ q,
@@ -1000,21 +1006,26 @@ __global__ void __launch_bounds__(384, 1)
                const __grid_constant__ CUtensorMap tv, const __grid_constant__ CUtensorMap tdo)
 {
 #ifdef DXC_HAVE_WGMMA
-    constexpr int BK = 128, BQ = 64, NN = BQ / 8, NDT = DH / 8;
+    /* BQ: queries per tile, 64, or 128 (Dh 64 with TMA only: both consumers issue dq for their
+     * own 64 queries of every tile, as FlashAttention-3's Hopper backward at head dim 64 does
+     * with its 128 x 128 tiles, NOTES item 34) */
+    constexpr int BK = 128, BQ = BQT, NN = BQ / 8, NDT = DH / 8;
+    static_assert(BQ == 64 || (BQ == 128 && DH == 64 && TMA), "128-query tiles: Dh 64 with TMA");
+    constexpr bool Q2 = BQ == 128; /* dq: each consumer its 64 queries of every tile */
     /* issuer: producer warp 1 issues the dq bulk operations (bits 3, 4); conv (Dh 64): its
      * warps 2 and 3 convert completed tiles; first_store: a piece's first contribution copied */
     const bool key_x = mode & 1, skip_dead = !(mode & 2), issuer = TMA && (mode & 24),
-               conv = TMA && DH == 64 && (mode & 8), first_store = TMA && (mode & 16);
+               conv = TMA && DH == 64 && !Q2 && (mode & 8), first_store = TMA && (mode & 16);
     constexpr uint32_t KB = BK * DH * 2, QB = BQ * DH * 2, SB = BK * BQ * 2; /* tile bytes */
     DXC_DYNAMIC_SMEM(uint4, smem_raw);
     const uint32_t raw = smem_u32(smem_raw), base = (raw + 1023u) & ~1023u;
     const uint32_t Ks = base, Vs = Ks + KB, Qs = Vs + KB, Os = Qs + 2 * QB, Ss = Os + 2 * QB;
     const uint32_t Lv = Ss + 2 * SB; /* float lse[2][BQ], D[2][BQ] */
     const float *Lg = (const float *)((const char *)smem_raw + (Lv - raw));
-    const uint32_t Dq = Lv + 4 * BQ * 4; /* float [2][BQ * 64] (dq_tiled_off) */
+    const uint32_t Dq = Lv + 4 * BQ * 4; /* float [2][64 * 64] (dq_tiled_off) */
     /* mbarriers: full_kv, full[2], empty[2]; (conv) per consumer its dq tile written (dq_full)
      * and read by the bulk operation (dq_empty) */
-    const uint32_t bars = Dq + 2 * BQ * 64 * 4, full_kv = bars, full = bars + 8, empty = bars + 24;
+    const uint32_t bars = Dq + 2 * 64 * 64 * 4, full_kv = bars, full = bars + 8, empty = bars + 24;
     const uint32_t dq_full = bars + 40, dq_empty = bars + 56;
     /* (conv) per converter warp: a tile to convert (cv_full, cv_slot), its slot free again
      * (cv_empty), its copy in shared memory (cv_ld, at Stg + 16 KB x the warp) */
@@ -1100,20 +1111,24 @@ __global__ void __launch_bounds__(384, 1)
                     }
                 };
                 if (lane == 0) {
+                    int used0 = 0, used1 = 0; /* per consumer its dq tiles so far (registers) */
                     for (int it = 0, qi = 0, h = kh * G; it < niter;
                          it++, qi = qi + 1 == nq ? 0 : qi + 1, h += qi == 0) {
                         const int i0 = c0 + qi * BQ;
                         const size_t ti = ((size_t)b * H + h) * nt64 + i0 / 64;
 #pragma unroll
-                        for (int pc = 0; pc < DH / 64; pc++) {
-                            const int cc = DH == 128 ? pc : (it & 1); /* the consumer of this piece */
-                            /* consumer cc's tile number: one per iteration (Dh 128), or one
-                             * every other (Dh 64) */
-                            const int use = DH == 128 ? it : it >> 1;
-                            const size_t pi = ti * (DH / 64) + pc; /* the piece */
+                        for (int pc = 0; pc < (Q2 ? 2 : DH / 64); pc++) {
+                            /* the consumer of this piece: Dh 128 one per 64 columns, Dh 64 the
+                             * tile's (it % 2), or (Q2) one per 64 queries */
+                            const int cc = DH == 128 || Q2 ? pc : (it & 1);
+                            if (Q2 && i0 + 64 * pc >= T) continue; /* no queries there: no piece */
+                            const size_t pi = Q2 ? ti + pc : ti * (DH / 64) + pc; /* the piece */
+                            /* consumer cc's tile number: one per iteration (Dh 128), one every
+                             * other (Dh 64), or (Q2) counted, as a half past T has none */
+                            const int use = Q2 ? (cc ? used1++ : used0++) : DH == 128 ? it : it >> 1;
                             mbar_wait(dq_full + 8 * cc, use & 1);
                             float *dst = dq_acc + pi * 4096;
-                            const uint32_t src = Dq + cc * BQ * 64 * 4;
+                            const uint32_t src = Dq + cc * 64 * 64 * 4;
                             bool stored = false;
                             if (first_store && atomicAdd(dq_claim + pi, 1) == 0) {
                                 /* the piece's first contribution: a plain copy (the
@@ -1243,12 +1258,14 @@ __global__ void __launch_bounds__(384, 1)
     setmaxnreg_inc<232>();
     const int c = wg - 1, warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
     const int g = lane >> 2, t = lane & 3;
-    float sacc[1][NN][4], dpacc[1][NN][4], dka[1][NDT][4], dva[1][NDT][4], dqa[1][NN][4];
+    /* dq: 64 queries x 64 columns per consumer (Dh 128: its half of the columns; Q2: its half
+     * of the queries) */
+    float sacc[1][NN][4], dpacc[1][NN][4], dka[1][NDT][4], dva[1][NDT][4], dqa[1][8][4];
     float(&sf)[NN * 4] = reinterpret_cast<float(&)[NN * 4]>(sacc);
     float(&dpf)[NN * 4] = reinterpret_cast<float(&)[NN * 4]>(dpacc);
     float(&dkf)[NDT * 4] = reinterpret_cast<float(&)[NDT * 4]>(dka);
     float(&dvf)[NDT * 4] = reinterpret_cast<float(&)[NDT * 4]>(dva);
-    float(&dqf)[NN * 4] = reinterpret_cast<float(&)[NN * 4]>(dqa);
+    float(&dqf)[32] = reinterpret_cast<float(&)[32]>(dqa);
     uint32_t pa[BQ / 16][4], da[BQ / 16][4];
     zero(dka);
     zero(dva);
@@ -1258,9 +1275,14 @@ __global__ void __launch_bounds__(384, 1)
     /* dq columns (Dh 128: this warpgroup's 64; Dh 64: all) and their B = K column block */
     const int dq_col = DH == 128 ? 64 * c : 0;
     const uint32_t kq = Ks + (DH == 128 ? c * KB / 2 : 0);
-    const uint32_t dqs = Dq + c * BQ * 64 * 4; /* this consumer's dq tile */
+    const uint32_t dqs = Dq + c * 64 * 64 * 4; /* this consumer's dq tile */
     const int tid = threadIdx.x & 127;
     uint32_t nred = 0; /* this consumer's dq tiles so far */
+    /* dS^T row r (key), columns 8n + 2t, +1 (queries) in stage ss: 64-query blocks of BK rows
+     * of 128 bytes, 16-byte chunks XOR-swizzled by row (the wgmma 128-byte swizzle) */
+    auto ds_at = [&](uint32_t ss, int r, int n) {
+        return ss + (uint32_t)(n >> 3) * (BK * 128) + r * 128 + (((n & 7) ^ (r & 7)) << 4) + 4 * t;
+    };
 
     mbar_wait(full_kv, 0);
     for (int it = 0, qi = 0, h = kh * G; it < niter; it++, qi = qi + 1 == nq ? 0 : qi + 1, h += qi == 0) {
@@ -1268,17 +1290,15 @@ __global__ void __launch_bounds__(384, 1)
         const uint32_t qt = Qs + st * QB, ot = Os + st * QB, ss = Ss + st * SB;
         /* every query of the tile before this warpgroup's first key, or its keys all past T:
          * P^T = dS^T = 0 (nothing to add to dV or dK), only its dS^T rows for dq, as zeros (the
-         * diagonal's first query tile for the second warpgroup: 1 of 2 nq tiles of a key tile) */
+         * diagonal's first query tile for the second warpgroup: 1 of 2 nq tiles of a key tile;
+         * with 128-query tiles only keys past T) */
         if (skip_dead && (i0 + BQ - 1 < c0 + 64 * c || c0 + 64 * c >= T)) {
 #pragma unroll
             for (int n = 0; n < NN; n++)
 #pragma unroll
                 for (int hh = 0; hh < 2; hh++) {
                     const int r = srow + 8 * hh;
-                    asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(
-                                     ss + r * 128 + ((n ^ (r & 7)) << 4) + 4 * t),
-                                 "r"(0u)
-                                 : "memory");
+                    asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(ds_at(ss, r, n)), "r"(0u) : "memory");
                 }
         } else {
             mbar_wait(full + 8 * st, (it >> 1) & 1);
@@ -1307,8 +1327,7 @@ __global__ void __launch_bounds__(384, 1)
                         pa[kk][2 * x + hh] = pack2(sacc[0][n][2 * hh], sacc[0][n][2 * hh + 1]);
                         da[kk][2 * x + hh] = pack2(dpacc[0][n][2 * hh], dpacc[0][n][2 * hh + 1]);
                         const int r = srow + 8 * hh; /* dS^T row r, columns 8n + 2t, +1 */
-                        asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(
-                                         ss + r * 128 + ((n ^ (r & 7)) << 4) + 4 * t),
+                        asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(ds_at(ss, r, n)),
                                      "r"(da[kk][2 * x + hh])
                                      : "memory");
                     }
@@ -1326,11 +1345,13 @@ __global__ void __launch_bounds__(384, 1)
         }
         fence_proxy_async(); /* the dS^T stores, before the tensor cores read them */
         bar_sync(1, 256);    /* both warpgroups' dS^T rows are in */
-        if (DH == 128 || (it & 1) == c) {
+        /* Q2: this consumer's 64 queries of the tile, none past T */
+        if (Q2 ? i0 + 64 * c < T : DH == 128 || (it & 1) == c) {
             wg_fence();
+            const uint32_t sq = ss + (Q2 ? c * BK * 128 : 0); /* its dS^T query block */
 #pragma unroll
             for (int kk = 0; kk < BK / 16; kk++) /* dq = dS K */
-                wgmma_ss_tt(dqf, wg_desc(ss + kk * 16 * 128, 64 * 128),
+                wgmma_ss_tt(dqf, wg_desc(sq + kk * 16 * 128, 64 * 128),
                             wg_desc(kq + kk * 16 * 128, 64 * 128), kk > 0);
             wg_commit();
             wg_wait<0>();
@@ -1351,7 +1372,7 @@ __global__ void __launch_bounds__(384, 1)
             for (int hh = 0; hh < 2; hh++) {
                 const int r = 16 * warp + g + 8 * hh;
 #pragma unroll
-                for (int n = 0; n < NN; n++)
+                for (int n = 0; n < 8; n++)
                     asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(
                                      dqs + 4 * (uint32_t)dq_tiled_off(r, 8 * n + 2 * t)),
                                  "f"(dqa[0][n][2 * hh]), "f"(dqa[0][n][2 * hh + 1])
@@ -1363,7 +1384,7 @@ __global__ void __launch_bounds__(384, 1)
                 if (issuer) {
                     mbar_arrive(dq_full + 8 * c); /* to producer warp 1 */
                 } else {
-                    bulk_red_add_f32(dq_acc + (((size_t)b * H + h) * nt64 + i0 / 64) * 64 * DH +
+                    bulk_red_add_f32(dq_acc + (((size_t)b * H + h) * nt64 + i0 / 64 + (Q2 ? c : 0)) * 64 * DH +
                                          (size_t)dq_col * 64,
                                      dqs, 64 * 64 * 4);
                     bulk_commit();
@@ -1587,7 +1608,10 @@ bool dkdv_wg_launch(dx_backend *be, void *dk, void *dv, float *dq_acc, void *dq,
     const char *op = "attention_bwd";
     const float scale = (float)(1.0 / sqrt((double)DH));
     const float sl2 = (float)(1.0 / sqrt((double)DH) * 1.4426950408889634);
-    const size_t smem = bwd_wg_smem<DH>();
+    const int var = dxc(be)->attn_bwd_var;
+    /* variant 20: 128-query tiles (Dh 64 with TMA; NOTES item 34: written 2026-11-28, not yet
+     * run on a GPU, so not the default) */
+    bool q2 = DH == 64 && var == 20;
     /* TMA (unless variant 13, or the tensor maps cannot be made: see fwd_wg_launch) */
     CUtensorMap tq, tk, tv, tdo;
     memset(&tq, 0, sizeof tq);
@@ -1595,11 +1619,14 @@ bool dkdv_wg_launch(dx_backend *be, void *dk, void *dv, float *dq_acc, void *dq,
     memset(&tv, 0, sizeof tv);
     memset(&tdo, 0, sizeof tdo);
     const bool tma = dxc(be)->attn_bwd_var != 13 &&
-                     !tensor_map_3d(&tq, q, (uint64_t)B, (uint64_t)T, (uint64_t)H * DH, qld, 64) &&
-                     !tensor_map_3d(&tdo, dout, (uint64_t)B, (uint64_t)T, (uint64_t)H * DH, (uint64_t)H * DH, 64) &&
+                     !tensor_map_3d(&tq, q, (uint64_t)B, (uint64_t)T, (uint64_t)H * DH, qld, q2 ? 128 : 64) &&
+                     !tensor_map_3d(&tdo, dout, (uint64_t)B, (uint64_t)T, (uint64_t)H * DH, (uint64_t)H * DH,
+                                    q2 ? 128 : 64) &&
                      !tensor_map_3d(&tk, k, (uint64_t)B, (uint64_t)T, (uint64_t)Hkv * DH, kst, 128) &&
                      !tensor_map_3d(&tv, v, (uint64_t)B, (uint64_t)T, (uint64_t)Hkv * DH, kst, 128);
-    auto kern = tma ? att_bwd_wg<DH, true> : att_bwd_wg<DH, false>;
+    q2 = q2 && tma; /* without tensor maps: 64-query tiles, the cp.async producer */
+    const size_t smem = q2 ? bwd_wg_smem<DH, 128>() : bwd_wg_smem<DH>();
+    auto kern = q2 ? att_bwd_wg<DH, true, DH == 64 ? 128 : 64> : tma ? att_bwd_wg<DH, true, 64> : att_bwd_wg<DH, false, 64>;
     dxc_set_smem(be, (const void *)kern, smem, op);
     const unsigned nbh = (unsigned)(B * Hkv), nkt = (unsigned)((T + 127) / 128);
     const dim3 grid = key_x ? dim3(nkt, nbh) : dim3(nbh, nkt);
@@ -1614,7 +1641,6 @@ bool dkdv_wg_launch(dx_backend *be, void *dk, void *dv, float *dq_acc, void *dq,
      * 2048: the last contributor to most tiles is one block, whose two converter warps fall
      * behind). Variants: 14 neither (the consumers add every contribution), 15 bit 4 at every
      * length, 16 bit 3 only, 17 both */
-    const int var = dxc(be)->attn_bwd_var;
     const bool conv = tma && DH == 64 && (var == 16 || var == 17);
     if (conv) mode |= 8;
     if (tma && (var == 15 || var == 17 || (var != 14 && var != 16 && (DH == 128 || T <= 1024))))
@@ -1828,8 +1854,11 @@ bool bwd_launch(dx_backend *be, void *dq, void *dk, void *dv, float *dq_acc, con
  *                    16 (the dq accumulator zeroed first, every contribution added by warp 1,
  *                        each tile converted in the kernel once complete)
  *                    17 (first contributions copied and tiles converted in the kernel)
+ *                    20 (0 with 128-query tiles, both consumers issuing dq every tile:
+ *                        att_bwd_wg<64, true, 128>; written 2026-11-28 and not yet run on a
+ *                        GPU, NOTES item 34)
  *                    8 (4 warps, MT 2, 32 queries per tile)
- *            Dh 128: 0 (wgmma; elsewhere 8)  9  10  11  13  14  15 (as 0)  16 (as 14)  17 (as 0)  8 (8 warps, MT 1, 64 queries)  1 (4, 1, 32)
+ *            Dh 128: 0 (wgmma; elsewhere 8)  9  10  11  13  14  15 (as 0)  16 (as 14)  17 (as 0)  20 (as 0)  8 (8 warps, MT 1, 64 queries)  1 (4, 1, 32)
  *                    2 (8, 1, 32)  3 (4, 1, 64) */
 void dxc_attention_fwd_mma(dx_backend *be, void *o, void *lse, const void *q, const void *k,
                            const void *v, int ldq, int ldkv, int B, int T, int H, int Hkv, int Dh)
