@@ -15,7 +15,7 @@
  *     "Numerical behavior of NVIDIA tensor cores"), so its error grows faster with K than
  *     the CPU's sgemm;
  *   copies and conversions that must be exact  == 0  (mismatching elements counted).
- * Attention is checked eight times: with the tensor-core kernels (default, "[tc]": fused
+ * Attention is checked nine times: with the tensor-core kernels (default, "[tc]": fused
  * backward with fp32 atomics or bulk reductions for dq), the same with DX_CUDA_DETERMINISTIC=1 ("[tc-det]": the
  * two-kernel backward; also DX_CUDA_ATT_GRID=7, so that the Hopper forward's persistent blocks
  * each walk several work tiles), with the CUDA-core ones (DX_CUDA_ATTENTION=simple, "[simple]")
@@ -28,7 +28,8 @@
  * kernel once complete (DX_CUDA_ATT_BWD=16, "[tc-add]"), the first contributions copied and the
  * tiles converted in the kernel (17, "[tc-conv]"), and every contribution added by the
  * consumers, then the separate pass (14, "[tc-sep]"); and on the
- * Hopper backward's key-tile-major grid (DX_CUDA_ATT_BWD=10, "[tc-keymaj]"). Every pass checks the backward both
+ * Hopper backward's key-tile-major grid (DX_CUDA_ATT_BWD=10, "[tc-keymaj]"), and with its 128-query
+ * tiles at Dh 64 (DX_CUDA_ATT_BWD=20, "[tc-q128]"; not yet the default). Every pass checks the backward both
  * as attention_bwd and as attention_bwd_rope (RoPE's backward folded in; the backend's
  * default, which the test forces with DX_CUDA_ROPE_FOLD=1 in case the caller's environment
  * turned it off).
@@ -1407,7 +1408,7 @@ int main(void)
 
     /* attention: tensor-core kernels (default), then CUDA-core ones (a fresh backend) */
     const int ats[] = {1, 7, 129, 512}, hkvs[] = {8, 2}, adhs[] = {32, 64, 128};
-    for (int pass = 0; pass < 8; pass++) {
+    for (int pass = 0; pass < 9; pass++) {
         if (pass > 0) { /* a fresh backend reads the environment */
             gpu->destroy(gpu);
             if (pass == 1) {
@@ -1446,6 +1447,8 @@ int main(void)
                 setenv("DX_CUDA_ATT_BWD", "14", 1);
             if (pass == 7) /* the key-tile-major grid (the default from 8 waves of blocks up) */
                 setenv("DX_CUDA_ATT_BWD", "10", 1);
+            if (pass == 8) /* 128-query tiles at Dh 64, both consumers issuing dq every tile */
+                setenv("DX_CUDA_ATT_BWD", "20", 1);
             gpu = dx_backend_cuda_create(0, 4);
             if (!gpu) die("dx_backend_cuda_create");
         }
@@ -1456,7 +1459,8 @@ int main(void)
                   : pass == 4 ? "[tc-add]"
                   : pass == 5 ? "[tc-conv]"
                   : pass == 6 ? "[tc-sep]"
-                              : "[tc-keymaj]";
+                  : pass == 7 ? "[tc-keymaj]"
+                              : "[tc-q128]";
         for (int a = 0; a < 4; a++)
             for (int b = 0; b < 2; b++)
                 for (int c = 0; c < 3; c++)
