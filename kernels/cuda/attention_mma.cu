@@ -1618,7 +1618,7 @@ bool dkdv_wg_launch(dx_backend *be, void *dk, void *dv, float *dq_acc, void *dq,
     memset(&tk, 0, sizeof tk);
     memset(&tv, 0, sizeof tv);
     memset(&tdo, 0, sizeof tdo);
-    const bool tma = dxc(be)->attn_bwd_var != 13 &&
+    const bool tma = var != 13 &&
                      !tensor_map_3d(&tq, q, (uint64_t)B, (uint64_t)T, (uint64_t)H * DH, qld, q2 ? 128 : 64) &&
                      !tensor_map_3d(&tdo, dout, (uint64_t)B, (uint64_t)T, (uint64_t)H * DH, (uint64_t)H * DH,
                                     q2 ? 128 : 64) &&
@@ -1631,7 +1631,7 @@ bool dkdv_wg_launch(dx_backend *be, void *dk, void *dv, float *dq_acc, void *dq,
     const unsigned nbh = (unsigned)(B * Hkv), nkt = (unsigned)((T + 127) / 128);
     const dim3 grid = key_x ? dim3(nkt, nbh) : dim3(nbh, nkt);
     /* mode: bit 0 the key-tile-major grid, bit 1 (variant 11) the masked warpgroup tiles computed */
-    int mode = (key_x ? 1 : 0) | (dxc(be)->attn_bwd_var == 11 ? 2 : 0);
+    int mode = (key_x ? 1 : 0) | (var == 11 ? 2 : 0);
     /* bit 4: each piece's first contribution copied, by default at Dh 128 and at Dh 64 up to
      * seq 1024; bit 3 (Dh 64): dq converted in the kernel, only in variants 16 and 17. Alone on
      * one H100 (2026-11-27, NOTES item 24), bit 4 took the backward from 0.670 to 0.609 ms at B
@@ -1650,7 +1650,7 @@ bool dkdv_wg_launch(dx_backend *be, void *dk, void *dv, float *dq_acc, void *dq,
     DXC_CHECK(op, cudaMemsetAsync(mode & 16 ? (void *)dq_cnt : (void *)dq_acc, 0,
                                   ((mode & 16 ? 0 : nt) + dxc_dq_cnt_ints(ntile, DH)) * sizeof(float),
                                   dxc(be)->stream));
-    if (!key_x && dxc(be)->attn_bwd_var != 9) { /* bit 2: chunks of C (b, kv head) pairs */
+    if (!key_x && var != 9) { /* bit 2: chunks of C (b, kv head) pairs */
         const int C = bwd_wg_chunk(be, (int)nbh, (int)nkt, T, H / Hkv, DH);
         if (C < (int)nbh) mode |= 4 | (C << 8);
     }
