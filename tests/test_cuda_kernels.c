@@ -28,8 +28,10 @@
  * kernel once complete (DX_CUDA_ATT_BWD=16, "[tc-add]"), the first contributions copied and the
  * tiles converted in the kernel (17, "[tc-conv]"), and every contribution added by the
  * consumers, then the separate pass (14, "[tc-sep]"); and on the
- * Hopper backward's key-tile-major grid (DX_CUDA_ATT_BWD=10, "[tc-keymaj]"), and with its 128-query
- * tiles at Dh 64 (DX_CUDA_ATT_BWD=20, "[tc-q128]"; not yet the default). Every pass checks the backward both
+ * Hopper backward's key-tile-major grid (DX_CUDA_ATT_BWD=10, "[tc-keymaj]"), and with its 64-query
+ * tiles at Dh 64 (DX_CUDA_ATT_BWD=21, "[tc-q64]"; the default has 128-query tiles since
+ * 2026-11-28). Every pass also checks one Dh 64 shape past seq 1024 (B 1 T 1100), where the
+ * Hopper backward zeroes its dq accumulator and adds every contribution. Every pass checks the backward both
  * as attention_bwd and as attention_bwd_rope (RoPE's backward folded in; the backend's
  * default, which the test forces with DX_CUDA_ROPE_FOLD=1 in case the caller's environment
  * turned it off).
@@ -1447,8 +1449,8 @@ int main(void)
                 setenv("DX_CUDA_ATT_BWD", "14", 1);
             if (pass == 7) /* the key-tile-major grid (the default from 8 waves of blocks up) */
                 setenv("DX_CUDA_ATT_BWD", "10", 1);
-            if (pass == 8) /* 128-query tiles at Dh 64, both consumers issuing dq every tile */
-                setenv("DX_CUDA_ATT_BWD", "20", 1);
+            if (pass == 8) /* 64-query tiles at Dh 64 (the default has 128-query tiles) */
+                setenv("DX_CUDA_ATT_BWD", "21", 1);
             gpu = dx_backend_cuda_create(0, 4);
             if (!gpu) die("dx_backend_cuda_create");
         }
@@ -1460,11 +1462,14 @@ int main(void)
                   : pass == 5 ? "[tc-conv]"
                   : pass == 6 ? "[tc-sep]"
                   : pass == 7 ? "[tc-keymaj]"
-                              : "[tc-q128]";
+                              : "[tc-q64]";
         for (int a = 0; a < 4; a++)
             for (int b = 0; b < 2; b++)
                 for (int c = 0; c < 3; c++)
                     test_attention(seed += 10, 2, ats[a], 8, hkvs[b], adhs[c], (a + b + c) % 3);
+        /* past seq 1024 the Hopper backward at Dh 64 zeroes the dq accumulator and every
+         * contribution is added (mode bit 4 off) */
+        test_attention(seed += 10, 1, 1100, 8, 2, 64, 2);
         if (!getenv("DX_CUDA_TEST_NO_PERF") && pass < 3) { /* set by host-side simulators of the kernels */
             if (getenv("DX_CUDA_ATT_GRID")) { /* timed on the full grid */
                 gpu->destroy(gpu);

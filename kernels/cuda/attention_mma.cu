@@ -961,7 +961,7 @@ __device__ __forceinline__ void dq_tile_convert(bf16 *__restrict__ dq, const flo
  *     from there into its piece of dq_acc (tiled: dq_tiled_off) in one bulk asynchronous
  *     reduction (cp.reduce.async.bulk .add.f32; 2.18 against 2.42 ms with per-thread
  *     red.global at B 8 T 2048 H 32 Dh 128, NOTES item 14).
- * BQT = 128 (Dh 64 with TMA; variant 20, not yet run on a GPU: NOTES item 34): 128-query
+ * BQT = 128 (Dh 64 with TMA, the default since 2026-11-28; NOTES item 34): 128-query
  *   tiles, so S^T and dP^T are 64 x 128 products per warpgroup (m64n128k16), dS^T is [128 keys]
  *   [2 x 64 queries], and both warpgroups issue dq every tile, warpgroup w for queries
  *   64(w-1) .. +63 of it (FlashAttention-3's Hopper backward at head dim 64 has 128 x 128 tiles
@@ -1609,9 +1609,11 @@ bool dkdv_wg_launch(dx_backend *be, void *dk, void *dv, float *dq_acc, void *dq,
     const float scale = (float)(1.0 / sqrt((double)DH));
     const float sl2 = (float)(1.0 / sqrt((double)DH) * 1.4426950408889634);
     const int var = dxc(be)->attn_bwd_var;
-    /* variant 20: 128-query tiles (Dh 64 with TMA; NOTES item 34: written 2026-11-28, not yet
-     * run on a GPU, so not the default) */
-    bool q2 = DH == 64 && var == 20;
+    /* 128-query tiles at Dh 64 with TMA (the default, variants 9, 10 and 20; variant 21 and
+     * 11, 13-17 keep 64-query tiles). One H100, 2026-11-28, median of 3 interleaved against
+     * variant 21: backward 0.289 / 0.295 ms at B 32 T 350 H 32 Hkv 4, 1.105 / 1.150 at B 8 T
+     * 2048, 1.887 / 1.983 at B 4 T 4096, 3.584 / 3.776 at B 2 T 8192 (NOTES item 34) */
+    bool q2 = DH == 64 && (var == 0 || var == 9 || var == 10 || var == 20);
     /* TMA (unless variant 13, or the tensor maps cannot be made: see fwd_wg_launch) */
     CUtensorMap tq, tk, tv, tdo;
     memset(&tq, 0, sizeof tq);
@@ -1824,7 +1826,8 @@ bool bwd_launch(dx_backend *be, void *dq, void *dk, void *dv, float *dq_acc, con
  *     SDPA flash 1.836, 3.104, SDPA cuDNN 1.142, 1.682; one H100, 2026-11-26; NOTES items 14
  *     and 20), its grid (B Hkv, key tiles) with the longest key tiles first, launched in chunks
  *     of (b, kv head) pairs where dq would not fit L2 (bwd_wg_chunk; 1.153 ms at B 8 T 2048 Dh
- *     64 on an H100, 2026-11-27, NOTES item 22), or the longest first without chunks (variant
+ *     64 on an H100, 2026-11-27, NOTES item 22; at Dh 64 with 128-query tiles since
+ *     2026-11-28, 1.105 ms, NOTES item 34), or the longest first without chunks (variant
  *     9), or from 8 waves of blocks up (key tiles, B Hkv), so that the blocks running at once
  *     share (b, kv head) and read Q and dO from L2 (variant 10); variant 8 is the mma.sync
  *     default above.
@@ -1854,11 +1857,12 @@ bool bwd_launch(dx_backend *be, void *dq, void *dk, void *dv, float *dq_acc, con
  *                    16 (the dq accumulator zeroed first, every contribution added by warp 1,
  *                        each tile converted in the kernel once complete)
  *                    17 (first contributions copied and tiles converted in the kernel)
- *                    20 (0 with 128-query tiles, both consumers issuing dq every tile:
- *                        att_bwd_wg<64, true, 128>; written 2026-11-28 and not yet run on a
- *                        GPU, NOTES item 34)
+ *                    20 (as 0: 128-query tiles, both consumers issuing dq every tile,
+ *                        att_bwd_wg<64, true, 128>; NOTES item 34)
+ *                    21 (0 with 64-query tiles, the default until 2026-11-28; as are 11 and
+ *                        13-17)
  *                    8 (4 warps, MT 2, 32 queries per tile)
- *            Dh 128: 0 (wgmma; elsewhere 8)  9  10  11  13  14  15 (as 0)  16 (as 14)  17 (as 0)  20 (as 0)  8 (8 warps, MT 1, 64 queries)  1 (4, 1, 32)
+ *            Dh 128: 0 (wgmma; elsewhere 8)  9  10  11  13  14  15 (as 0)  16 (as 14)  17 (as 0)  20 (as 0)  21 (as 0)  8 (8 warps, MT 1, 64 queries)  1 (4, 1, 32)
  *                    2 (8, 1, 32)  3 (4, 1, 64) */
 void dxc_attention_fwd_mma(dx_backend *be, void *o, void *lse, const void *q, const void *k,
                            const void *v, int ldq, int ldkv, int B, int T, int H, int Hkv, int Dh)
