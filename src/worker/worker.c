@@ -2,6 +2,7 @@
 #include "worker.h"
 
 #include <math.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -119,6 +120,14 @@ int dx_default_threads(void)
     long local = ls ? atol(ls) : 1;
     if (local < 1) local = 1;
     long t = cores / local;
+    /* no more threads than CPUs this rank may run on (mpirun binds 1- and 2-rank jobs to one
+     * core each by default, Slurm to its allocation): more would share those CPUs and wait for
+     * each other at every parallel region */
+    cpu_set_t mask;
+    if (sched_getaffinity(0, sizeof mask, &mask) == 0) {
+        const long allowed = CPU_COUNT(&mask);
+        if (allowed >= 1 && allowed < t) t = allowed;
+    }
     return t < 1 ? 1 : (int)t;
 }
 

@@ -105,8 +105,10 @@ int dx_local_rank(void);
  * memory of the rank's GPU, cudaMemGetInfo); -1 when it cannot be read. */
 int64_t dx_device_memory_available(const char *device);
 
-/* Number of OpenMP threads a rank should use: cores / ranks on this node (at least 1), unless
- * OMP_NUM_THREADS is set. */
+/* Number of OpenMP threads a rank should use (the CPU backend's, and the CUDA backend's host
+ * work such as the offloaded AdamW): OMP_NUM_THREADS if set; else online cores / ranks on this
+ * node (OMPI_COMM_WORLD_LOCAL_SIZE / SLURM_NTASKS_PER_NODE), capped at the CPUs in the rank's
+ * affinity mask (sched_getaffinity: mpirun's --bind-to, Slurm's binding); at least 1. */
 int dx_default_threads(void);
 
 #endif
