@@ -1609,11 +1609,12 @@ bool dkdv_wg_launch(dx_backend *be, void *dk, void *dv, float *dq_acc, void *dq,
     const float scale = (float)(1.0 / sqrt((double)DH));
     const float sl2 = (float)(1.0 / sqrt((double)DH) * 1.4426950408889634);
     const int var = dxc(be)->attn_bwd_var;
-    /* 128-query tiles at Dh 64 with TMA (the default, variants 9, 10 and 20; variant 21 and
-     * 11, 13-17 keep 64-query tiles). One H100, 2026-11-28, median of 3 interleaved against
-     * variant 21: backward 0.289 / 0.295 ms at B 32 T 350 H 32 Hkv 4, 1.105 / 1.150 at B 8 T
-     * 2048, 1.887 / 1.983 at B 4 T 4096, 3.584 / 3.776 at B 2 T 8192 (NOTES item 34) */
-    bool q2 = DH == 64 && (var == 0 || var == 9 || var == 10 || var == 20);
+    /* 128-query tiles at Dh 64 with TMA (the default, and variants 9, 10, 20 and unknown
+     * numbers; 11, 13-17 and 21 keep 64-query tiles). One H100, 2026-11-28, median of 3
+     * interleaved against variant 21: backward 0.289 / 0.295 ms at B 32 T 350 H 32 Hkv 4, 1.105
+     * / 1.150 at B 8 T 2048, 1.887 / 1.983 at B 4 T 4096, 3.584 / 3.776 at B 2 T 8192 (NOTES
+     * item 34) */
+    bool q2 = DH == 64 && var != 11 && !(var >= 13 && var <= 17) && var != 21;
     /* TMA (unless variant 13, or the tensor maps cannot be made: see fwd_wg_launch) */
     CUtensorMap tq, tk, tv, tdo;
     memset(&tq, 0, sizeof tq);
