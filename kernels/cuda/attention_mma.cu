@@ -1628,8 +1628,9 @@ bool dkdv_wg_launch(dx_backend *be, void *dk, void *dv, float *dq_acc, void *dq,
                      !tensor_map_3d(&tk, k, (uint64_t)B, (uint64_t)T, (uint64_t)Hkv * DH, kst, 128) &&
                      !tensor_map_3d(&tv, v, (uint64_t)B, (uint64_t)T, (uint64_t)Hkv * DH, kst, 128);
     q2 = q2 && tma; /* without tensor maps: 64-query tiles, the cp.async producer */
-    const size_t smem = q2 ? bwd_wg_smem<DH, 128>() : bwd_wg_smem<DH>();
-    auto kern = q2 ? att_bwd_wg<DH, true, DH == 64 ? 128 : 64> : tma ? att_bwd_wg<DH, true, 64> : att_bwd_wg<DH, false, 64>;
+    constexpr int BQ2 = DH == 64 ? 128 : 64; /* the query tile where q2 (only at Dh 64) */
+    const size_t smem = q2 ? bwd_wg_smem<DH, BQ2>() : bwd_wg_smem<DH>();
+    auto kern = q2 ? att_bwd_wg<DH, true, BQ2> : tma ? att_bwd_wg<DH, true, 64> : att_bwd_wg<DH, false, 64>;
     dxc_set_smem(be, (const void *)kern, smem, op);
     const unsigned nbh = (unsigned)(B * Hkv), nkt = (unsigned)((T + 127) / 128);
     const dim3 grid = key_x ? dim3(nkt, nbh) : dim3(nbh, nkt);
