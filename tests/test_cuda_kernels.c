@@ -30,8 +30,10 @@
  * consumers, then the separate pass (14, "[tc-sep]"); and on the
  * Hopper backward's key-tile-major grid (DX_CUDA_ATT_BWD=10, "[tc-keymaj]"), and with its 64-query
  * tiles at Dh 64 (DX_CUDA_ATT_BWD=21, "[tc-q64]"; the default has 128-query tiles since
- * 2026-11-28). Every pass also checks one Dh 64 shape past seq 1024 (B 1 T 1100), where the
- * Hopper backward zeroes its dq accumulator and adds every contribution. Every pass checks the backward both
+ * 2026-11-28). Every pass also checks Dh 64 shapes past seq 1024 (B 1 T 1100) and 2048 (B 1
+ * T 2100), where the Hopper backward with 64-query tiles (T 1100: pass [tc-q64]) and with
+ * 128-query tiles (T 2100) zeroes its dq accumulator and adds every contribution instead of
+ * copying each piece's first one. Every pass checks the backward both
  * as attention_bwd and as attention_bwd_rope (RoPE's backward folded in; the backend's
  * default, which the test forces with DX_CUDA_ROPE_FOLD=1 in case the caller's environment
  * turned it off).
@@ -1467,9 +1469,10 @@ int main(void)
             for (int b = 0; b < 2; b++)
                 for (int c = 0; c < 3; c++)
                     test_attention(seed += 10, 2, ats[a], 8, hkvs[b], adhs[c], (a + b + c) % 3);
-        /* past seq 1024 the Hopper backward at Dh 64 zeroes the dq accumulator and every
-         * contribution is added (mode bit 4 off) */
+        /* past seq 1024 (64-query tiles) and 2048 (128-query tiles) the Hopper backward at Dh
+         * 64 zeroes the dq accumulator and every contribution is added (mode bit 4 off) */
         test_attention(seed += 10, 1, 1100, 8, 2, 64, 2);
+        test_attention(seed += 10, 1, 2100, 4, 1, 64, 2);
         if (!getenv("DX_CUDA_TEST_NO_PERF") && pass < 3) { /* set by host-side simulators of the kernels */
             if (getenv("DX_CUDA_ATT_GRID")) { /* timed on the full grid */
                 gpu->destroy(gpu);

@@ -1595,7 +1595,8 @@ static int bwd_wg_chunk(dx_backend *be, int nbh, int nkt, int T, int G, int DH)
 
 /* att_bwd_wg, after zeroing what it adds into: dq_acc (B H ceil(T / 64) tiles of 64 x DH fp32,
  * dq_tiled_off) and dq_cnt (dxc_dq_cnt_ints of them) after it. With TMA copies: mode bit 4 (head
- * dim 128, or T <= 1024; variants 15 and 17 always, 14 and 16 never) copies each piece's first
+ * dim 128, or T <= 2048 with 128-query tiles at Dh 64, T <= 1024 with 64-query ones; variants
+ * 15, 17 and 22 always, 14, 16 and 23 never) copies each piece's first
  * contribution, so only dq_cnt is zeroed, not the accumulator; bit 3 (head dim 64, variants 16
  * and 17 only) converts dq in the kernel. Returns whether it did (else the caller runs the
  * separate pass over the accumulator). */
@@ -1637,17 +1638,22 @@ bool dkdv_wg_launch(dx_backend *be, void *dk, void *dv, float *dq_acc, void *dq,
     /* mode: bit 0 the key-tile-major grid, bit 1 (variant 11) the masked warpgroup tiles computed */
     int mode = (key_x ? 1 : 0) | (var == 11 ? 2 : 0);
     /* bit 4: each piece's first contribution copied, by default at Dh 128 and at Dh 64 up to
-     * seq 1024; bit 3 (Dh 64): dq converted in the kernel, only in variants 16 and 17. Alone on
+     * seq 2048 with 128-query tiles, 1024 with 64-query ones; bit 3 (Dh 64): dq converted in the
+     * kernel, only in variants 16 and 17. Alone on
      * one H100 (2026-11-27, NOTES item 24), bit 4 took the backward from 0.670 to 0.609 ms at B
      * 32 T 350 Dh 128, 2.027 to 1.900 at B 8 T 2048 Dh 128, 0.327 to 0.300 at B 32 T 350 Dh 64,
      * but 1.198 to 1.200 at B 8 T 2048 Dh 64, 2.08 to 2.11 at T 4096 and 3.93 to 4.00 at T 8192
      * (warp 1 issues one operation at a time); bit 3 made every shape slower (1.41 ms at B 8 T
      * 2048: the last contributor to most tiles is one block, whose two converter warps fall
      * behind). Variants: 14 neither (the consumers add every contribution), 15 bit 4 at every
-     * length, 16 bit 3 only, 17 both */
+     * length, 16 bit 3 only, 17 both; with 128-query tiles at Dh 64, 22 bit 4 at every length,
+     * 23 at none. With 128-query tiles (one H100, 2026-11-28, median of 3 interleaved, NOTES
+     * item 35) bit 4 gave 1.089 against 1.107 ms at B 8 T 2048, 1.919 / 1.887 at B 4 T 4096,
+     * 3.610 / 3.538 at B 2 T 8192, and without it B 32 T 350 took 0.331 against 0.291 */
     const bool conv = tma && DH == 64 && (var == 16 || var == 17);
     if (conv) mode |= 8;
-    if (tma && (var == 15 || var == 17 || (var != 14 && var != 16 && (DH == 128 || T <= 1024))))
+    if (tma && (var == 15 || var == 17 || var == 22 ||
+                (var != 14 && var != 16 && var != 23 && (DH == 128 || T <= (q2 ? 2048 : 1024)))))
         mode |= 16;
     const size_t ntile = (size_t)B * H * ((T + 63) / 64), nt = ntile * 64 * DH;
     int *const dq_cnt = (int *)(dq_acc + nt);
@@ -1863,8 +1869,10 @@ bool bwd_launch(dx_backend *be, void *dq, void *dk, void *dv, float *dq_acc, con
  *                        att_bwd_wg<64, true, 128>; NOTES item 34)
  *                    21 (0 with 64-query tiles, the default until 2026-11-28; as are 11 and
  *                        13-17)
+ *                    22 (0 with each piece's first contribution copied at every length)
+ *                    23 (0 with the accumulator zeroed first at every length)
  *                    8 (4 warps, MT 2, 32 queries per tile)
- *            Dh 128: 0 (wgmma; elsewhere 8)  9  10  11  13  14  15 (as 0)  16 (as 14)  17 (as 0)  20 (as 0)  21 (as 0)  8 (8 warps, MT 1, 64 queries)  1 (4, 1, 32)
+ *            Dh 128: 0 (wgmma; elsewhere 8)  9  10  11  13  14  15 (as 0)  16 (as 14)  17 (as 0)  20 (as 0)  21 (as 0)  22 (as 0)  23 (as 14)  8 (8 warps, MT 1, 64 queries)  1 (4, 1, 32)
  *                    2 (8, 1, 32)  3 (4, 1, 64) */
 void dxc_attention_fwd_mma(dx_backend *be, void *o, void *lse, const void *q, const void *k,
                            const void *v, int ldq, int ldkv, int B, int T, int H, int Hkv, int Dh)
