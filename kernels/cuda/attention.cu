@@ -589,12 +589,16 @@ void dxc_attention_bwd(dx_backend *be, void *dq, void *dk, void *dv, const void 
         const unsigned blocks = (unsigned)((rows * (Dh / 8) + 255) / 256);
         const bf16 *d_ = (const bf16 *)dout, *o_ = (const bf16 *)o;
         cudaStream_t st = dxc(be)->stream;
-        switch (Dh) {
-        case 32: att_bwd_dot_vec<32><<<blocks, 256, 0, st>>>(Dv, d_, o_, rows, T, H); break;
-        case 64: att_bwd_dot_vec<64><<<blocks, 256, 0, st>>>(Dv, d_, o_, rows, T, H); break;
-        default: att_bwd_dot_vec<128><<<blocks, 256, 0, st>>>(Dv, d_, o_, rows, T, H); break;
+        if (dxc(be)->attn_skip & 1) { /* timing only: D = 0 (cuda_internal.cuh attn_skip) */
+            DXC_CHECK(op, cudaMemsetAsync(Dv, 0, rows * sizeof(float), st));
+        } else {
+            switch (Dh) {
+            case 32: att_bwd_dot_vec<32><<<blocks, 256, 0, st>>>(Dv, d_, o_, rows, T, H); break;
+            case 64: att_bwd_dot_vec<64><<<blocks, 256, 0, st>>>(Dv, d_, o_, rows, T, H); break;
+            default: att_bwd_dot_vec<128><<<blocks, 256, 0, st>>>(Dv, d_, o_, rows, T, H); break;
+            }
+            DXC_LAUNCHED(be, op);
         }
-        DXC_LAUNCHED(be, op);
         size_t sin_off = 0;
         const float *tab = rope_theta != 0.0f ? dxc_rope_table(be, T, Dh, rope_theta, &sin_off, op)
                                               : NULL;

@@ -1715,22 +1715,47 @@ __device__ __forceinline__ float4 dq_acc_ld4(const float *acc_bh, int t, int col
                              dq_tiled_off(t % 64, col % 64));
 }
 
+/* The separate conversion passes below (att_dq_from_tiles(_rope)), where drop is set: batch b
+ * = B - 1 - blockIdx.y, so that the first blocks to run take the batches whose (b, kv head)
+ * pairs att_bwd_wg ran last (its chunks go up in b) and whose accumulator pieces are the likeliest
+ * still to be in L2; and once a warp has read its rows, the 128-byte lines it read are dropped
+ * from L2 unwritten (discard.global.L2, as dq_tile_convert does: nothing reads them before the
+ * next call's first contributions or its memset overwrite them), so that dirty accumulator lines
+ * do not go back to DRAM. Row t of (b, h) is DH / 32 lines (two per 64-column piece); the warp's
+ * lanes with item index j < DH / 32 in their (t, h) drop line j. Every lane of a warp runs the
+ * same iterations (n, the items per batch, a multiple of 32 where these passes run: T H DH / 4
+ * and T H DH / 8 with H DH a multiple of 256). drop = 0 (variant 24): the order and the lines as
+ * before 2026-11-28 (benchmarks/NOTES.md item 35). */
+template <int DH>
+__device__ __forceinline__ void dq_acc_drop(const float *acc_bh, int t, int j)
+{
+    if (j < DH / 32)
+        asm volatile("discard.global.L2 [%0], 128;\n" ::"l"(acc_bh + (size_t)(t / 64) * 64 * DH + (size_t)(j / 2) * 4096 +
+                                                           (size_t)(t % 64) * 64 + 32 * (j % 2))
+                     : "memory");
+}
+
 /* dq[b, t, h, :] = bf16(acc * scale) from att_bwd_wg's tiled accumulator (dq_tiled_off), 4
- * elements per thread */
+ * elements per thread; drop: as above */
 template <int DH>
 __global__ void att_dq_from_tiles(bf16 *__restrict__ dq, const float *__restrict__ acc, int T,
-                                  int H, float scale, size_t qld)
+                                  int H, float scale, size_t qld, int drop)
 {
-    const size_t n4 = (size_t)T * H * DH / 4; /* of batch b = blockIdx.y */
-    const int nt64 = (T + 63) / 64, b = blockIdx.y;
+    const size_t n4 = (size_t)T * H * DH / 4; /* of batch b */
+    const int nt64 = (T + 63) / 64, b = drop ? (int)(gridDim.y - 1 - blockIdx.y) : (int)blockIdx.y;
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n4;
          i += (size_t)gridDim.x * blockDim.x) {
         const int d = (int)(i % (DH / 4)) * 4, h = (int)(i / (DH / 4) % H),
                   t = (int)(i / (DH / 4) / H);
-        const float4 a = dq_acc_ld4<DH>(acc + ((size_t)b * H + h) * nt64 * 64 * DH, t, d);
+        const float *acc_bh = acc + ((size_t)b * H + h) * nt64 * 64 * DH;
+        const float4 a = dq_acc_ld4<DH>(acc_bh, t, d);
         __nv_bfloat162 *o = (__nv_bfloat162 *)(dq + ((size_t)b * T + t) * qld + (size_t)h * DH + d);
         o[0] = __floats2bfloat162_rn(a.x * scale, a.y * scale);
         o[1] = __floats2bfloat162_rn(a.z * scale, a.w * scale);
+        if (drop) {
+            __syncwarp(); /* every lane's reads of the lines are done */
+            dq_acc_drop<DH>(acc_bh, t, d / 4);
+        }
     }
 }
 
@@ -1741,11 +1766,11 @@ __global__ void att_dq_from_tiles(bf16 *__restrict__ dq, const float *__restrict
 template <int DH>
 __global__ void att_dq_from_tiles_rope(bf16 *__restrict__ dq, const float *__restrict__ acc,
                                        int T, int H, float scale, const float *__restrict__ rtab,
-                                       size_t sin_off, size_t qld)
+                                       size_t sin_off, size_t qld, int drop)
 {
     constexpr int HALF = DH / 2, Q = HALF / 4; /* items per (t, h) */
-    const size_t n = (size_t)T * H * Q;      /* of batch b = blockIdx.y */
-    const int nt64 = (T + 63) / 64, b = blockIdx.y;
+    const size_t n = (size_t)T * H * Q;      /* of batch b */
+    const int nt64 = (T + 63) / 64, b = drop ? (int)(gridDim.y - 1 - blockIdx.y) : (int)blockIdx.y;
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x) {
         const int d = (int)(i % Q) * 4, h = (int)(i / Q % H), t = (int)(i / Q / H);
@@ -1755,6 +1780,10 @@ __global__ void att_dq_from_tiles_rope(bf16 *__restrict__ dq, const float *__res
         const float4 c = __ldg((const float4 *)(rtab + (size_t)t * HALF + d));
         const float4 sn = __ldg((const float4 *)(rtab + sin_off + (size_t)t * HALF + d));
         dq_store_rope4(dq + ((size_t)b * T + t) * qld + (size_t)h * DH, d, e, a, bb, c, sn, scale);
+        if (drop) {
+            __syncwarp(); /* every lane's reads of the lines are done */
+            dq_acc_drop<DH>(acc_bh, t, d / 4);
+        }
     }
 }
 
@@ -1784,16 +1813,19 @@ bool bwd_launch(dx_backend *be, void *dq, void *dk, void *dv, float *dq_acc, con
             if (dkdv_wg_launch<DH>(be, dk, dv, dq_acc, dq, dout, q, k, v, lse, Dv, B, T, H, Hkv, kst,
                                    qld, wg == 2, rtab, sin_off))
                 return rtab != nullptr; /* dq converted by the kernel */
+            if (dxc(be)->attn_skip & 2) return rtab != nullptr; /* timing only: dq left as it was */
             const size_t per_b = (size_t)T * H * DH / (rtab ? 8 : 4),
                          cap = (size_t)dxc(be)->num_sms * 16 / B + 1;
             const size_t blocks = (per_b + 255) / 256 < cap ? (per_b + 255) / 256 : cap;
             const float scale = (float)(1.0 / sqrt((double)DH));
+            /* the last batches first, their lines dropped from L2 once read (variant 24: not) */
+            const int drop = dxc(be)->attn_bwd_var != 24 && (size_t)T * H * DH % (32 * 8) == 0;
             if (rtab)
                 att_dq_from_tiles_rope<DH><<<dim3((unsigned)blocks, (unsigned)B), 256, 0, st>>>(
-                    (bf16 *)dq, dq_acc, T, H, scale, rtab, sin_off, qld);
+                    (bf16 *)dq, dq_acc, T, H, scale, rtab, sin_off, qld, drop);
             else
                 att_dq_from_tiles<DH><<<dim3((unsigned)blocks, (unsigned)B), 256, 0, st>>>(
-                    (bf16 *)dq, dq_acc, T, H, scale, qld);
+                    (bf16 *)dq, dq_acc, T, H, scale, qld, drop);
             DXC_LAUNCHED(be, op);
             return rtab != nullptr;
         }
@@ -1871,8 +1903,10 @@ bool bwd_launch(dx_backend *be, void *dq, void *dk, void *dv, float *dq_acc, con
  *                        13-17)
  *                    22 (0 with each piece's first contribution copied at every length)
  *                    23 (0 with the accumulator zeroed first at every length)
+ *                    24 (0 with the separate dq pass in batch order, keeping the accumulator's
+ *                        lines in L2: as before 2026-11-28)
  *                    8 (4 warps, MT 2, 32 queries per tile)
- *            Dh 128: 0 (wgmma; elsewhere 8)  9  10  11  13  14  15 (as 0)  16 (as 14)  17 (as 0)  20 (as 0)  21 (as 0)  22 (as 0)  23 (as 14)  8 (8 warps, MT 1, 64 queries)  1 (4, 1, 32)
+ *            Dh 128: 0 (wgmma; elsewhere 8)  9  10  11  13  14  15 (as 0)  16 (as 14)  17 (as 0)  20 (as 0)  21 (as 0)  22 (as 0)  23 (as 14)  24  8 (8 warps, MT 1, 64 queries)  1 (4, 1, 32)
  *                    2 (8, 1, 32)  3 (4, 1, 64) */
 void dxc_attention_fwd_mma(dx_backend *be, void *o, void *lse, const void *q, const void *k,
                            const void *v, int ldq, int ldkv, int B, int T, int H, int Hkv, int Dh)
