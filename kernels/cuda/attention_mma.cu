@@ -1003,7 +1003,8 @@ __device__ __forceinline__ void dq_tile_convert(bf16 *__restrict__ dq, const flo
  * adds one to chunk_done[c] (release), and sets a shared flag; warp 2 of a block of chunk c + 1
  * waits (acquire) until chunk_done[c] counts chunk c's blocks (all dispatched before any block
  * of chunk c + 1: the wait ends) or until its own block's warp 1 is done (then it gives up),
- * then takes chunk c's tiles one at a time from a counter (chunk_next[c]), copies each into
+ * then, until its block's warp 1 is done, takes chunk c's tiles one at a time from a counter
+ * (chunk_next[c]), copies each into
  * shared memory, converts it (dq_tile_convert, RoPE's rows read from global memory), drops its
  * lines from L2 and marks it in tile_done; the separate pass converts the tiles left unmarked
  * (the last chunk's, and any given up). dkdv_wg_launch zeroes dq_cnt (dxc_dq_cnt_ints) before each launch, and the
@@ -1223,8 +1224,15 @@ __global__ void __launch_bounds__(384, 1)
                     ok = __shfl_sync(~0u, ok, 0);
                     const float *stg_g = (const float *)((const char *)smem_raw + (Stg - raw));
                     for (int n = 0; ok; n++) {
-                        int i = 0;
-                        if (lane == 0) i = atomicAdd(chunk_next + pc, 1);
+                        /* the next tile, while this block's own work runs: once its warp 1 is
+                         * done the block does not linger (one block per SM: it would hold the SM
+                         * from the next block); the separate pass takes what is left */
+                        int i = ntl;
+                        if (lane == 0) {
+                            uint32_t d;
+                            asm volatile("ld.volatile.shared.u32 %0, [%1];\n" : "=r"(d) : "r"(own_done) : "memory");
+                            if (!d) i = atomicAdd(chunk_next + pc, 1);
+                        }
                         i = __shfl_sync(~0u, i, 0);
                         if (i >= ntl) break;
                         /* tile i of chunk pc: pair pc C + i / (G nt64), query head of the group
@@ -1737,9 +1745,6 @@ int dkdv_wg_launch(dx_backend *be, void *dk, void *dv, float *dq_acc, void *dq, 
         mode |= 16;
     const size_t ntile = (size_t)B * H * ((T + 63) / 64), nt = ntile * 64 * DH;
     int *const dq_cnt = (int *)(dq_acc + nt);
-    DXC_CHECK(op, cudaMemsetAsync(mode & 16 ? (void *)dq_cnt : (void *)dq_acc, 0,
-                                  ((mode & 16 ? 0 : nt) + dxc_dq_cnt_ints(ntile, DH)) * sizeof(float),
-                                  dxc(be)->stream));
     if (!key_x && var != 9) { /* bit 2: chunks of C (b, kv head) pairs */
         const int C = bwd_wg_chunk(be, (int)nbh, (int)nkt, T, H / Hkv, DH);
         if (C < (int)nbh) mode |= 4 | (C << 8);
@@ -1754,6 +1759,10 @@ int dkdv_wg_launch(dx_backend *be, void *dk, void *dv, float *dq_acc, void *dq, 
             kern = att_bwd_wg<DH, true, BQ2, true>;
         }
     *tile_done = pipe ? dq_cnt + ntile * (1 + 2 * (DH / 64)) : nullptr;
+    /* the counters in use: bit 5's three per tile only with it (dxc_dq_cnt_ints counts them) */
+    const size_t cnt = dxc_dq_cnt_ints(ntile, DH) - (pipe ? 0 : 3 * ntile);
+    DXC_CHECK(op, cudaMemsetAsync(mode & 16 ? (void *)dq_cnt : (void *)dq_acc, 0,
+                                  ((mode & 16 ? 0 : nt) + cnt) * sizeof(float), dxc(be)->stream));
     dxc_set_smem(be, (const void *)kern, smem, op);
     kern<<<grid, 384, smem, dxc(be)->stream>>>((bf16 *)dk, (bf16 *)dv, dq_acc, (bf16 *)dq, dq_cnt,
                                               (const bf16 *)dout, (const bf16 *)q, (const bf16 *)k,
