@@ -1058,10 +1058,9 @@ __global__ void __launch_bounds__(384, 1)
     int ch = 0; /* (bit 2) this block's chunk */
     if (mode & 4) {
         int kt;
-        const int lin = blockIdx.y * gridDim.x + blockIdx.x;
-        dx_att_chunk_map(lin, gridDim.x, gridDim.y, mode >> 8, &bk, &kt);
+        dx_att_chunk_map(blockIdx.y * gridDim.x + blockIdx.x, gridDim.x, gridDim.y, mode >> 8, &bk, &kt);
         c0 = kt * BK;
-        if (PIPE) ch = lin / ((mode >> 8) * gridDim.y);
+        if (PIPE) ch = bk / (mode >> 8); /* chunks are runs of mode >> 8 pairs */
     }
     const int kh = bk % Hkv, b = bk / Hkv, G = H / Hkv;
     const size_t qst = (size_t)H * DH; /* dout; q rows qld apart */
@@ -1079,6 +1078,12 @@ __global__ void __launch_bounds__(384, 1)
      * operations are complete, and the next of its tiles to convert (dxc_dq_cnt_ints) */
     int *const tile_done = dq_written + ntile * (DH / 64), *const chunk_done = tile_done + ntile,
               *const chunk_next = chunk_done + ntile;
+    /* (pipe) this block's warp 1 is done */
+    auto own_is_done = [&]() {
+        uint32_t d;
+        asm volatile("ld.volatile.shared.u32 %0, [%1];\n" : "=r"(d) : "r"(own_done) : "memory");
+        return d != 0;
+    };
 
     if (threadIdx.x == 0) {
         /* TMA: K, V by thread 0's expect_tx; a stage by its expect_tx and warp 0's cp.async of
@@ -1213,9 +1218,7 @@ __global__ void __launch_bounds__(384, 1)
                                 ok = 1;
                                 break;
                             }
-                            uint32_t d;
-                            asm volatile("ld.volatile.shared.u32 %0, [%1];\n" : "=r"(d) : "r"(own_done) : "memory");
-                            if (d) break;
+                            if (own_is_done()) break;
                             __nanosleep(256);
                         }
                         /* the other blocks' bulk reductions, before this warp's bulk copies */
@@ -1228,11 +1231,7 @@ __global__ void __launch_bounds__(384, 1)
                          * done the block does not linger (one block per SM: it would hold the SM
                          * from the next block); the separate pass takes what is left */
                         int i = ntl;
-                        if (lane == 0) {
-                            uint32_t d;
-                            asm volatile("ld.volatile.shared.u32 %0, [%1];\n" : "=r"(d) : "r"(own_done) : "memory");
-                            if (!d) i = atomicAdd(chunk_next + pc, 1);
-                        }
+                        if (lane == 0 && !own_is_done()) i = atomicAdd(chunk_next + pc, 1);
                         i = __shfl_sync(~0u, i, 0);
                         if (i >= ntl) break;
                         /* tile i of chunk pc: pair pc C + i / (G nt64), query head of the group
@@ -1758,9 +1757,9 @@ int dkdv_wg_launch(dx_backend *be, void *dk, void *dv, float *dq_acc, void *dq, 
             smem += 64 * 64 * sizeof(float);
             kern = att_bwd_wg<DH, true, BQ2, true>;
         }
-    *tile_done = pipe ? dq_cnt + ntile * (1 + 2 * (DH / 64)) : nullptr;
-    /* the counters in use: bit 5's three per tile only with it (dxc_dq_cnt_ints counts them) */
-    const size_t cnt = dxc_dq_cnt_ints(ntile, DH) - (pipe ? 0 : 3 * ntile);
+    *tile_done = pipe ? dq_cnt + dxc_dq_cnt_base_ints(ntile, DH) : nullptr;
+    /* the counters in use: bit 5's only with it */
+    const size_t cnt = pipe ? dxc_dq_cnt_ints(ntile, DH) : dxc_dq_cnt_base_ints(ntile, DH);
     DXC_CHECK(op, cudaMemsetAsync(mode & 16 ? (void *)dq_cnt : (void *)dq_acc, 0,
                                   ((mode & 16 ? 0 : nt) + cnt) * sizeof(float), dxc(be)->stream));
     dxc_set_smem(be, (const void *)kern, smem, op);

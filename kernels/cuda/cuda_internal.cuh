@@ -213,10 +213,11 @@ void dxc_rope_apply(dx_backend *be, void *x, int ld, int B, int T, int H, int Dh
 
 /* The ints att_bwd_wg keeps after dq's accumulator for ntile tiles (b, h, 64 queries) of head
  * dimension Dh: per tile a count of completed contributions, per 64 x 64 piece a claim count and
- * a "first contribution written" flag (attention_mma.cu: att_bwd_wg's mode bits 3 and 4); then
- * per tile a "converted in the kernel" flag, and two per-chunk counters, ntile ints each (there
- * are at most as many chunks as tiles; mode bit 5). */
-static inline size_t dxc_dq_cnt_ints(size_t ntile, int Dh) { return ntile * (4 + 2 * (size_t)((Dh + 63) / 64)); }
+ * a "first contribution written" flag (attention_mma.cu: att_bwd_wg's mode bits 3 and 4: the
+ * base ints); then per tile a "converted in the kernel" flag, and two per-chunk counters, ntile
+ * ints each (there are at most as many chunks as tiles; mode bit 5). */
+static inline size_t dxc_dq_cnt_base_ints(size_t ntile, int Dh) { return ntile * (1 + 2 * (size_t)((Dh + 63) / 64)); }
+static inline size_t dxc_dq_cnt_ints(size_t ntile, int Dh) { return dxc_dq_cnt_base_ints(ntile, Dh) + 3 * ntile; }
 /* Floats of dxc_attention_bwd_mma's dq_acc: B H ceil(T / 64) tiles of 64 x Dh fp32 (queries
  * padded for att_bwd_wg's tiles), then dxc_dq_cnt_ints counters (4 bytes each). */
 static inline size_t dxc_dq_acc_floats(int B, int T, int H, int Dh)
