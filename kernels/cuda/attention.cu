@@ -592,12 +592,14 @@ void dxc_attention_bwd(dx_backend *be, void *dq, void *dk, void *dv, const void 
         if (dxc(be)->attn_skip & 1) { /* timing only: D = 0 (cuda_internal.cuh attn_skip) */
             DXC_CHECK(op, cudaMemsetAsync(Dv, 0, rows * sizeof(float), st));
         } else {
-            switch (Dh) {
-            case 32: att_bwd_dot_vec<32><<<blocks, 256, 0, st>>>(Dv, d_, o_, rows, T, H); break;
-            case 64: att_bwd_dot_vec<64><<<blocks, 256, 0, st>>>(Dv, d_, o_, rows, T, H); break;
-            default: att_bwd_dot_vec<128><<<blocks, 256, 0, st>>>(Dv, d_, o_, rows, T, H); break;
+            for (int rep = dxc(be)->attn_skip & 8 ? 2 : 1; rep > 0; rep--) { /* (bit 3: twice, timing) */
+                switch (Dh) {
+                case 32: att_bwd_dot_vec<32><<<blocks, 256, 0, st>>>(Dv, d_, o_, rows, T, H); break;
+                case 64: att_bwd_dot_vec<64><<<blocks, 256, 0, st>>>(Dv, d_, o_, rows, T, H); break;
+                default: att_bwd_dot_vec<128><<<blocks, 256, 0, st>>>(Dv, d_, o_, rows, T, H); break;
+                }
+                DXC_LAUNCHED(be, op);
             }
-            DXC_LAUNCHED(be, op);
         }
         size_t sin_off = 0;
         const float *tab = rope_theta != 0.0f ? dxc_rope_table(be, T, Dh, rope_theta, &sin_off, op)

@@ -897,15 +897,13 @@ __device__ __forceinline__ void dq_store_rope4(bf16 *row, int d, int e, float4 a
 /* the dq tile of (b, h, query tile i0 / 64) converted by one warp from its copy in shared memory
  * (stage: att_bwd_wg's accumulator tile, DH / 64 pieces, dq_tiled_off): dq[b, t, h, :] =
  * bf16(acc * scale) for the tile's rows t < T, with RoPE's backward (att_dq_from_tiles_rope's
- * math) where rope is set (cs, sn_rows: the rows i0 .. of dxc_rope_table's cos and sin tables,
- * DH / 2 floats each, in shared memory or in global memory); then the tile's 128-byte lines in
- * global memory (acc_tile) are
+ * math) where rope is set (cs: the rows i0 .. of dxc_rope_table's cos table, DH / 2 floats each,
+ * then 64 rows later those of its sin table, in shared memory too); then the tile's 128-byte lines in global memory (acc_tile) are
  * dropped from L2 unwritten (discard.global.L2: nothing reads them before the next call's first
  * contributions overwrite them), so that the fp32 tile never goes back to DRAM. */
 template <int DH>
 __device__ __forceinline__ void dq_tile_convert(bf16 *__restrict__ dq, const float *stage,
-                                                const float *cs, const float *sn_rows,
-                                                const float *acc_tile, int b, int h,
+                                                const float *cs, const float *acc_tile, int b, int h,
                                                 int i0, int T, int H, float scale, bool rope,
                                                 size_t qld, int lane)
 {
@@ -921,7 +919,7 @@ __device__ __forceinline__ void dq_tile_convert(bf16 *__restrict__ dq, const flo
             const int r = i / Q, d = (i % Q) * 4, e = d + HALF, t = i0 + r;
             const float4 a = ld(r, d), bb = ld(r, e);
             const float4 c = *(const float4 *)(cs + r * HALF + d);
-            const float4 sn = *(const float4 *)(sn_rows + r * HALF + d);
+            const float4 sn = *(const float4 *)(cs + (64 + r) * HALF + d);
             dq_store_rope4(dq + ((size_t)b * T + t) * qld + (size_t)h * DH, d, e, a, bb, c, sn, scale);
         }
     } else {
@@ -995,21 +993,9 @@ __device__ __forceinline__ void dq_tile_convert(bf16 *__restrict__ dq, const flo
  * the first reductions read it back and L2 wrote the sums back (~4 x 134 MB per call at B 8 T
  * 2048 H 32 Dh 64; NOTES item 23). But the converter warps of the block that completes most
  * tiles fall behind and stall it (7-44% slower at Dh 64, NOTES item 24), so bit 3 is only
- * variants 16 and 17.
- * Bit 5 (variant 25; 128-query tiles with bits 2 and 4, in the instance with PIPE set, so that
- * the default's code stays as it was; written 2026-11-28, NOT YET RUN on a GPU,
- * benchmarks/NOTES.md item 35): the dq tiles of chunk c converted by the blocks of chunk c + 1
- * while they are still in L2. Each block's warp 1, once all its bulk operations are complete,
- * adds one to chunk_done[c] (release), and sets a shared flag; warp 2 of a block of chunk c + 1
- * waits (acquire) until chunk_done[c] counts chunk c's blocks (all dispatched before any block
- * of chunk c + 1: the wait ends) or until its own block's warp 1 is done (then it gives up),
- * then, until its block's warp 1 is done, takes chunk c's tiles one at a time from a counter
- * (chunk_next[c]), copies each into
- * shared memory, converts it (dq_tile_convert, RoPE's rows read from global memory), drops its
- * lines from L2 and marks it in tile_done; the separate pass converts the tiles left unmarked
- * (the last chunk's, and any given up). dkdv_wg_launch zeroes dq_cnt (dxc_dq_cnt_ints) before each launch, and the
+ * variants 16 and 17. dkdv_wg_launch zeroes dq_cnt (dxc_dq_cnt_ints) before each launch, and the
  * accumulator too unless bit 4 is set. */
-template <int DH, bool TMA, int BQT, bool PIPE = false>
+template <int DH, bool TMA, int BQT>
 __global__ void __launch_bounds__(384, 1)
     att_bwd_wg(bf16 *__restrict__ dk, bf16 *__restrict__ dv, float *__restrict__ dq_acc,
                bf16 *__restrict__ dq, int *__restrict__ dq_cnt, const bf16 *__restrict__ dout, const bf16 *__restrict__ q,
@@ -1030,9 +1016,6 @@ __global__ void __launch_bounds__(384, 1)
      * warps 2 and 3 convert completed tiles; first_store: a piece's first contribution copied */
     const bool key_x = mode & 1, skip_dead = !(mode & 2), issuer = TMA && (mode & 24),
                conv = TMA && DH == 64 && !Q2 && (mode & 8), first_store = TMA && (mode & 16);
-    /* bit 5: chunk c's tiles converted by chunk c + 1's blocks (needs the chunks, bit 2, and warp
-     * 1 as the issuer, bit 4) */
-    const bool pipe = PIPE && TMA && Q2 && (mode & 32) && (mode & 4) && (mode & 16);
     constexpr uint32_t KB = BK * DH * 2, QB = BQ * DH * 2, SB = BK * BQ * 2; /* tile bytes */
     DXC_DYNAMIC_SMEM(uint4, smem_raw);
     const uint32_t raw = smem_u32(smem_raw), base = (raw + 1023u) & ~1023u;
@@ -1047,7 +1030,6 @@ __global__ void __launch_bounds__(384, 1)
     /* (conv) per converter warp: a tile to convert (cv_full, cv_slot), its slot free again
      * (cv_empty), its copy in shared memory (cv_ld, at Stg + 16 KB x the warp) */
     const uint32_t cv_full = bars + 72, cv_empty = bars + 88, cv_ld = bars + 104, cv_slot = bars + 120;
-    const uint32_t own_done = bars + 128; /* (pipe) u32: this block's warp 1 is done */
     const uint32_t Stg = bars + 192;
 
     const int wg = threadIdx.x >> 7;
@@ -1055,12 +1037,10 @@ __global__ void __launch_bounds__(384, 1)
      * bit 2 (grid (B Hkv, key tiles)): in launch order, chunks of C = mode >> 8 (b, kv head)
      * pairs one after another, a chunk's key tiles longest first (bwd_wg_chunk) */
     int bk = key_x ? blockIdx.y : blockIdx.x, c0 = (key_x ? blockIdx.x : blockIdx.y) * BK;
-    int ch = 0; /* (bit 2) this block's chunk */
     if (mode & 4) {
         int kt;
         dx_att_chunk_map(blockIdx.y * gridDim.x + blockIdx.x, gridDim.x, gridDim.y, mode >> 8, &bk, &kt);
         c0 = kt * BK;
-        if (PIPE) ch = bk / (mode >> 8); /* chunks are runs of mode >> 8 pairs */
     }
     const int kh = bk % Hkv, b = bk / Hkv, G = H / Hkv;
     const size_t qst = (size_t)H * DH; /* dout; q rows qld apart */
@@ -1074,16 +1054,6 @@ __global__ void __launch_bounds__(384, 1)
      * (64 x 64 of a tile) a claim count and a flag "first contribution written" (first_store) */
     const size_t ntile = (size_t)(key_x ? gridDim.y : gridDim.x) * G * nt64;
     int *const dq_claim = dq_cnt + ntile, *const dq_written = dq_claim + ntile * (DH / 64);
-    /* (pipe) per tile: converted here; per chunk (at most ntile of them): its blocks whose bulk
-     * operations are complete, and the next of its tiles to convert (dxc_dq_cnt_ints) */
-    int *const tile_done = dq_written + ntile * (DH / 64), *const chunk_done = tile_done + ntile,
-              *const chunk_next = chunk_done + ntile;
-    /* (pipe) this block's warp 1 is done */
-    auto own_is_done = [&]() {
-        uint32_t d;
-        asm volatile("ld.volatile.shared.u32 %0, [%1];\n" : "=r"(d) : "r"(own_done) : "memory");
-        return d != 0;
-    };
 
     if (threadIdx.x == 0) {
         /* TMA: K, V by thread 0's expect_tx; a stage by its expect_tx and warp 0's cp.async of
@@ -1098,7 +1068,6 @@ __global__ void __launch_bounds__(384, 1)
             mbar_init(cv_empty + 8 * i, 1);
             mbar_init(cv_ld + 8 * i, 1);
         }
-        if (PIPE) asm volatile("st.shared.u32 [%0], 0;\n" ::"r"(own_done) : "memory");
         if (TMA) fence_mbar_init();
     }
     __syncthreads();
@@ -1193,66 +1162,11 @@ __global__ void __launch_bounds__(384, 1)
                         }
                     }
                     bulk_wait<false>(); /* every operation complete before the block exits */
-                    if (pipe) { /* this block's part of chunk ch is complete: count it (release) */
-                        asm volatile("fence.proxy.async.global;\n" ::: "memory");
-                        __threadfence();
-                        atomicAdd(chunk_done + ch, 1);
-                        asm volatile("st.volatile.shared.u32 [%0], 1;\n" ::"r"(own_done) : "memory");
-                    }
                     if (conv) {
                         asm volatile("fence.proxy.async.global;\n" ::: "memory");
                         if (pend) count(pend_ti);
                         push(~0u); /* both converters: no more tiles */
                         push(~0u);
-                    }
-                }
-            } else if (pipe && tid >= 64 && tid < 96) { /* warp 2: chunk ch - 1's tiles (bit 5) */
-                if (ch > 0) {
-                    const int C = mode >> 8, pc = ch - 1, nbh_ = (int)gridDim.x;
-                    const int cc = C < nbh_ - pc * C ? C : nbh_ - pc * C; /* chunk pc's pairs */
-                    const int nb = cc * (int)gridDim.y, ntl = cc * G * nt64; /* its blocks, tiles */
-                    int ok = 0;
-                    if (lane == 0) {
-                        for (;;) { /* chunk pc complete, or this block done (then give up) */
-                            if (ld_acquire_gpu(chunk_done + pc) >= nb) {
-                                ok = 1;
-                                break;
-                            }
-                            if (own_is_done()) break;
-                            __nanosleep(256);
-                        }
-                        /* the other blocks' bulk reductions, before this warp's bulk copies */
-                        if (ok) asm volatile("fence.proxy.async.global;\n" ::: "memory");
-                    }
-                    ok = __shfl_sync(~0u, ok, 0);
-                    const float *stg_g = (const float *)((const char *)smem_raw + (Stg - raw));
-                    for (int n = 0; ok; n++) {
-                        /* the next tile, while this block's own work runs: once its warp 1 is
-                         * done the block does not linger (one block per SM: it would hold the SM
-                         * from the next block); the separate pass takes what is left */
-                        int i = ntl;
-                        if (lane == 0 && !own_is_done()) i = atomicAdd(chunk_next + pc, 1);
-                        i = __shfl_sync(~0u, i, 0);
-                        if (i >= ntl) break;
-                        /* tile i of chunk pc: pair pc C + i / (G nt64), query head of the group
-                         * i / nt64 % G, query tile i % nt64 */
-                        const int p = pc * C + i / (G * nt64), gg = i / nt64 % G, qt = i % nt64;
-                        const int tb = p / Hkv, th = (p % Hkv) * G + gg;
-                        const size_t ti = ((size_t)tb * H + th) * nt64 + qt;
-                        const float *acc_tile = dq_acc + ti * 64 * DH;
-                        if (lane == 0) {
-                            mbar_expect_tx(cv_ld, 64 * DH * 4);
-                            bulk_load_g2s(Stg, acc_tile, 64 * DH * 4, cv_ld);
-                        }
-                        mbar_wait(cv_ld, n & 1);
-                        const float *cr = rtab ? rtab + (size_t)qt * 64 * (DH / 2) : nullptr;
-                        dq_tile_convert<DH>(dq, stg_g, cr, rtab ? cr + sin_off : nullptr, acc_tile, tb, th,
-                                            qt * 64, T, H, scale, rtab != nullptr, qld, lane);
-                        __syncwarp();
-                        if (lane == 0) {
-                            fence_proxy_async(); /* the reads above, before the next bulk copy's writes */
-                            tile_done[ti] = 1;   /* (read by the separate pass, after this kernel) */
-                        }
                     }
                 }
             } else if (conv && tid >= 64) { /* warps 2 and 3: convert the tiles warp 1 hands them */
@@ -1284,7 +1198,7 @@ __global__ void __launch_bounds__(384, 1)
                         }
                     }
                     mbar_wait(cv_ld + 8 * w, n & 1);
-                    dq_tile_convert<DH>(dq, stg_g, stg_g + TB / 4, stg_g + (TB + RB) / 4, acc_tile, b, h, qi * 64, T, H, scale,
+                    dq_tile_convert<DH>(dq, stg_g, stg_g + TB / 4, acc_tile, b, h, qi * 64, T, H, scale,
                                         rtab != nullptr, qld, lane);
                     __syncwarp();
                     if (lane == 0) {
@@ -1684,15 +1598,13 @@ static int bwd_wg_chunk(dx_backend *be, int nbh, int nkt, int T, int G, int DH)
  * dim 128, or T <= 2048 with 128-query tiles at Dh 64, T <= 1024 with 64-query ones; variants
  * 15, 17 and 22 always, 14, 16 and 23 never) copies each piece's first
  * contribution, so only dq_cnt is zeroed, not the accumulator; bit 3 (head dim 64, variants 16
- * and 17 only) converts dq in the kernel; bit 5 (variant 25, 128-query tiles, chunked, with bit
- * 4) converts each chunk's tiles in the next chunk's blocks. Returns 1 where the kernel converted
- * dq (bit 3), 2 where it converted the tiles marked in *tile_done (bit 5: the caller's separate
- * pass converts the others), 0 where the caller's separate pass converts it all. */
+ * and 17 only) converts dq in the kernel. Returns whether it did (else the caller runs the
+ * separate pass over the accumulator). */
 template <int DH>
-int dkdv_wg_launch(dx_backend *be, void *dk, void *dv, float *dq_acc, void *dq, const void *dout,
+bool dkdv_wg_launch(dx_backend *be, void *dk, void *dv, float *dq_acc, void *dq, const void *dout,
                     const void *q, const void *k, const void *v, const float *lse,
                     const float *Dv, int B, int T, int H, int Hkv, size_t kst, size_t qld, bool key_x,
-                    const float *rtab, size_t sin_off, const int **tile_done)
+                    const float *rtab, size_t sin_off)
 {
     const char *op = "attention_bwd";
     const float scale = (float)(1.0 / sqrt((double)DH));
@@ -1718,8 +1630,9 @@ int dkdv_wg_launch(dx_backend *be, void *dk, void *dv, float *dq_acc, void *dq, 
                      !tensor_map_3d(&tv, v, (uint64_t)B, (uint64_t)T, (uint64_t)Hkv * DH, kst, 128);
     q2 = q2 && tma; /* without tensor maps: 64-query tiles, the cp.async producer */
     constexpr int BQ2 = DH == 64 ? 128 : 64; /* the query tile where q2 (only at Dh 64) */
-    size_t smem = q2 ? bwd_wg_smem<DH, BQ2>() : bwd_wg_smem<DH>();
+    const size_t smem = q2 ? bwd_wg_smem<DH, BQ2>() : bwd_wg_smem<DH>();
     auto kern = q2 ? att_bwd_wg<DH, true, BQ2> : tma ? att_bwd_wg<DH, true, 64> : att_bwd_wg<DH, false, 64>;
+    dxc_set_smem(be, (const void *)kern, smem, op);
     const unsigned nbh = (unsigned)(B * Hkv), nkt = (unsigned)((T + 127) / 128);
     const dim3 grid = key_x ? dim3(nkt, nbh) : dim3(nbh, nkt);
     /* mode: bit 0 the key-tile-major grid, bit 1 (variant 11) the masked warpgroup tiles computed */
@@ -1744,31 +1657,19 @@ int dkdv_wg_launch(dx_backend *be, void *dk, void *dv, float *dq_acc, void *dq, 
         mode |= 16;
     const size_t ntile = (size_t)B * H * ((T + 63) / 64), nt = ntile * 64 * DH;
     int *const dq_cnt = (int *)(dq_acc + nt);
+    DXC_CHECK(op, cudaMemsetAsync(mode & 16 ? (void *)dq_cnt : (void *)dq_acc, 0,
+                                  ((mode & 16 ? 0 : nt) + dxc_dq_cnt_ints(ntile, DH)) * sizeof(float),
+                                  dxc(be)->stream));
     if (!key_x && var != 9) { /* bit 2: chunks of C (b, kv head) pairs */
         const int C = bwd_wg_chunk(be, (int)nbh, (int)nkt, T, H / Hkv, DH);
         if (C < (int)nbh) mode |= 4 | (C << 8);
     }
-    /* bit 5 (variant 25): chunk c's tiles converted by chunk c + 1's blocks, staged through 16
-     * KB of shared memory (the 128-query tiles' layout leaves ~31 KB of the 227) */
-    const bool pipe = var == 25 && q2 && (mode & 4) && (mode & 16);
-    if constexpr (DH == 64)
-        if (pipe) {
-            mode |= 32;
-            smem += 64 * 64 * sizeof(float);
-            kern = att_bwd_wg<DH, true, BQ2, true>;
-        }
-    *tile_done = pipe ? dq_cnt + dxc_dq_cnt_base_ints(ntile, DH) : nullptr;
-    /* the counters in use: bit 5's only with it */
-    const size_t cnt = pipe ? dxc_dq_cnt_ints(ntile, DH) : dxc_dq_cnt_base_ints(ntile, DH);
-    DXC_CHECK(op, cudaMemsetAsync(mode & 16 ? (void *)dq_cnt : (void *)dq_acc, 0,
-                                  ((mode & 16 ? 0 : nt) + cnt) * sizeof(float), dxc(be)->stream));
-    dxc_set_smem(be, (const void *)kern, smem, op);
     kern<<<grid, 384, smem, dxc(be)->stream>>>((bf16 *)dk, (bf16 *)dv, dq_acc, (bf16 *)dq, dq_cnt,
                                               (const bf16 *)dout, (const bf16 *)q, (const bf16 *)k,
                                               (const bf16 *)v, lse, Dv, T, H, Hkv, kst, qld, sl2,
                                               scale, mode, rtab, sin_off, tq, tk, tv, tdo);
     DXC_LAUNCHED(be, op);
-    return conv ? 1 : pipe ? 2 : 0;
+    return conv;
 }
 
 template <int DH, int NW, int MT, int BN>
@@ -1836,9 +1737,9 @@ __device__ __forceinline__ void dq_acc_drop(const float *acc_bh, int t, int j)
 
 /* dq[b, t, h, :] = bf16(acc * scale) from att_bwd_wg's tiled accumulator (dq_tiled_off), 4
  * elements per thread; drop: as above */
-template <int DH, bool DONE = false>
+template <int DH>
 __global__ void att_dq_from_tiles(bf16 *__restrict__ dq, const float *__restrict__ acc, int T,
-                                  int H, float scale, size_t qld, int drop, const int *__restrict__ done)
+                                  int H, float scale, size_t qld, int drop)
 {
     const size_t n4 = (size_t)T * H * DH / 4; /* of batch b */
     const int nt64 = (T + 63) / 64, b = drop ? (int)(gridDim.y - 1 - blockIdx.y) : (int)blockIdx.y;
@@ -1847,16 +1748,13 @@ __global__ void att_dq_from_tiles(bf16 *__restrict__ dq, const float *__restrict
         const int d = (int)(i % (DH / 4)) * 4, h = (int)(i / (DH / 4) % H),
                   t = (int)(i / (DH / 4) / H);
         const float *acc_bh = acc + ((size_t)b * H + h) * nt64 * 64 * DH;
-        const bool skip = DONE && done[((size_t)b * H + h) * nt64 + t / 64]; /* converted already */
-        if (!skip) {
-            const float4 a = dq_acc_ld4<DH>(acc_bh, t, d);
-            __nv_bfloat162 *o = (__nv_bfloat162 *)(dq + ((size_t)b * T + t) * qld + (size_t)h * DH + d);
-            o[0] = __floats2bfloat162_rn(a.x * scale, a.y * scale);
-            o[1] = __floats2bfloat162_rn(a.z * scale, a.w * scale);
-        }
+        const float4 a = dq_acc_ld4<DH>(acc_bh, t, d);
+        __nv_bfloat162 *o = (__nv_bfloat162 *)(dq + ((size_t)b * T + t) * qld + (size_t)h * DH + d);
+        o[0] = __floats2bfloat162_rn(a.x * scale, a.y * scale);
+        o[1] = __floats2bfloat162_rn(a.z * scale, a.w * scale);
         if (drop) {
             __syncwarp(); /* every lane's reads of the lines are done */
-            if (!skip) dq_acc_drop<DH>(acc_bh, t, d / 4);
+            dq_acc_drop<DH>(acc_bh, t, d / 4);
         }
     }
 }
@@ -1865,10 +1763,10 @@ __global__ void att_dq_from_tiles(bf16 *__restrict__ dq, const float *__restrict
  * d .. d+3 (d < DH/2) and d+DH/2 .. +3 of one (t, h) and writes
  *   dq[i] = a cos + b sin ; dq[i + DH/2] = b cos - a sin  (a, b: acc * scale at i, i + DH/2)
  * with cos / sin of position t from dxc_rope_table's table (rows of DH/2 floats, sin at sin_off) */
-template <int DH, bool DONE = false>
+template <int DH>
 __global__ void att_dq_from_tiles_rope(bf16 *__restrict__ dq, const float *__restrict__ acc,
                                        int T, int H, float scale, const float *__restrict__ rtab,
-                                       size_t sin_off, size_t qld, int drop, const int *__restrict__ done)
+                                       size_t sin_off, size_t qld, int drop)
 {
     constexpr int HALF = DH / 2, Q = HALF / 4; /* items per (t, h) */
     const size_t n = (size_t)T * H * Q;      /* of batch b */
@@ -1877,17 +1775,14 @@ __global__ void att_dq_from_tiles_rope(bf16 *__restrict__ dq, const float *__res
          i += (size_t)gridDim.x * blockDim.x) {
         const int d = (int)(i % Q) * 4, h = (int)(i / Q % H), t = (int)(i / Q / H);
         const float *acc_bh = acc + ((size_t)b * H + h) * nt64 * 64 * DH;
-        const bool skip = DONE && done[((size_t)b * H + h) * nt64 + t / 64]; /* converted already */
-        if (!skip) {
-            const int e = d + HALF;
-            const float4 a = dq_acc_ld4<DH>(acc_bh, t, d), bb = dq_acc_ld4<DH>(acc_bh, t, e);
-            const float4 c = __ldg((const float4 *)(rtab + (size_t)t * HALF + d));
-            const float4 sn = __ldg((const float4 *)(rtab + sin_off + (size_t)t * HALF + d));
-            dq_store_rope4(dq + ((size_t)b * T + t) * qld + (size_t)h * DH, d, e, a, bb, c, sn, scale);
-        }
+        const int e = d + HALF;
+        const float4 a = dq_acc_ld4<DH>(acc_bh, t, d), bb = dq_acc_ld4<DH>(acc_bh, t, e);
+        const float4 c = __ldg((const float4 *)(rtab + (size_t)t * HALF + d));
+        const float4 sn = __ldg((const float4 *)(rtab + sin_off + (size_t)t * HALF + d));
+        dq_store_rope4(dq + ((size_t)b * T + t) * qld + (size_t)h * DH, d, e, a, bb, c, sn, scale);
         if (drop) {
             __syncwarp(); /* every lane's reads of the lines are done */
-            if (!skip) dq_acc_drop<DH>(acc_bh, t, d / 4);
+            dq_acc_drop<DH>(acc_bh, t, d / 4);
         }
     }
 }
@@ -1915,9 +1810,8 @@ bool bwd_launch(dx_backend *be, void *dq, void *dk, void *dv, float *dq_acc, con
     cudaStream_t st = dxc(be)->stream;
     if constexpr (DH == 64 || DH == 128) {
         if (wg) { /* the tiled accumulator (dq_tiled_off), then att_bwd_wg's counters */
-            const int *done = nullptr; /* (variant 25) the tiles the kernel converted */
             if (dkdv_wg_launch<DH>(be, dk, dv, dq_acc, dq, dout, q, k, v, lse, Dv, B, T, H, Hkv, kst,
-                                   qld, wg == 2, rtab, sin_off, &done) == 1)
+                                   qld, wg == 2, rtab, sin_off))
                 return rtab != nullptr; /* dq converted by the kernel */
             if (dxc(be)->attn_skip & 2) return rtab != nullptr; /* timing only: dq left as it was */
             const size_t per_b = (size_t)T * H * DH / (rtab ? 8 : 4),
@@ -1925,17 +1819,19 @@ bool bwd_launch(dx_backend *be, void *dq, void *dk, void *dv, float *dq_acc, con
             const size_t blocks = (per_b + 255) / 256 < cap ? (per_b + 255) / 256 : cap;
             const float scale = (float)(1.0 / sqrt((double)DH));
             /* the last batches first, their lines dropped from L2 once read (variant 24: not) */
-            const int drop = dxc(be)->attn_bwd_var != 24 && (size_t)T * H * DH % (32 * 8) == 0;
-            /* (done: variant 25 converted the tiles it marks; DONE instances skip them) */
-            auto pr = done ? att_dq_from_tiles_rope<DH, true> : att_dq_from_tiles_rope<DH>;
-            auto pn = done ? att_dq_from_tiles<DH, true> : att_dq_from_tiles<DH>;
-            if (rtab)
-                pr<<<dim3((unsigned)blocks, (unsigned)B), 256, 0, st>>>((bf16 *)dq, dq_acc, T, H, scale, rtab,
-                                                                      sin_off, qld, drop, done);
-            else
-                pn<<<dim3((unsigned)blocks, (unsigned)B), 256, 0, st>>>((bf16 *)dq, dq_acc, T, H, scale, qld,
-                                                                      drop, done);
-            DXC_LAUNCHED(be, op);
+            const int drop = dxc(be)->attn_bwd_var != 24 && !(dxc(be)->attn_skip & 4) &&
+                             (size_t)T * H * DH % (32 * 8) == 0;
+            /* (DX_CUDA_ATT_SKIP bit 2, timing only: twice, without the drop, as variant 24, so
+             * that the second pass reads what the first read; compare it with variant 24) */
+            for (int rep = dxc(be)->attn_skip & 4 ? 2 : 1; rep > 0; rep--) {
+                if (rtab)
+                    att_dq_from_tiles_rope<DH><<<dim3((unsigned)blocks, (unsigned)B), 256, 0, st>>>(
+                        (bf16 *)dq, dq_acc, T, H, scale, rtab, sin_off, qld, drop);
+                else
+                    att_dq_from_tiles<DH><<<dim3((unsigned)blocks, (unsigned)B), 256, 0, st>>>(
+                        (bf16 *)dq, dq_acc, T, H, scale, qld, drop);
+                DXC_LAUNCHED(be, op);
+            }
             return rtab != nullptr;
         }
     }
@@ -2014,10 +1910,8 @@ bool bwd_launch(dx_backend *be, void *dq, void *dk, void *dv, float *dq_acc, con
  *                    23 (0 with the accumulator zeroed first at every length)
  *                    24 (0 with the separate dq pass in batch order, keeping the accumulator's
  *                        lines in L2: as before 2026-11-28)
- *                    25 (0 with each chunk's dq tiles converted by the next chunk's blocks,
- *                        att_bwd_wg's mode bit 5; written 2026-11-28, not yet run on a GPU)
  *                    8 (4 warps, MT 2, 32 queries per tile)
- *            Dh 128: 0 (wgmma; elsewhere 8)  9  10  11  13  14  15 (as 0)  16 (as 14)  17 (as 0)  20 (as 0)  21 (as 0)  22 (as 0)  23 (as 14)  24  25 (as 0)  8 (8 warps, MT 1, 64 queries)  1 (4, 1, 32)
+ *            Dh 128: 0 (wgmma; elsewhere 8)  9  10  11  13  14  15 (as 0)  16 (as 14)  17 (as 0)  20 (as 0)  21 (as 0)  22 (as 0)  23 (as 14)  24  8 (8 warps, MT 1, 64 queries)  1 (4, 1, 32)
  *                    2 (8, 1, 32)  3 (4, 1, 64) */
 void dxc_attention_fwd_mma(dx_backend *be, void *o, void *lse, const void *q, const void *k,
                            const void *v, int ldq, int ldkv, int B, int T, int H, int Hkv, int Dh)

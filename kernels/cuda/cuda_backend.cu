@@ -2579,7 +2579,7 @@ extern "C" dx_backend *dx_backend_cuda_create(int device, int nthreads)
     /* unset or empty: chosen per shape */
     im->attn_chunk = env_int("DX_CUDA_ATT_CHUNK", -1, "a count of (batch, kv head) pairs (0: no chunks)");
     im->chunk_key[0] = -1;
-    im->attn_skip = env_int("DX_CUDA_ATT_SKIP", 0, "a bit mask (timing only: 1 the D pass, 2 the dq conversion)");
+    im->attn_skip = env_int("DX_CUDA_ATT_SKIP", 0, "a bit mask (timing only: 1 the D pass left out, 2 the dq conversion left out, 4 the dq conversion twice, 8 the D pass twice)");
     const char *sg = getenv("DX_CUDA_SWIGLU_GEMM");
     im->swiglu_gemm = !(sg && strcmp(sg, "0") == 0);
     const char *rg = getenv("DX_CUDA_ROPE_GEMM");

@@ -42,8 +42,10 @@ struct dxc_impl {
                            head) pairs (n > 0, forced), none (0), or chosen per shape (-1, unset) */
     int attn_skip;      /* DX_CUDA_ATT_SKIP (timing only, results wrong): bit 0 leaves out the
                            tensor-core backward's D = do . o pass (D zeroed instead), bit 1 its
-                           separate dq conversion pass (dq left as it was): what removing either
-                           could give a step at most (benchmarks/NOTES.md item 35) */
+                           separate dq conversion pass (dq left as it was; either changes the
+                           data downstream, so what it gives a step is not the pass's cost); bit 2
+                           runs the dq pass twice, bit 3 the D pass twice: each pass's cost in a
+                           step with the data unchanged (benchmarks/NOTES.md items 35, 36) */
     long chunk_key[5];  /* the shape (B Hkv, key tiles, T, G, Dh) att_bwd_wg's chunk was chosen for */
     int chunk_val;      /* and that chunk (attention_mma.cu: bwd_wg_chunk) */
     int wgmma;          /* compute capability 9.x: the sm_90a kernels (wgmma) can run */
@@ -213,11 +215,8 @@ void dxc_rope_apply(dx_backend *be, void *x, int ld, int B, int T, int H, int Dh
 
 /* The ints att_bwd_wg keeps after dq's accumulator for ntile tiles (b, h, 64 queries) of head
  * dimension Dh: per tile a count of completed contributions, per 64 x 64 piece a claim count and
- * a "first contribution written" flag (attention_mma.cu: att_bwd_wg's mode bits 3 and 4: the
- * base ints); then per tile a "converted in the kernel" flag, and two per-chunk counters, ntile
- * ints each (there are at most as many chunks as tiles; mode bit 5). */
-static inline size_t dxc_dq_cnt_base_ints(size_t ntile, int Dh) { return ntile * (1 + 2 * (size_t)((Dh + 63) / 64)); }
-static inline size_t dxc_dq_cnt_ints(size_t ntile, int Dh) { return dxc_dq_cnt_base_ints(ntile, Dh) + 3 * ntile; }
+ * a "first contribution written" flag (attention_mma.cu: att_bwd_wg's mode bits 3 and 4). */
+static inline size_t dxc_dq_cnt_ints(size_t ntile, int Dh) { return ntile * (1 + 2 * (size_t)((Dh + 63) / 64)); }
 /* Floats of dxc_attention_bwd_mma's dq_acc: B H ceil(T / 64) tiles of 64 x Dh fp32 (queries
  * padded for att_bwd_wg's tiles), then dxc_dq_cnt_ints counters (4 bytes each). */
 static inline size_t dxc_dq_acc_floats(int B, int T, int H, int Dh)
