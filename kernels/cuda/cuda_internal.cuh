@@ -40,12 +40,13 @@ struct dxc_impl {
                            at n blocks (tests: several work tiles per block at small shapes) */
     int attn_chunk;     /* DX_CUDA_ATT_CHUNK = n: att_bwd_wg's launch order in chunks of n (b, kv
                            head) pairs (n > 0, forced), none (0), or chosen per shape (-1, unset) */
-    int attn_skip;      /* DX_CUDA_ATT_SKIP (timing only, results wrong): bit 0 leaves out the
-                           tensor-core backward's D = do . o pass (D zeroed instead), bit 1 its
-                           separate dq conversion pass (dq left as it was; either changes the
-                           data downstream, so what it gives a step is not the pass's cost); bit 2
-                           runs the dq pass twice, bit 3 the D pass twice: each pass's cost in a
-                           step with the data unchanged (benchmarks/NOTES.md items 35, 36) */
+    int attn_skip;      /* DX_CUDA_ATT_SKIP (timing only; bits 0 and 1 make results wrong): bit
+                           0 leaves out the tensor-core backward's D = do . o pass (D zeroed
+                           instead), bit 1 its separate dq conversion pass (dq left as it was;
+                           either changes the data downstream, so what it gives a step is not
+                           the pass's cost); bit 2 runs the dq pass twice, bit 3 the D pass
+                           twice: each pass's cost in a step with the data unchanged
+                           (benchmarks/NOTES.md items 35, 36) */
     long chunk_key[5];  /* the shape (B Hkv, key tiles, T, G, Dh) att_bwd_wg's chunk was chosen for */
     int chunk_val;      /* and that chunk (attention_mma.cu: bwd_wg_chunk) */
     int wgmma;          /* compute capability 9.x: the sm_90a kernels (wgmma) can run */
