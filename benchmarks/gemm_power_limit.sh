@@ -7,7 +7,8 @@
 # enough for the clock to settle at the power limit) while nvidia-smi samples the SM clock and
 # the power draw every 100 ms, and prints one row per case: median ms, TFLOP/s, the fraction of
 # the dense bf16 peak (989 TFLOP/s on H100 / H200 SXM; PEAK_TFLOPS overrides), and the shape's SM
-# clock (median) and power (mean) over the samples at half the power limit or more. Cases:
+# clock (median), power (mean) and the share of samples the power limit capped ("capped": nvidia-smi's
+# SW power cap reason, benchmarks/gpu_samples.py) over the samples at half the power limit or more. Cases:
 # gemm = cuBLAS gu = x W^T (gate|up), fused = gemm_wg.cu's GEMM with SwiGLU in its epilogue,
 # bwd_gemm = cuBLAS dh = dy W_down, bwd_fused = gemm_wg.cu's with SwiGLU's backward in its
 # epilogue (swiglu_gemm_bench.c says more). cuBLAS's large-GEMM rate here is what a step would
@@ -38,26 +39,23 @@ for s in $shapes; do
 done
 "$py" - "$OUT/gpl.jsonl" "$peak" "${limit:-0}" "$name" <<'PY'
 import json, sys, statistics
+sys.path.insert(0, "benchmarks")
+import gpu_samples
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
 peak, limit, name = float(sys.argv[2]), float(sys.argv[3] or 0), sys.argv[4]
 print(f"\nGEMMs back to back at the power limit ({name}, limit {limit:.0f} W, peak {peak:.0f} TFLOP/s)")
-print(f"{'M,F,K':<18} {'case':<10} {'ms':>8} {'TFLOP/s':>8} {'of peak':>8} {'SM MHz':>7} {'W':>5}")
+print(f"{'M,F,K':<18} {'case':<10} {'ms':>8} {'TFLOP/s':>8} {'of peak':>8} {'SM MHz':>7} {'W':>5} {'capped':>7}")
 for r in rows:
-    smi = []
-    for l in open(r["smi"]):
-        p = l.strip().split(",")
-        try:
-            smi.append((float(p[0]), float(p[1])))
-        except (ValueError, IndexError):
-            pass
-    hot = [x for x in smi if x[1] >= limit / 2] if limit > 0 else smi
-    mhz = f"{statistics.median(a for a, _ in hot):7.0f}" if hot else f"{'-':>7}"
-    w = f"{statistics.mean(b for _, b in hot):5.0f}" if hot else f"{'-':>5}"
+    hot = gpu_samples.busy(gpu_samples.read(r["smi"]), limit)
+    cs = gpu_samples.summary(hot)
+    mhz = f"{statistics.median(x[0] for x in hot):7.0f}" if hot else f"{'-':>7}"
+    w = f"{cs['watts']:5.0f}" if cs else f"{'-':>5}"
+    capped = f"{gpu_samples.share(cs['power_capped'] if cs else None):>7}"
     for l in open(r["out"]):
         if not l.startswith("{"):
             continue
         c = json.loads(l)
         if c.get("case") not in ("gemm", "fused", "bwd_gemm", "bwd_fused"):
             continue
-        print(f"{r['shape']:<18} {c['case']:<10} {c['ms']:8.3f} {c['tflops']:8.1f} {c['tflops'] / peak:8.3f} {mhz} {w}")
+        print(f"{r['shape']:<18} {c['case']:<10} {c['ms']:8.3f} {c['tflops']:8.1f} {c['tflops'] / peak:8.3f} {mhz} {w} {capped}")
 PY

@@ -10,7 +10,8 @@
 # Prints a table: tokens/s, step ms, MFU (6 x non-embedding params + 12 x layers x hidden x seq
 # FLOPs per token, 989 TFLOP/s), peak memory; and the GPU's SM clock and power draw while each side
 # trained (nvidia-smi every 100 ms, the samples at half the power limit or more: at the limit the
-# clock drops, and every kernel with it). SKIP_TORCH=1 runs dissect only (quick iterations);
+# clock drops, and every kernel with it), with the share of those samples whose clock nvidia-smi
+# says the power limit lowered (benchmarks/gpu_samples.py). SKIP_TORCH=1 runs dissect only (quick iterations);
 # TORCH_MODES=compile runs torch.compile only. ACCUM=N: N micro-batches per step (gradient
 # accumulation, one optimizer step per N micro-batches) on both sides; tokens/s counts all of them.
 # The table's figures also go to $OUT/summary.json (benchmarks/readme_rows.sh reads them).
@@ -45,6 +46,8 @@ else sample_start "$OUT/clock_torch.csv"
 fi
 "$py" - "$OUT" "$seq" "$mb" "$model" "${shape[@]}" "$accum" <<'PY'
 import json, sys, h5py, numpy as np
+sys.path.insert(0, "benchmarks")
+import gpu_samples
 out, seq, mb, model = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
 D, L, H, Hkv, I = (int(x) for x in sys.argv[5:10])
 accum = int(sys.argv[10])
@@ -83,16 +86,6 @@ for r in ref:
         print(f"{'PyTorch SDPA flash':<44} {r['fwd_ms']:7.3f} {r['fwd_tflops']:8.1f} {r['bwd_ms']:8.3f} {r['bwd_tflops']:8.1f}")
 
 
-def samples(path):
-    vals = []
-    for line in open(path):
-        try:
-            mhz, w = (float(x) for x in line.split(","))
-            vals.append((mhz, w))
-        except ValueError:
-            pass
-    return vals
-
 
 try:
     limit_w, max_mhz = (float(x) for x in open(f"{out}/gpu_limits.csv").read().split(","))
@@ -102,13 +95,16 @@ clocks = {}
 if limit_w:
     print(f"\nGPU while training (nvidia-smi every 100 ms; samples at >= half the {limit_w:.0f} W power limit; "
           f"max SM clock {max_mhz:.0f} MHz)")
-    print(f"{'run':<32} {'samples':>8} {'SM MHz':>7} {'(range)':>12} {'W':>6}")
+    print(f"{'run':<32} {'samples':>8} {'SM MHz':>7} {'(range)':>12} {'W':>6} {'power-capped':>13} {'other slowdown':>15}")
     for name, key in (("dissect (step-level run)", "dissect"), ("PyTorch (all its runs)", "torch")):
-        busy = [(m, w) for m, w in samples(f"{out}/clock_{key}.csv") if w >= limit_w / 2]
-        if busy:
-            mh = [m for m, _ in busy]
-            print(f"{name:<32} {len(busy):>8} {np.mean(mh):>7.0f} {min(mh):>5.0f}-{max(mh):<6.0f} {np.mean([w for _, w in busy]):>6.0f}")
-            clocks[key] = {"sm_mhz": float(np.mean(mh)), "watts": float(np.mean([w for _, w in busy]))}
+        c = gpu_samples.summary(gpu_samples.busy(gpu_samples.read(f"{out}/clock_{key}.csv"), limit_w))
+        if c:
+            print(f"{name:<32} {c['samples']:>8} {c['sm_mhz']:>7.0f} {c['sm_mhz_min']:>5.0f}-{c['sm_mhz_max']:<6.0f} {c['watts']:>6.0f} "
+                  f"{gpu_samples.share(c['power_capped']):>13} {gpu_samples.share(c['other_slowdown']):>15}")
+            clocks[key] = {"sm_mhz": c["sm_mhz"], "watts": c["watts"], "power_capped": c["power_capped"],
+                           "other_slowdown": c["other_slowdown"]}
+    print("(power-capped: share of those samples whose clock nvidia-smi says the power limit lowered (SW power cap); "
+          "other slowdown: HW slowdown, thermal or power brake)")
 # the same figures for scripts (benchmarks/readme_rows.sh)
 json.dump({"model": model, "layers": L, "seq": seq, "micro_batch": mb, "accum": accum,
            "rows": [dict(impl=n, tokens_per_s=tok, step_ms=ms, mfu=mfu, peak_gib=mem) for n, tok, ms, mfu, mem in rows],
