@@ -413,6 +413,20 @@ struct dx_backend {
     int (*stamp)(dx_backend *be, int slot);
     int (*stamp_seconds)(dx_backend *be, int a, int b, double *s);
 
+    /* ---- the device's energy and power-limit counters (optional: NULL where there are none,
+     * as on the CPU backends) ----
+     * *energy_j = the energy the device has drawn since an origin of the driver's (J, from
+     * NVML's nvmlDeviceGetTotalEnergyConsumption, in mJ), *power_capped_s = the time since an
+     * origin of the driver's during which the power limit held the device's clocks down (s,
+     * NVML's nvmlDeviceGetViolationStatus for NVML_PERF_POLICY_POWER, in ns): cumulative, so a
+     * stretch of work is the difference of two calls. The counters cover the whole device (other
+     * processes' work on it included). CUDA: a helper thread reads them every 20 ms (a reading
+     * takes milliseconds of host time) and a call returns its latest sample without waiting, so
+     * a value is up to ~25 ms old and a difference over a short stretch is coarse (the first call
+     * waits for the first sample). 0, or -1 + dx_fail when NVML (libnvidia-ml.so.1, loaded at the
+     * first call) or a counter is not available; the first failure is final. */
+    int (*power_counters)(dx_backend *be, double *energy_j, double *power_capped_s);
+
     /* Releases the backend and everything it holds. */
     void (*destroy)(dx_backend *be);
 };

@@ -132,8 +132,9 @@ def main(path):
 
         s = f["steps"]
         names = ("step", "loss", "grad_norm", "lr", "tokens", "step_time_s", "tokens_per_s",
-                 "val_loss", "forward_s", "backward_s", "optimizer_s", "comm_s", "peak_mem_bytes",
-                 "params_bytes", "grads_bytes", "optim_bytes", "activations_bytes", "host_peak_bytes")
+                 "val_loss", "forward_s", "backward_s", "optimizer_s", "comm_s", "energy_j",
+                 "power_capped_s", "peak_mem_bytes", "params_bytes", "grads_bytes", "optim_bytes",
+                 "activations_bytes", "host_peak_bytes")
         check(s.dtype.names == names, "/steps fields in order: %r" % (s.dtype.names,))
         check(s.shape == (3,), "/steps has 3 rows: %r" % (s.shape,))
         check(s.maxshape == (None,), "/steps extendible (maxshape None): %r" % (s.maxshape,))
@@ -141,7 +142,7 @@ def main(path):
         check(s.compression == "gzip", "/steps deflate-compressed: %r" % (s.compression,))
         for name in ("step", "tokens"):
             check(s.dtype[name] == np.dtype("<i8"), "/steps %s is int64" % name)
-        for name in ("forward_s", "backward_s", "optimizer_s", "comm_s"):
+        for name in ("forward_s", "backward_s", "optimizer_s", "comm_s", "energy_j", "power_capped_s"):
             check(s.dtype[name].shape == (world,) and s.dtype[name].base == np.dtype("<f8"),
                   "/steps %s is f64[2]" % name)
         for name in ("peak_mem_bytes", "params_bytes", "grads_bytes", "optim_bytes",
@@ -172,6 +173,7 @@ def main(path):
                 "backward_s": [0.25 * (r + 1) + 0.5 * k for k in range(world)],
                 "optimizer_s": [0.0625 * (r + 1) + k for k in range(world)],
                 "comm_s": [0.01 * (r + 1) + 0.001 * k for k in range(world)],
+                "energy_j": [512.5 * (r + 1) + 8 * k for k in range(world)],
                 "peak_mem_bytes": [1000000 * (r + 1) + k + (1 << 40) for k in range(world)],
                 "params_bytes": [4096 * (r + 1) + k for k in range(world)],
                 "grads_bytes": [2048 * (r + 1) + k for k in range(world)],
@@ -183,6 +185,10 @@ def main(path):
             }
             for k, v in per_rank.items():
                 check(list(row[k]) == v, "row %d %s = %r: %r" % (r, k, v, list(row[k])))
+            # row 2 was written with power_capped_s = NULL (stored as NaN)
+            pc = list(row["power_capped_s"])
+            check(pc == [0.375 * (r + 1) + 0.125 * k for k in range(world)] if r < 2
+                  else all(math.isnan(x) for x in pc), "row %d power_capped_s: %r" % (r, pc))
 
         names = f["metadata/device_names"]
         check(names.shape == (world,) and list(names.asstr()[()]) == ["Test GPU", "Test GPU"],

@@ -41,7 +41,7 @@
  * 1 on any failure. Attention is also timed with CUDA events (informative only; the two
  * training-size timings, medians of 7 runs, are skipped when DX_CUDA_TEST_NO_PERF is set).
  * DX_CUDA_TEST_ONLY=attention runs the attention checks and timings only; =embedding the
- * embedding's checks only.
+ * embedding's checks only; =power the device's energy and power-limit counters only.
  * Without a CUDA device it prints "no CUDA device: skipped" and exits 77 (meson's skip code).
  */
 #include "common/common.h"
@@ -1289,6 +1289,47 @@ static void embedding_checks(uint64_t *seed)
     test_embedding_vp(*seed += 10, 4096, 64, 12, 4); /* 3 ids per slice, many rows each */
 }
 
+/* kernels.h power_counters around ~0.3 s of 4096^3 GEMMs: the device drew energy at a plausible
+ * mean power (between 20 W and 2 kW), and the power-capped time lies within the elapsed time
+ * (NVML's counters advance in steps of tens of ms: 0.15 s of slack). Skipped where the driver's
+ * NVML cannot be loaded (a container without libnvidia-ml.so.1). */
+static void test_power_counters(void)
+{
+    if (!gpu->power_counters) {
+        report("power_counters", "missing on the CUDA backend", 1, 0);
+        return;
+    }
+    double e0, c0, e1, c1;
+    gpu->sync(gpu);
+    if (gpu->power_counters(gpu, &e0, &c0)) {
+        const int no_lib = strstr(dx_last_error(), "libnvidia-ml") != NULL;
+        printf("power_counters: %s%s\n", dx_last_error(), no_lib ? " (skipped)" : "");
+        if (!no_lib) report("power_counters", "NVML counters", 1, 0);
+        return;
+    }
+    const int n = 4096;
+    void *a = g_alloc((size_t)n * n, DX_BF16), *b = g_alloc((size_t)n * n, DX_BF16), *c = g_alloc((size_t)n * n, DX_BF16);
+    if (cudaMemset(a, 0x3c, (size_t)n * n * 2) != cudaSuccess || cudaMemset(b, 0x3c, (size_t)n * n * 2) != cudaSuccess)
+        die("cudaMemset");
+    const uint64_t t0 = dx_now_ns();
+    for (int i = 0; i < 1500 && dx_now_ns() - t0 < 2000000000ull; i++) {
+        gpu->gemm(gpu, 0, 1, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n, 0);
+        if (i % 100 == 99) gpu->sync(gpu);
+    }
+    gpu->sync(gpu);
+    const uint64_t t1 = dx_now_ns();
+    const double dt = (double)(t1 - t0) * 1e-9;
+    const int rc = gpu->power_counters(gpu, &e1, &c1);
+    const double watts = (e1 - e0) / dt, capped = c1 - c0, call_us = (double)(dx_now_ns() - t1) * 1e-3;
+    printf("power_counters: %.3f s of GEMMs, %.1f J (%.0f W), power-capped %.3f s; the call took %.1f us\n", dt,
+           e1 - e0, watts, capped, call_us);
+    report("power_counters: mean power", "4096^3 GEMMs, W in [20, 2000]", rc == 0 && watts >= 20 && watts <= 2000 ? 0 : 1, 0);
+    report("power_counters: capped time", "in [0, elapsed + 0.15 s]", rc == 0 && capped >= 0 && capped <= dt + 0.15 ? 0 : 1, 0);
+    gfree(a);
+    gfree(b);
+    gfree(c);
+}
+
 int main(void)
 {
     int ndev = 0;
@@ -1313,12 +1354,18 @@ int main(void)
     /* DX_CUDA_TEST_ONLY=attention: the attention tests and timings only; =embedding: the
      * embedding's checks only */
     const char *only = getenv("DX_CUDA_TEST_ONLY");
+    const int skip_attention = only && strcmp(only, "power") == 0;
     if (only && strcmp(only, "embedding") == 0) {
         embedding_checks(&seed);
         only = "none";
     }
+    if (only && strcmp(only, "power") == 0) {
+        test_power_counters();
+        only = "none";
+    }
     if (!only || (strcmp(only, "attention") != 0 && strcmp(only, "none") != 0)) {
         test_memory();
+        test_power_counters();
 
         const int gs[][3] = {{7, 13, 96}, {129, 1001, 64}, {64, 2048, 2048}, {33, 7, 1}, {5, 9, 0}};
         for (size_t s = 0; s < sizeof gs / sizeof gs[0]; s++)
@@ -1412,7 +1459,7 @@ int main(void)
 
     /* attention: tensor-core kernels (default), then CUDA-core ones (a fresh backend) */
     const int ats[] = {1, 7, 129, 512}, hkvs[] = {8, 2}, adhs[] = {32, 64, 128};
-    for (int pass = 0; pass < 9; pass++) {
+    for (int pass = 0; pass < 9 && !skip_attention; pass++) {
         if (pass > 0) { /* a fresh backend reads the environment */
             gpu->destroy(gpu);
             if (pass == 1) {

@@ -52,6 +52,37 @@ expect_line "model TFLOP/s" "$out" "model TFLOP/s per rank 2.504e-05"
 expect_line "MFU from the trace's peaks" "$out" "MFU 0.2504 (of 0.0001 TFLOP/s, the Test GPU's dense bf16 peak)"
 "$DISSECT" report "$trace" --peak-tflops 2e-4 >"$tmp/mfu.txt" 2>&1 || bad "report --peak-tflops 2e-4 exit $?"
 expect_line "--peak-tflops over the trace's" "$tmp/mfu.txt" "MFU 0.1252 (of --peak-tflops 0.0002)"
+# device energy (test_trace.c: energy_j = 512.5 (r + 1) + 8 k J on row r, rank k; power_capped_s =
+# 0.375 (r + 1) + 0.125 k s, NaN on row 2): steps 20, 30 draw 2058 + 3083 J, 2570.5 J per step;
+# 5141 J / (4.5 s x 2 ranks) = 571 W per rank; 5141 J / 1280 tokens = 4.016 J per token; step 30
+# has no power_capped_s, so no power-capped line. Step 20 alone: 2058 J, 2058 / 3.5 = 588 W,
+# 2058 / 512 = 4.02 J per token, (0.75 + 0.875) s of 2 x 1.75 s = 46% power-capped.
+expect_line "device energy" "$out" "device energy 2570.5 J per step (all ranks), 571 W per rank, 4.016 J per token"
+if grep -q "^  power-capped" "$out"; then bad "a power-capped line with a step lacking power_capped_s"; else ok "no power-capped line where a step lacks it"; fi
+"$DISSECT" report "$trace" --steps 20 >"$tmp/step20.txt" 2>&1 || bad "report --steps 20 exit $?"
+expect_line "device energy, step 20" "$tmp/step20.txt" "device energy 2058.0 J per step (all ranks), 588 W per rank, 4.02 J per token"
+expect_line "power-capped, step 20" "$tmp/step20.txt" "power-capped 46% of the step time (the power limit held the clocks down; NVML)"
+# a trace without the fields (dissect before 2026-11-28), and one whose energy is NaN (a CPU run):
+# no energy lines, the rest as before
+for case in noenergy nanenergy; do
+  "$PYTHON3" - "$trace" "$tmp/$case.h5" "$case" <<'EOF'
+import shutil, sys, h5py, numpy as np
+shutil.copy(sys.argv[1], sys.argv[2])
+with h5py.File(sys.argv[2], "r+") as f:
+    rows = f["steps"][()]
+    if sys.argv[3] == "nanenergy":
+        rows["energy_j"] = np.nan
+        rows["power_capped_s"] = np.nan
+    else:
+        keep = [n for n in rows.dtype.names if n not in ("energy_j", "power_capped_s")]
+        rows = np.array(rows[keep].tolist(), dtype=np.dtype([(n, rows.dtype[n]) for n in keep]))
+    del f["steps"]
+    f.create_dataset("steps", data=rows, maxshape=(None,), chunks=(64,))
+EOF
+  "$DISSECT" report "$tmp/$case.h5" >"$tmp/$case.txt" 2>&1 || bad "$case: report exit $?"
+  if grep -q "^  device energy\|^  power-capped" "$tmp/$case.txt"; then bad "$case: energy lines"; else ok "$case: no energy lines"; fi
+  expect_line "$case: the rest as before" "$tmp/$case.txt" "tokens/s 284.4"
+done
 # copies: an older trace without the device datasets; a rank whose peak is unknown (0); two
 # devices (MFU = summed model FLOP/s / summed peaks = 2 x 2.504e-05 / 4e-4); a peak dataset of the
 # wrong length (ignored, not an error)

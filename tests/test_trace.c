@@ -179,13 +179,15 @@ int main(int argc, char **argv)
     int ok_append = 1;
     dx_event_buf evb = {0};
     for (int r = 0; r < 3; r++) {
-        double fwd[2], bwd[2], opt[2], comm[2];
+        double fwd[2], bwd[2], opt[2], comm[2], energy[2], capped[2];
         int64_t mem[2], params[2], grads[2], optim[2], act[2], host[2];
         for (int k = 0; k < 2; k++) {
             fwd[k] = 0.125 * (r + 1) + 0.5 * k;
             bwd[k] = 0.25 * (r + 1) + 0.5 * k;
             opt[k] = 0.0625 * (r + 1) + k;
             comm[k] = 0.01 * (r + 1) + 0.001 * k;
+            energy[k] = 512.5 * (r + 1) + 8 * k;
+            capped[k] = 0.375 * (r + 1) + 0.125 * k;
             mem[k] = (int64_t)1000000 * (r + 1) + k + ((int64_t)1 << 40);
             params[k] = (int64_t)4096 * (r + 1) + k;
             grads[k] = (int64_t)2048 * (r + 1) + k;
@@ -206,6 +208,8 @@ int main(int argc, char **argv)
             .backward_s = bwd,
             .optimizer_s = opt,
             .comm_s = comm,
+            .energy_j = energy,
+            .power_capped_s = r == 2 ? NULL : capped, /* stored as NaN */
             .peak_mem_bytes = mem,
             .params_bytes = params,
             .grads_bytes = grads,

@@ -2462,6 +2462,7 @@ static void cuda_destroy(dx_backend *be)
         if (e != cudaSuccess)
             fprintf(stderr, "dissect cuda backend: destroy: %s (releasing anyway)\n",
                     cudaGetErrorString(e));
+        dxc_power_release(be);
         if (im->blas) cublasDestroy(im->blas);
         for (int i = 0; i < im->lt_nplans; i++) lt_plan_free(&im->lt_plans[i]);
         free(im->lt_plans);
@@ -2636,6 +2637,7 @@ extern "C" dx_backend *dx_backend_cuda_create(int device, int nthreads)
     be->scale = cuda_scale;
     be->acc_to_act = cuda_acc_to_act;
     be->acc_add_act = cuda_acc_add_act;
+    be->power_counters = dxc_power_counters;
     be->destroy = cuda_destroy;
     be->side_begin = cuda_side_begin;
     be->side_record = cuda_side_record;

@@ -96,6 +96,7 @@ struct dxc_impl {
     float *rope_tab;    /* cos [rope_T][Dh/2] then sin [rope_T][Dh/2] */
     int rope_T, rope_Dh;
     float rope_theta;
+    struct dxc_nvml *nvml; /* power.cu: NVML, loaded at the first power_counters call */
 };
 
 static inline dxc_impl *dxc(dx_backend *be) { return (dxc_impl *)be->impl; }
@@ -132,6 +133,11 @@ int dxc_gemm_rope_fits(dx_backend *be, const void *y, int ldy, const void *x, in
  * dxc_gemm_swiglu). */
 int dxc_gemm_swiglu_bwd(dx_backend *be, void *dg, void *du, const void *g, const void *u, int ldgu, const void *dy,
                         int ldy, const void *w, int ldw, int M, int F, int K);
+
+/* power.cu: kernels.h power_counters (NVML through dlopen, loaded at the first call), and its
+ * release at destroy (NULL nvml: nothing to do). */
+int dxc_power_counters(dx_backend *be, double *energy_j, double *power_capped_s);
+void dxc_power_release(dx_backend *be);
 
 /* h = silu(g) u, silu(g) = g sigmoid(g) = g / (1 + exp(-g)), with __expf (error 2 + 1.2 |g| ulp
  * of fp32) and the approximate reciprocal of __fdividef (2 ulp; 1 / inf = 0, so silu(g) -> -0 for

@@ -39,7 +39,9 @@ int dx_agree_and_report(dx_comm *c, int rc)
 }
 
 /* Per-rank figures sent to rank 0 each step. */
-enum { F_FWD, F_BWD, F_OPT, F_COMM, F_STEP, F_PEAK, F_PARAMS, F_GRADS, F_OPTIM, F_ACTS, F_HOST, F_N };
+enum { F_FWD, F_BWD, F_OPT, F_COMM, F_ENERGY, F_CAPPED, F_STEP, F_PEAK, F_PARAMS, F_GRADS, F_OPTIM, F_ACTS, F_HOST,
+       F_N };
+enum { N_COLS = F_CAPPED + 1 }; /* the per-rank f64 columns of a /steps row: F_FWD .. F_CAPPED */
 
 /* Offsets that map each rank's CLOCK_MONOTONIC onto rank 0's (rank 0 only fills offset[]):
  * ping-pong, keeping the exchange with the smallest round trip (Cristian 1989). Collective. */
@@ -433,7 +435,7 @@ int dx_run_train(const dx_config *c, dx_comm *world)
     }
 
     double mine[F_N], *all = rank == 0 ? calloc((size_t)P * F_N, sizeof(double)) : NULL;
-    double *cols = rank == 0 ? calloc((size_t)P * 4, sizeof(double)) : NULL;
+    double *cols = rank == 0 ? calloc((size_t)P * N_COLS, sizeof(double)) : NULL;
     int64_t *mem = rank == 0 ? calloc((size_t)P * 6, sizeof(int64_t)) : NULL; /* peak + 4 cats + host */
     double val_loss = NAN;
     int preempted = 0;
@@ -468,6 +470,8 @@ int dx_run_train(const dx_config *c, dx_comm *world)
         mine[F_BWD] = st.backward_s;
         mine[F_OPT] = st.optimizer_s;
         mine[F_COMM] = st.comm_s;
+        mine[F_ENERGY] = st.energy_j;
+        mine[F_CAPPED] = st.power_capped_s;
         mine[F_STEP] = st.step_s;
         mine[F_PEAK] = (double)st.mem.peak_total;
         mine[F_PARAMS] = (double)st.mem.current[DX_MEM_PARAMS];
@@ -523,7 +527,7 @@ int dx_run_train(const dx_config *c, dx_comm *world)
 
         double step_s = all[F_STEP], peak = 0;
         for (int r = 0; r < P; r++) {
-            for (int f = 0; f < 4; f++) cols[f * P + r] = all[r * F_N + f];
+            for (int f = 0; f < N_COLS; f++) cols[f * P + r] = all[r * F_N + f];
             for (int f = 0; f < 6; f++) mem[f * P + r] = (int64_t)all[r * F_N + F_PEAK + f];
             if (all[r * F_N + F_PEAK] > peak) peak = all[r * F_N + F_PEAK];
         }
@@ -558,6 +562,7 @@ int dx_run_train(const dx_config *c, dx_comm *world)
                                .tokens = st.tokens, .step_time_s = step_s, .tokens_per_s = tps,
                                .val_loss = val_loss, .forward_s = cols, .backward_s = cols + P,
                                .optimizer_s = cols + 2 * P, .comm_s = cols + 3 * P,
+                               .energy_j = cols + 4 * P, .power_capped_s = cols + 5 * P,
                                .peak_mem_bytes = mem, .params_bytes = mem + P,
                                .grads_bytes = mem + 2 * P, .optim_bytes = mem + 3 * P,
                                .activations_bytes = mem + 4 * P, .host_peak_bytes = mem + 5 * P};

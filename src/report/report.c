@@ -50,6 +50,7 @@ typedef struct {
     int64_t *step, *tokens;
     double *step_time_s;
     double *fwd, *bwd, *opt, *comm;
+    double *energy, *capped; /* /steps energy_j, power_capped_s (NULL: traces before 2026-11-28) */
     int64_t *peak;
     int64_t *host_peak; /* /steps host_peak_bytes (NULL: not recorded, older traces) */
 
@@ -134,6 +135,8 @@ static void report_free(report *r)
     free(r->bwd);
     free(r->opt);
     free(r->comm);
+    free(r->energy);
+    free(r->capped);
     free(r->peak);
     free(r->host_peak);
     free(r->sel);
@@ -501,9 +504,9 @@ static int load_steps(report *r)
         r->tokens = p;
         rc = 0;
     }
-    double **per_rank[4] = {&r->fwd, &r->bwd, &r->opt, &r->comm};
-    const char *names[4] = {"forward_s", "backward_s", "optimizer_s", "comm_s"};
-    for (int k = 0; !rc && k < 4; k++)
+    double **per_rank[6] = {&r->fwd, &r->bwd, &r->opt, &r->comm, &r->energy, &r->capped};
+    const char *names[6] = {"forward_s", "backward_s", "optimizer_s", "comm_s", "energy_j", "power_capped_s"};
+    for (int k = 0; !rc && k < 6; k++)
         if ((rc = read_steps_field(r, d, ft, names[k], H5T_NATIVE_DOUBLE, W, &p, 0)) >= 0) {
             *per_rank[k] = p;
             rc = 0;
@@ -1355,6 +1358,49 @@ static void print_mfu(const report *r, double tok_per_s)
                r->device_name[0] ? "; " : "");
 }
 
+/* The summary's device-energy lines (only where the selected steps recorded it: CUDA with NVML):
+ * over the selected steps whose every rank has a finite energy_j, the energy of all ranks per
+ * step, the mean power per rank (energy / (step time x ranks)), the energy per token, and the
+ * share of the ranks' step time in which the power limit held the clocks down (power_capped_s,
+ * shown at most 100%: the counters are samples up to ~25 ms old, so a step's window and theirs
+ * differ a little, and short runs read coarse). */
+static void print_energy(const report *r)
+{
+    if (!r->energy) return;
+    double e = 0, cap = 0, t = 0, tok = 0;
+    size_t n = 0, ncap = 0;
+    const size_t W = (size_t)r->world;
+    for (size_t i = 0; i < r->n_sel; i++) {
+        const size_t row = r->sel_row[i];
+        if (row == SIZE_MAX) continue;
+        double es = 0, cs = 0;
+        int ok = 1, okc = r->capped != NULL;
+        for (size_t k = 0; k < W; k++) {
+            const double v = r->energy[row * W + k], c = okc ? r->capped[row * W + k] : NAN;
+            ok = ok && isfinite(v);
+            okc = okc && isfinite(c);
+            es += v;
+            cs += c;
+        }
+        if (!ok) continue;
+        e += es;
+        t += r->step_time_s[row];
+        if (r->tokens) tok += (double)r->tokens[row];
+        n++;
+        if (okc) {
+            cap += cs;
+            ncap++;
+        }
+    }
+    if (!n || !(t > 0)) return;
+    printf("  %-22s %.1f J per step (all ranks), %.0f W per rank", "device energy", e / (double)n, e / (t * (double)W));
+    if (tok > 0) printf(", %.4g J per token", e / tok);
+    printf("\n");
+    if (ncap == n)
+        printf("  %-22s %.0f%% of the step time (the power limit held the clocks down; NVML)\n", "power-capped",
+               fmin(100.0, 100.0 * cap / (t * (double)W)));
+}
+
 static void print_summary(const report *r, const analysis *a)
 {
     double st = 0, tok = 0;
@@ -1398,6 +1444,7 @@ static void print_summary(const report *r, const analysis *a)
         else
             printf("  %-22s -\n", "tokens/s");
         print_mfu(r, have_tok && st > 0 ? tok / st : NAN);
+        print_energy(r);
     } else {
         printf("  %-22s - (no /steps rows for these steps)\n", "mean step time (ms)");
     }

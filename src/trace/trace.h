@@ -29,6 +29,12 @@
  *       lr (f64), tokens (int64, global tokens this step), step_time_s (f64, rank 0's wall time),
  *       tokens_per_s (f64), val_loss (f64, NaN when not evaluated this step),
  *       forward_s, backward_s, optimizer_s, comm_s (f64[world_size]: per-rank times; NaN = n/a),
+ *       energy_j (f64[world_size]: each rank's device's energy over the step, J: the difference
+ *       of NVML's energy counter between the step's start and end, as sampled every 20 ms by a
+ *       helper thread, so each end is up to ~25 ms late; NaN = not recorded: a CPU, no NVML, or
+ *       a trace before 2026-11-28, which lacks the field), power_capped_s (f64[world_size]: the
+ *       part of the step, s, in which the power limit held that device's clocks down, NVML's
+ *       power violation time, sampled alike; NaN as energy_j),
  *       peak_mem_bytes (int64[world_size]: per-rank allocator high-water mark),
  *       params_bytes, grads_bytes, optim_bytes, activations_bytes (int64[world_size]: allocator
  *       bytes held per category at the end of the step; -1 = not recorded),
@@ -60,6 +66,9 @@ typedef struct {
     int64_t tokens;
     double step_time_s, tokens_per_s, val_loss;
     const double *forward_s, *backward_s, *optimizer_s, *comm_s;
+    /* the device's energy over the step (J) and the time in it its clocks were held down by the
+     * power limit (s), per rank; NULL -> stored as NaN (not recorded) */
+    const double *energy_j, *power_capped_s;
     const int64_t *peak_mem_bytes;
     /* allocator bytes held at the end of the step, per category (NULL -> stored as -1) */
     const int64_t *params_bytes, *grads_bytes, *optim_bytes, *activations_bytes;

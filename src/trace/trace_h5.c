@@ -30,7 +30,7 @@
 #define DX_TRACE_FORMAT_VERSION 1
 #define STEPS_CHUNK 64
 #define EVENTS_CHUNK 16384
-#define N_PER_RANK 10
+#define N_PER_RANK 12
 
 /* OpenBLAS's configuration string; weak so that linking against another BLAS still works.
  * (With --as-needed, a binary that links -lopenblas but calls no BLAS routine does not load it,
@@ -71,10 +71,11 @@ enum {
 };
 
 /* the first 4 are f64 arrays, the rest int64 arrays */
-#define N_PER_RANK_F64 4
+#define N_PER_RANK_F64 6
 static const char *const per_rank_names[N_PER_RANK] = {
-    "forward_s",      "backward_s",   "optimizer_s", "comm_s",           "peak_mem_bytes",
-    "params_bytes",   "grads_bytes",  "optim_bytes", "activations_bytes", "host_peak_bytes"};
+    "forward_s",      "backward_s",   "optimizer_s", "comm_s",           "energy_j",
+    "power_capped_s", "peak_mem_bytes", "params_bytes", "grads_bytes",   "optim_bytes",
+    "activations_bytes", "host_peak_bytes"};
 
 /* ------------------------------------------------------------------------------------------ */
 
@@ -421,7 +422,8 @@ int dx_trace_append_step(dx_trace_writer *w, const dx_step_row *r)
     put_f64(row, OFF_STEP_TIME, r->step_time_s);
     put_f64(row, OFF_TOKENS_PER_S, r->tokens_per_s);
     put_f64(row, OFF_VAL_LOSS, r->val_loss);
-    const double *per_rank[N_PER_RANK_F64] = {r->forward_s, r->backward_s, r->optimizer_s, r->comm_s};
+    const double *per_rank[N_PER_RANK_F64] = {r->forward_s, r->backward_s, r->optimizer_s, r->comm_s,
+                                              r->energy_j,  r->power_capped_s};
     const int64_t *per_rank_i64[N_PER_RANK - N_PER_RANK_F64] = {
         r->peak_mem_bytes, r->params_bytes, r->grads_bytes, r->optim_bytes, r->activations_bytes,
         r->host_peak_bytes};

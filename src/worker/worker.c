@@ -56,6 +56,8 @@ struct dx_worker {
                              (the phase times then come from the host clock) */
     void *d_loss;         /* A[1] */
     float *h_logits;      /* one row of logits [V] for sampling */
+    int power_on;         /* read the backend's power_counters around each step: it has them and
+                             DX_POWER_COUNTERS is not 0 (cleared, with a warning, at a failure) */
     dx_tracer tr;
 };
 
@@ -236,6 +238,8 @@ static int open_data_and_model(dx_worker *w, const dx_config *c)
     size_t n = (size_t)B * T * (size_t)(w->pipe ? 1 : c->grad_accum);
     const char *ms = getenv("DX_MICRO_SYNC");
     w->micro_sync = ms && atoi(ms) != 0;
+    const char *pc = getenv("DX_POWER_COUNTERS");
+    w->power_on = w->be->power_counters && !(pc && strcmp(pc, "0") == 0);
     w->h_in = malloc(n * sizeof(int32_t));
     w->h_tg = malloc(n * sizeof(int32_t));
     w->h_logits = malloc((size_t)V * sizeof(float));
@@ -404,6 +408,15 @@ static int finish_step_span(dx_worker *w, int wait_all)
 int dx_worker_trace_flush(dx_worker *w) { return finish_step_span(w, 1); }
 
 /* Waits for the compute stream, adds the host time since *t to *sum (seconds) and moves *t on. */
+/* The power counters failed (the first time: NVML missing or without them on this device): the
+ * steps' energy_j and power_capped_s are NaN from now on. Training goes on. */
+static void power_off(dx_worker *w)
+{
+    fprintf(stderr, "dissect: warning: rank %d: %s; the trace's energy_j and power_capped_s are not recorded\n",
+            w->world->rank, dx_last_error());
+    w->power_on = 0;
+}
+
 static int phase_time(dx_backend *be, uint64_t *t, double *sum)
 {
     be->sync(be);
@@ -427,6 +440,8 @@ int dx_worker_train_step(dx_worker *w, long step, dx_step_stats *st)
     tr->step = (int32_t)step;
     tr->micro = -1;
     tr->phase = DX_PH_FORWARD;
+    double e0 = NAN, c0 = NAN; /* the power counters where the step begins */
+    if (w->power_on && be->power_counters(be, &e0, &c0)) power_off(w);
     uint64_t t_step = dx_now_ns();
     dx_zero_take_comm_seconds(w->zero);
     DX_TRACE_OP(tr, DX_MOD_OPTIMIZER, -1, DX_OP_MEMSET, 0, 0, dx_zero_zero_grad(w->zero));
@@ -499,6 +514,8 @@ int dx_worker_train_step(dx_worker *w, long step, dx_step_stats *st)
     if (dx_zero_step(w->zero, &hp, c->grad_clip, &norm)) return -1;
     be->sync(be);
     uint64_t t_end = dx_now_ns();
+    double e1 = NAN, c1 = NAN;
+    if (w->power_on && be->power_counters(be, &e1, &c1)) power_off(w);
     double opt_comm = dx_zero_take_comm_seconds(w->zero);
 
     st->loss = loss_sum / global_tokens;
@@ -508,6 +525,8 @@ int dx_worker_train_step(dx_worker *w, long step, dx_step_stats *st)
     st->comm_s = hook_comm + reduce_comm + loss_comm + opt_comm;
     st->optimizer_s = (double)(t_end - t_o) * 1e-9 - opt_comm;
     st->step_s = (double)(t_end - t_step) * 1e-9;
+    st->energy_j = w->power_on ? e1 - e0 : NAN;
+    st->power_capped_s = w->power_on ? c1 - c0 : NAN;
     st->mem = be->mem;
     /* GPU marks -> host times; collectives still running (ZeRO-1/2's parameter all-gathers,
      * which overlap the next forward) are resolved at a later step, not waited for. With CUDA

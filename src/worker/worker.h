@@ -27,6 +27,11 @@ typedef struct {
     double lr;
     int64_t tokens;   /* global tokens in the step */
     double forward_s, backward_s, optimizer_s, comm_s, step_s;
+    /* the device's energy over the step (J) and the time in it that the power limit held the
+     * device's clocks down (s): the differences of the backend's power_counters (samples up to
+     * ~25 ms old) taken where step_s starts and ends; NaN where the backend has none (CPU) or
+     * they are not available */
+    double energy_j, power_capped_s;
     dx_mem_stats mem; /* allocator counters after the step */
 } dx_step_stats;
 
