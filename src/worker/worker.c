@@ -56,8 +56,9 @@ struct dx_worker {
                              (the phase times then come from the host clock) */
     void *d_loss;         /* A[1] */
     float *h_logits;      /* one row of logits [V] for sampling */
-    int power_on;         /* read the backend's power_counters around each step: it has them and
-                             DX_POWER_COUNTERS is not 0 (cleared, with a warning, at a failure) */
+    int power_on;         /* read the backend's power_counters around each step: it has them, the
+                             run writes a trace (the figures go only there) and DX_POWER_COUNTERS
+                             is not 0 (cleared, with a warning, at a failure) */
     dx_tracer tr;
 };
 
@@ -239,7 +240,7 @@ static int open_data_and_model(dx_worker *w, const dx_config *c)
     const char *ms = getenv("DX_MICRO_SYNC");
     w->micro_sync = ms && atoi(ms) != 0;
     const char *pc = getenv("DX_POWER_COUNTERS");
-    w->power_on = w->be->power_counters && !(pc && strcmp(pc, "0") == 0);
+    w->power_on = w->be->power_counters && c->trace_path[0] && !(pc && strcmp(pc, "0") == 0);
     w->h_in = malloc(n * sizeof(int32_t));
     w->h_tg = malloc(n * sizeof(int32_t));
     w->h_logits = malloc((size_t)V * sizeof(float));

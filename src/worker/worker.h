@@ -29,8 +29,8 @@ typedef struct {
     double forward_s, backward_s, optimizer_s, comm_s, step_s;
     /* the device's energy over the step (J) and the time in it that the power limit held the
      * device's clocks down (s): the differences of the backend's power_counters (samples up to
-     * ~25 ms old) taken where step_s starts and ends; NaN where the backend has none (CPU) or
-     * they are not available */
+     * ~25 ms old) taken where step_s starts and ends; NaN where the backend has none (CPU),
+     * they are not available, or the run writes no trace (the only place they go) */
     double energy_j, power_capped_s;
     dx_mem_stats mem; /* allocator counters after the step */
 } dx_step_stats;
