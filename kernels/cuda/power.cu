@@ -1,8 +1,8 @@
 /* dissect CUDA backend: the device's energy and power-limit counters (kernels.h power_counters)
  * from NVML, the NVIDIA driver's management library. libnvidia-ml.so.1 comes with the driver, not
  * with the toolkit, so it is opened with dlopen at the first call instead of linked: a build
- * needs no NVML headers or stubs, and a machine whose driver lacks it still trains (the counters
- * are then reported unavailable). The few declarations used are NVML's C API
+ * needs neither NVML's header nor its library, and a machine whose driver lacks it still trains
+ * (the counters are then reported unavailable). The few declarations used are NVML's C API
  * (https://docs.nvidia.com/deploy/nvml-api/: nvmlInit_v2, nvmlDeviceGetHandleByPciBusId_v2,
  * nvmlDeviceGetTotalEnergyConsumption, nvmlDeviceGetViolationStatus, nvmlShutdown).
  *
