@@ -15,6 +15,8 @@
  *     "Numerical behavior of NVIDIA tensor cores"), so its error grows faster with K than
  *     the CPU's sgemm;
  *   copies and conversions that must be exact  == 0  (mismatching elements counted).
+ * gemm is checked with odd row strides (cublasGemmEx) and, at 2^30 and 2^31 multiply-adds, with
+ * dense ones, which take the backend's cuBLASLt route and its choice of algorithm.
  * Attention is checked nine times: with the tensor-core kernels (default, "[tc]": fused
  * backward with fp32 atomics or bulk reductions for dq), the same with DX_CUDA_DETERMINISTIC=1 ("[tc-det]": the
  * two-kernel backward; also DX_CUDA_ATT_GRID=7, so that the Hopper forward's persistent blocks
@@ -388,12 +390,16 @@ static void test_memory(void)
  * gemm
  * ========================================================================================== */
 
-static void test_gemm(uint64_t seed, int ta, int tb, int M, int N, int K, float beta, int c_acc)
+/* gemm against the CPU's. dense: unpadded row strides, so that shapes of 2^30 multiply-adds
+ * or more take the backend's cuBLASLt route (cuda_backend.cu: its algorithm choice); else
+ * odd strides (lda + 3, ldb + 2, ldc + 1), which take cublasGemmEx, and the padding column of C
+ * is checked untouched. */
+static void test_gemm_ld(uint64_t seed, int ta, int tb, int M, int N, int K, float beta, int c_acc, int dense)
 {
     const float alpha = 0.75f;
-    int lda = (ta ? M : K) + 3, ra = ta ? K : M;
-    int ldb = (tb ? K : N) + 2, rb = tb ? N : K;
-    int ldc = N + 1;
+    int lda = (ta ? M : K) + (dense ? 0 : 3), ra = ta ? K : M;
+    int ldb = (tb ? K : N) + (dense ? 0 : 2), rb = tb ? N : K;
+    int ldc = N + !dense;
     size_t na = (size_t)ra * lda, nb = (size_t)rb * ldb, nc = (size_t)M * ldc;
     float *A = hrand(na, seed, 1, 0, 1), *Bm = hrand(nb, seed + 1, 1, 0, 1);
     float *C0 = hrand(nc, seed + 2, 1, 0, !c_acc);
@@ -405,16 +411,16 @@ static void test_gemm(uint64_t seed, int ta, int tb, int M, int N, int K, float 
     cpu->gemm(cpu, ta, tb, M, N, K, alpha, ca, lda, cb, ldb, beta, cc, ldc, 0);
     float *C = g_get(gc, nc, ct), *Cr = cc;
     size_t padbad = 0;
-    for (int i = 0; i < M; i++) {
+    for (int i = 0; i < M && !dense; i++) {
         float pad = C[(size_t)i * ldc + N];
         if (beta != 0 && memcmp(&pad, &C0[(size_t)i * ldc + N], 4) != 0) padbad++;
         if (beta == 0 && !isnan(pad)) padbad++;
     }
     char shape[96];
-    snprintf(shape, sizeof shape, "ta=%d tb=%d M=%d N=%d K=%d b=%g C=%s", ta, tb, M, N, K, beta,
-             c_acc ? "f32" : "bf16");
+    snprintf(shape, sizeof shape, "ta=%d tb=%d M=%d N=%d K=%d b=%g C=%s%s", ta, tb, M, N, K, beta,
+             c_acc ? "f32" : "bf16", dense ? " dense" : "");
     report("gemm", shape, relerr_rows(C, Cr, M, N, ldc), c_acc ? B_GEMM_A : B_X);
-    report("gemm ldc padding kept", shape, (double)padbad, 0);
+    if (!dense) report("gemm ldc padding kept", shape, (double)padbad, 0);
     free(C);
     free(A);
     free(Bm);
@@ -425,6 +431,11 @@ static void test_gemm(uint64_t seed, int ta, int tb, int M, int N, int K, float 
     cfree(ca);
     cfree(cb);
     cfree(cc);
+}
+
+static void test_gemm(uint64_t seed, int ta, int tb, int M, int N, int K, float beta, int c_acc)
+{
+    test_gemm_ld(seed, ta, tb, M, N, K, beta, c_acc, 0);
 }
 
 /* gemm_res: C = op(A) op(B) + R against the CPU's gemm (beta 1) onto a copy of R. pad > 0:
@@ -1374,6 +1385,15 @@ int main(void)
                     for (int c_acc = 0; c_acc < 2; c_acc++) {
                         test_gemm(seed += 10, ta, tb, gs[s][0], gs[s][1], gs[s][2], 0.0f, c_acc);
                         test_gemm(seed += 10, ta, tb, gs[s][0], gs[s][1], gs[s][2], 0.5f, c_acc);
+                    }
+        /* 2^30 and 2^31 multiply-adds, dense: the cuBLASLt route and its tile choice */
+        const int gl[][3] = {{1024, 2048, 512}, {2048, 1024, 1024}};
+        for (size_t s = 0; s < sizeof gl / sizeof gl[0]; s++)
+            for (int ta = 0; ta < 2; ta++)
+                for (int tb = 0; tb < 2; tb++)
+                    for (int c_acc = 0; c_acc < 2; c_acc++) {
+                        test_gemm_ld(seed += 10, ta, tb, gl[s][0], gl[s][1], gl[s][2], 0.0f, c_acc, 1);
+                        test_gemm_ld(seed += 10, ta, tb, gl[s][0], gl[s][1], gl[s][2], 0.5f, c_acc, 1);
                     }
         /* gemm_res: the residual layer shape (ta 0, tb 1) and the others, dense and padded */
         const int rs[][3] = {{128, 256, 512}, {40, 64, 96}, {7, 13, 96}, {64, 2048, 2048}};

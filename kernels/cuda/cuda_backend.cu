@@ -667,45 +667,36 @@ static __global__ void k_scale_c(void *C, int ldc, int M, int N, float beta, int
     }
 }
 
-/* Row-major C[M,N] = alpha op(A) op(B) + beta C is column-major C^T[N,M] = alpha op(B)^T op(A)^T
- * + beta C^T, and a row-major matrix with row stride ld is its transpose in column-major with
- * leading dimension ld: so cuBLAS gets (B, A) swapped, m = N, n = M, the same transpose flags
- * and the same strides. */
-static void cuda_gemm(dx_backend *be, int trans_a, int trans_b, int M, int N, int K, float alpha,
-                      const void *A, int lda, const void *B, int ldb, float beta, void *C, int ldc,
-                      int c_acc)
-{
-    if (M <= 0 || N <= 0) return;
-    dxc_impl *im = dxc(be);
-    DXC_ENTER(be, "gemm");
-    if (K <= 0) {
-        k_scale_c<<<grid_for(be, (size_t)M * N), DXC_THREADS, 0, im->stream>>>(C, ldc, M, N, beta,
-                                                                               c_acc);
-        DXC_LAUNCHED(be, "gemm");
-        return;
-    }
-    cublasOperation_t opa = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
-    cublasOperation_t opb = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
-    DXC_BLAS("gemm", cublasGemmEx(im->blas, opa, opb, N, M, K, &alpha, B, CUDA_R_16BF, ldb, A,
-                                  CUDA_R_16BF, lda, &beta, C, c_acc ? CUDA_R_32F : CUDA_R_16BF,
-                                  ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-    if (im->sync_each_op) DXC_CHECK("gemm", cudaStreamSynchronize(im->stream));
-}
-
-/* gemm_res through cuBLASLt: C = op(A) op(B) + R with R and C distinct matrices, which
- * cublasGemmEx (C in, C out) cannot do. The mapping to column-major is cuda_gemm's, with R as
- * cuBLASLt's C and C as its D. Descriptors and the heuristic's first algorithm are kept per
- * shape and pointer alignment (a transformer has a handful of GEMM shapes); reduced-precision
- * split-K reductions are excluded as in cuda_gemm
- * (CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION).
+/* cuBLASLt plans, for gemm_res and for cuda_gemm's large shapes.
+ *
+ * gemm_res: C = op(A) op(B) + R with R and C distinct matrices, which cublasGemmEx (C in, C out)
+ * cannot do. The mapping to column-major is cuda_gemm's, with R as cuBLASLt's C and C as its D.
+ * cuda_gemm's shapes of at least im->lt_gemm_min multiply-adds (M N K; DX_CUDA_GEMM_LT_MIN in
+ * units of 2^20, default 1024, i.e. 2^30; DX_CUDA_GEMM_LT=0: none) go through the same plans with R = C, in place, so that they
+ * get the algorithm chosen below instead of cublasGemmEx's.
+ * Descriptors and the algorithm are kept per shape, C type and pointer alignment (a transformer
+ * has a handful of GEMM shapes); reduced-precision split-K reductions are excluded as in
+ * cuda_gemm (CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION).
+ *
+ * The algorithm: among cuBLASLt's first DXC_LT_CANDS heuristic candidates, the first whose tile
+ * is 256 x 128 (cuBLAS's m x n: 256 output columns by 128 rows), else the first candidate
+ * (DX_CUDA_GEMM_TILE=0: always the first). Why (benchmarks/NOTES.md item 38,
+ * benchmarks/gemm_algo_probe.cu): a training step runs at the GPU's power limit, and there,
+ * each candidate timed back to back for 0.35 s per turn on one H200, the 256 x 128 tile beat
+ * the first candidate (192 x 192 mostly; cublasGemmEx picks the same) by 2.3-5.4% on
+ * TinyLlama's input-gradient and residual GEMMs at 11,200 tokens and by 2.6% on the LM head's
+ * weight gradient, and lost at most 0.8% (the other weight gradients). The choice depends on
+ * cuBLAS's heuristic list only, so a run's results do not depend on timings.
  * (Tried and dropped, 2026-11-25: timing cublasGemmEx and cuBLASLt's first 8 candidates per
- * shape and keeping the fastest. Alone, the fastest beat cublasGemmEx by up to 17% on
- * Llama-2-7B's layer shapes, 4% over a layer; in the training step, which runs at the H100's
- * power limit, it gained nothing: 51,311 / 51,441 / 51,238 against 51,399 / 51,279 / 51,470
- * tokens/s untimed, same call.) */
-#define DXC_LT_PLANS 32
+ * shape at its first call, alone, and keeping the fastest. Alone, the fastest beat cublasGemmEx
+ * by up to 17% on Llama-2-7B's layer shapes, 4% over a layer; in the training step, which runs
+ * at the H100's power limit, it gained nothing: 51,311 / 51,441 / 51,238 against 51,399 /
+ * 51,279 / 51,470 tokens/s untimed, same call. A kernel's rate at the full clock is not its
+ * rate at the power limit.) */
+#define DXC_LT_PLANS 64
+#define DXC_LT_CANDS 8
 struct dxc_lt_plan {
-    int key[13]; /* trans_a, trans_b, M, N, K, lda, ldb, ldr, ldc, alignments of A, B, R, C */
+    int key[14]; /* trans_a, trans_b, M, N, K, lda, ldb, ldr, ldc, alignments of A, B, R, C, c_acc */
     cublasLtMatmulDesc_t desc;
     cublasLtMatrixLayout_t la, lb, lc, ld;
     cublasLtMatmulAlgo_t algo;
@@ -730,15 +721,31 @@ static uint32_t align_of(const void *p)
     return al;
 }
 
+/* The candidate of res[0 .. n) to run (see above): the first with a 256 x 128 tile when
+ * prefer_tile, else 0. */
+static int lt_pick(const cublasLtMatmulHeuristicResult_t *res, int n, int prefer_tile)
+{
+    for (int i = 0; prefer_tile && i < n; i++) {
+        int tile = 0;
+        size_t w = 0;
+        if (res[i].state == CUBLAS_STATUS_SUCCESS &&
+            cublasLtMatmulAlgoConfigGetAttribute(&res[i].algo, CUBLASLT_ALGO_CONFIG_TILE_ID, &tile, sizeof tile, &w) ==
+                CUBLAS_STATUS_SUCCESS &&
+            tile == CUBLASLT_MATMUL_TILE_256x128)
+            return i;
+    }
+    return 0;
+}
+
 /* The plan of a call (made on the shape's first call); NULL when cuBLASLt has no algorithm for
- * it or the table is full. */
+ * it or the table is full. C (and R) are fp32 when c_acc, else bf16. */
 static struct dxc_lt_plan *lt_plan(dx_backend *be, int trans_a, int trans_b, int M, int N, int K,
                                    const void *A, int lda, const void *B, int ldb, const void *R,
-                                   int ldr, const void *C, int ldc)
+                                   int ldr, const void *C, int ldc, int c_acc)
 {
     dxc_impl *im = dxc(be);
-    const int key[13] = {trans_a, trans_b, M, N, K, lda, ldb, ldr, ldc, (int)align_of(A),
-                         (int)align_of(B), (int)align_of(R), (int)align_of(C)};
+    const int key[14] = {trans_a, trans_b, M, N, K, lda, ldb, ldr, ldc, (int)align_of(A),
+                         (int)align_of(B), (int)align_of(R), (int)align_of(C), c_acc};
     for (int i = 0; i < im->lt_nplans; i++)
         if (!memcmp(im->lt_plans[i].key, key, sizeof key))
             return im->lt_plans[i].ok ? &im->lt_plans[i] : NULL;
@@ -749,7 +756,8 @@ static struct dxc_lt_plan *lt_plan(dx_backend *be, int trans_a, int trans_b, int
     memcpy(p->key, key, sizeof key);
     cublasOperation_t opa = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, opb = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
     cublasLtMatmulPreference_t pref = NULL;
-    cublasLtMatmulHeuristicResult_t res;
+    cublasLtMatmulHeuristicResult_t res[DXC_LT_CANDS];
+    const cudaDataType_t ct = c_acc ? CUDA_R_32F : CUDA_R_16BF;
     int found = 0;
     const uint32_t scheme = CUBLASLT_REDUCTION_SCHEME_MASK & ~CUBLASLT_REDUCTION_SCHEME_OUTPUT_TYPE;
     const uint64_t ws = im->blas_ws_bytes;
@@ -767,8 +775,8 @@ static struct dxc_lt_plan *lt_plan(dx_backend *be, int trans_a, int trans_b, int
                 /* stored (before op) column-major: A' = B is N x K (K x N transposed), B' = A K x M */
                 cublasLtMatrixLayoutCreate(&p->la, CUDA_R_16BF, trans_b ? K : N, trans_b ? N : K, ldb) == CUBLAS_STATUS_SUCCESS &&
                 cublasLtMatrixLayoutCreate(&p->lb, CUDA_R_16BF, trans_a ? M : K, trans_a ? K : M, lda) == CUBLAS_STATUS_SUCCESS &&
-                cublasLtMatrixLayoutCreate(&p->lc, CUDA_R_16BF, N, M, ldr) == CUBLAS_STATUS_SUCCESS &&
-                cublasLtMatrixLayoutCreate(&p->ld, CUDA_R_16BF, N, M, ldc) == CUBLAS_STATUS_SUCCESS &&
+                cublasLtMatrixLayoutCreate(&p->lc, ct, N, M, ldr) == CUBLAS_STATUS_SUCCESS &&
+                cublasLtMatrixLayoutCreate(&p->ld, ct, N, M, ldc) == CUBLAS_STATUS_SUCCESS &&
                 cublasLtMatmulPreferenceCreate(&pref) == CUBLAS_STATUS_SUCCESS &&
                 cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws) ==
                     CUBLAS_STATUS_SUCCESS &&
@@ -777,18 +785,53 @@ static struct dxc_lt_plan *lt_plan(dx_backend *be, int trans_a, int trans_b, int
     for (int i = 0; i < 4 && good; i++)
         good = cublasLtMatmulPreferenceSetAttribute(pref, al_attr[i], &al[i], sizeof al[i]) == CUBLAS_STATUS_SUCCESS;
     good = good &&
-           cublasLtMatmulAlgoGetHeuristic(im->lt, p->desc, p->la, p->lb, p->lc, p->ld, pref, 1, &res, &found) ==
-               CUBLAS_STATUS_SUCCESS &&
-           found > 0 && res.state == CUBLAS_STATUS_SUCCESS;
+           cublasLtMatmulAlgoGetHeuristic(im->lt, p->desc, p->la, p->lb, p->lc, p->ld, pref, DXC_LT_CANDS, res,
+                                          &found) == CUBLAS_STATUS_SUCCESS &&
+           found > 0 && res[0].state == CUBLAS_STATUS_SUCCESS;
     if (pref) cublasLtMatmulPreferenceDestroy(pref);
     if (!good) { /* kept (ok = 0, key set) so the shape is not looked up again */
         lt_plan_free(p);
         memcpy(p->key, key, sizeof key);
         return NULL;
     }
-    p->algo = res.algo;
+    p->algo = res[lt_pick(res, found, im->lt_tile)].algo;
     p->ok = 1;
     return p;
+}
+
+/* Row-major C[M,N] = alpha op(A) op(B) + beta C is column-major C^T[N,M] = alpha op(B)^T op(A)^T
+ * + beta C^T, and a row-major matrix with row stride ld is its transpose in column-major with
+ * leading dimension ld: so cuBLAS gets (B, A) swapped, m = N, n = M, the same transpose flags
+ * and the same strides. */
+static void cuda_gemm(dx_backend *be, int trans_a, int trans_b, int M, int N, int K, float alpha,
+                      const void *A, int lda, const void *B, int ldb, float beta, void *C, int ldc,
+                      int c_acc)
+{
+    if (M <= 0 || N <= 0) return;
+    dxc_impl *im = dxc(be);
+    DXC_ENTER(be, "gemm");
+    if (K <= 0) {
+        k_scale_c<<<grid_for(be, (size_t)M * N), DXC_THREADS, 0, im->stream>>>(C, ldc, M, N, beta,
+                                                                               c_acc);
+        DXC_LAUNCHED(be, "gemm");
+        return;
+    }
+    if ((double)M * N * K >= im->lt_gemm_min && im->lt && al16(A) && al16(B) && al16(C) && lda % 8 == 0 &&
+        ldb % 8 == 0 && ldc % 8 == 0) {
+        struct dxc_lt_plan *p = lt_plan(be, trans_a, trans_b, M, N, K, A, lda, B, ldb, C, ldc, C, ldc, c_acc);
+        if (p) { /* in place: cuBLASLt's C and D are both C */
+            DXC_BLAS("gemm", cublasLtMatmul(im->lt, p->desc, &alpha, B, p->la, A, p->lb, &beta, C, p->lc, C, p->ld,
+                                            &p->algo, im->blas_ws, im->blas_ws_bytes, im->stream));
+            if (im->sync_each_op) DXC_CHECK("gemm", cudaStreamSynchronize(im->stream));
+            return;
+        }
+    }
+    cublasOperation_t opa = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+    cublasOperation_t opb = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+    DXC_BLAS("gemm", cublasGemmEx(im->blas, opa, opb, N, M, K, &alpha, B, CUDA_R_16BF, ldb, A,
+                                  CUDA_R_16BF, lda, &beta, C, c_acc ? CUDA_R_32F : CUDA_R_16BF,
+                                  ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    if (im->sync_each_op) DXC_CHECK("gemm", cudaStreamSynchronize(im->stream));
 }
 
 static void cuda_gemm_res(dx_backend *be, int trans_a, int trans_b, int M, int N, int K,
@@ -800,7 +843,7 @@ static void cuda_gemm_res(dx_backend *be, int trans_a, int trans_b, int M, int N
     DXC_ENTER(be, "gemm_res");
     struct dxc_lt_plan *p = K > 0 && !im->lt_off && im->lt && al16(A) && al16(B) && al16(R) && al16(C) &&
                                     lda % 8 == 0 && ldb % 8 == 0 && ldr % 8 == 0 && ldc % 8 == 0
-                                ? lt_plan(be, trans_a, trans_b, M, N, K, A, lda, B, ldb, R, ldr, C, ldc)
+                                ? lt_plan(be, trans_a, trans_b, M, N, K, A, lda, B, ldb, R, ldr, C, ldc, 0)
                                 : NULL;
     if (!p) { /* R copied into C, then C += op(A) op(B) */
         if (R != C)
@@ -2694,6 +2737,10 @@ extern "C" dx_backend *dx_backend_cuda_create(int device, int nthreads)
     if (bs != CUBLAS_STATUS_SUCCESS) im->lt = NULL;
     const char *res_env = getenv("DX_CUDA_GEMM_RES");
     im->lt_off = res_env && !strcmp(res_env, "0");
+    im->lt_tile = env_int("DX_CUDA_GEMM_TILE", 1, "0 or 1") != 0;
+    im->lt_gemm_min = env_int("DX_CUDA_GEMM_LT", 1, "0 or 1") == 0
+                          ? INFINITY
+                          : 1048576.0 * env_int("DX_CUDA_GEMM_LT_MIN", 1024, "a count of 2^20 multiply-adds");
     if (bs != CUBLAS_STATUS_SUCCESS) {
         dx_fail("cuda backend: device %d: cuBLAS setup: %s", device, cublasGetStatusString(bs));
         cuda_destroy(be);

@@ -89,6 +89,8 @@ struct dxc_impl {
     cublasLtHandle_t lt; /* gemm_res: cuBLASLt (its output may be a matrix other than its C) */
     struct dxc_lt_plan *lt_plans; /* descriptors and algorithm per GEMM shape, looked up once */
     int lt_nplans, lt_off; /* DX_CUDA_GEMM_RES=0: gemm_res as a copy and a cuBLAS GEMM */
+    int lt_tile;           /* DX_CUDA_GEMM_TILE (default 1): cuBLASLt's 256 x 128 tile preferred */
+    double lt_gemm_min;    /* cuda_gemm through cuBLASLt from this many multiply-adds (INFINITY: never) */
     dxc_slot *slots;    /* live allocations */
     size_t cap, count;
     void *scratch;      /* op workspace, grown on demand (stream-ordered reuse) */
