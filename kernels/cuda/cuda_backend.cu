@@ -696,7 +696,8 @@ static __global__ void k_scale_c(void *C, int ldc, int M, int N, float beta, int
 #define DXC_LT_PLANS 64
 #define DXC_LT_CANDS 8
 struct dxc_lt_plan {
-    int key[14]; /* trans_a, trans_b, M, N, K, lda, ldb, ldr, ldc, alignments of A, B, R, C, c_acc */
+    int key[15]; /* trans_a, trans_b, M, N, K, lda, ldb, ldr, ldc, alignments of A, B, R, C, c_acc,
+                    SM count target (0: all) */
     cublasLtMatmulDesc_t desc;
     cublasLtMatrixLayout_t la, lb, lc, ld;
     cublasLtMatmulAlgo_t algo;
@@ -738,14 +739,17 @@ static int lt_pick(const cublasLtMatmulHeuristicResult_t *res, int n, int prefer
 }
 
 /* The plan of a call (made on the shape's first call); NULL when cuBLASLt has no algorithm for
- * it or the table is full. C (and R) are fp32 when c_acc, else bf16. */
+ * it or the table is full. C (and R) are fp32 when c_acc, else bf16. Planned for the SMs that
+ * cublasGemmEx would be given: those the overlap stream leaves between overlap_begin and
+ * overlap_join (kernels.h), else DX_CUDA_GEMM_SMS's, else all. */
 static struct dxc_lt_plan *lt_plan(dx_backend *be, int trans_a, int trans_b, int M, int N, int K,
                                    const void *A, int lda, const void *B, int ldb, const void *R,
                                    int ldr, const void *C, int ldc, int c_acc)
 {
     dxc_impl *im = dxc(be);
-    const int key[14] = {trans_a, trans_b, M, N, K, lda, ldb, ldr, ldc, (int)align_of(A),
-                         (int)align_of(B), (int)align_of(R), (int)align_of(C), c_acc};
+    const int sms = im->aux_sms ? im->num_sms - im->aux_sms : im->gemm_sms;
+    const int key[15] = {trans_a, trans_b, M, N, K, lda, ldb, ldr, ldc, (int)align_of(A),
+                         (int)align_of(B), (int)align_of(R), (int)align_of(C), c_acc, sms};
     for (int i = 0; i < im->lt_nplans; i++)
         if (!memcmp(im->lt_plans[i].key, key, sizeof key))
             return im->lt_plans[i].ok ? &im->lt_plans[i] : NULL;
@@ -769,9 +773,9 @@ static struct dxc_lt_plan *lt_plan(dx_backend *be, int trans_a, int trans_b, int
     bool good = cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F) == CUBLAS_STATUS_SUCCESS &&
                 cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa) == CUBLAS_STATUS_SUCCESS &&
                 cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb) == CUBLAS_STATUS_SUCCESS &&
-                (im->gemm_sms <= 0 ||
-                 cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET, &im->gemm_sms,
-                                                sizeof im->gemm_sms) == CUBLAS_STATUS_SUCCESS) &&
+                (sms <= 0 ||
+                 cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET, &sms, sizeof sms) ==
+                     CUBLAS_STATUS_SUCCESS) &&
                 /* stored (before op) column-major: A' = B is N x K (K x N transposed), B' = A K x M */
                 cublasLtMatrixLayoutCreate(&p->la, CUDA_R_16BF, trans_b ? K : N, trans_b ? N : K, ldb) == CUBLAS_STATUS_SUCCESS &&
                 cublasLtMatrixLayoutCreate(&p->lb, CUDA_R_16BF, trans_a ? M : K, trans_a ? K : M, lda) == CUBLAS_STATUS_SUCCESS &&
