@@ -672,8 +672,9 @@ static __global__ void k_scale_c(void *C, int ldc, int M, int N, float beta, int
  * gemm_res: C = op(A) op(B) + R with R and C distinct matrices, which cublasGemmEx (C in, C out)
  * cannot do. The mapping to column-major is cuda_gemm's, with R as cuBLASLt's C and C as its D.
  * cuda_gemm's shapes of at least im->lt_gemm_min multiply-adds (M N K; DX_CUDA_GEMM_LT_MIN in
- * units of 2^20, default 1024, i.e. 2^30; DX_CUDA_GEMM_LT=0: none) go through the same plans with R = C, in place, so that they
- * get the algorithm chosen below instead of cublasGemmEx's.
+ * units of 2^20, default 1024, i.e. 2^30; DX_CUDA_GEMM_LT=0: none) with 16-byte aligned operands
+ * and row strides go through the same plans with R = C, in place, so that they get the
+ * algorithm chosen below instead of cublasGemmEx's (which keeps the rest).
  * Descriptors and the algorithm are kept per shape, C type and pointer alignment (a transformer
  * has a handful of GEMM shapes); reduced-precision split-K reductions are excluded as in
  * cuda_gemm (CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION).
