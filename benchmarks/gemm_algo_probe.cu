@@ -39,35 +39,8 @@
 #include <unistd.h>
 #include <vector>
 
-#define CK(x)                                                                                     \
-    do {                                                                                          \
-        cudaError_t e_ = (x);                                                                     \
-        if (e_ != cudaSuccess) {                                                                  \
-            fprintf(stderr, "gemm_algo_probe: %s: %s\n", #x, cudaGetErrorString(e_));            \
-            exit(1);                                                                              \
-        }                                                                                         \
-    } while (0)
-#define CB(x)                                                                                     \
-    do {                                                                                          \
-        cublasStatus_t s_ = (x);                                                                  \
-        if (s_ != CUBLAS_STATUS_SUCCESS) {                                                        \
-            fprintf(stderr, "gemm_algo_probe: %s: cuBLAS status %d\n", #x, (int)s_);             \
-            exit(1);                                                                              \
-        }                                                                                         \
-    } while (0)
-
-typedef __nv_bfloat16 bf16;
-
-__global__ void fill(bf16 *p, size_t n, unsigned seed, float scale)
-{
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-        unsigned h = (unsigned)i * 2654435761u ^ seed;
-        h ^= h >> 15;
-        h *= 2246822519u;
-        h ^= h >> 13;
-        p[i] = __float2bfloat16(scale * ((float)(h & 0xffffff) / 8388608.0f - 1.0f));
-    }
-}
+#define PROBE_NAME "gemm_algo_probe"
+#include "probe_util.cuh"
 
 enum kind { FWD, RES, DX, DW };
 
@@ -123,7 +96,7 @@ static std::string algo_cfg(const cublasLtMatmulAlgo_t *a, float waves)
     return b;
 }
 
-static double now_median(std::vector<float> &v)
+static double median_of(std::vector<float> &v)
 {
     std::sort(v.begin(), v.end());
     return v.empty() ? 0.0 : v[v.size() / 2];
@@ -194,7 +167,7 @@ int main(int argc, char **argv)
         CK(cudaMalloc(&B, nb * 2));
         CK(cudaMalloc(&C, (size_t)g.M * g.N * (c32 ? 4 : 2)));
         CK(cudaMemset(C, 0, (size_t)g.M * g.N * (c32 ? 4 : 2)));
-        fill<<<1024, 256>>>(A, na, 1234u + (unsigned)ci, g.k == DW ? 1.0f : 1.0f);
+        fill<<<1024, 256>>>(A, na, 1234u + (unsigned)ci, 1.0f);
         fill<<<1024, 256>>>(B, nb, 5678u + (unsigned)ci, g.k == DW ? 1.0f : 0.02f);
         if (g.k == RES) {
             CK(cudaMalloc(&R, (size_t)g.M * g.N * 2));
@@ -257,7 +230,7 @@ int main(int argc, char **argv)
                     CK(cudaEventElapsedTime(&x, ev[b], ev[b + 1]));
                     t.push_back(x / BATCH);
                 }
-                double ms = now_median(t);
+                double ms = median_of(t);
                 c.ms.push_back(ms);
                 printf("{\"case\": \"%s\", \"cand\": \"%s\", \"round\": %d, \"ms\": %.5f, \"tflops\": %.1f, \"calls\": %d, "
                        "\"cfg\": \"%s\"}\n",
@@ -278,7 +251,7 @@ int main(int argc, char **argv)
         double base = 0;
         for (cand &c : all[ci]) {
             std::vector<float> v(c.ms.begin(), c.ms.end());
-            double ms = now_median(v);
+            double ms = median_of(v);
             if (base == 0) base = ms;
             printf("%-24s %-7s %9.4f %8.1f %7.4f  %s\n", cases[ci].name.c_str(), c.name.c_str(), ms,
                    2.0 * cases[ci].M * cases[ci].N * cases[ci].K / ms * 1e-9, ms / base, c.cfg.c_str());

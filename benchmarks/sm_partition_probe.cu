@@ -29,35 +29,8 @@
 #include <cstdlib>
 #include <vector>
 
-#define CK(x)                                                                                     \
-    do {                                                                                          \
-        cudaError_t e_ = (x);                                                                     \
-        if (e_ != cudaSuccess) {                                                                  \
-            fprintf(stderr, "sm_partition_probe: %s: %s\n", #x, cudaGetErrorString(e_));         \
-            exit(1);                                                                              \
-        }                                                                                         \
-    } while (0)
-#define CB(x)                                                                                     \
-    do {                                                                                          \
-        cublasStatus_t s_ = (x);                                                                  \
-        if (s_ != CUBLAS_STATUS_SUCCESS) {                                                        \
-            fprintf(stderr, "sm_partition_probe: %s: cuBLAS status %d\n", #x, (int)s_);          \
-            exit(1);                                                                              \
-        }                                                                                         \
-    } while (0)
-
-typedef __nv_bfloat16 bf16;
-
-__global__ void fill(bf16 *p, size_t n, unsigned seed)
-{
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-        unsigned h = (unsigned)i * 2654435761u ^ seed;
-        h ^= h >> 15;
-        h *= 2246822519u;
-        h ^= h >> 13;
-        p[i] = __float2bfloat16((float)(h & 0xffffff) / 8388608.0f - 1.0f);
-    }
-}
+#define PROBE_NAME "sm_partition_probe"
+#include "probe_util.cuh"
 
 __global__ void fill_f(float *p, size_t n, float v)
 {

@@ -408,7 +408,6 @@ static int finish_step_span(dx_worker *w, int wait_all)
 
 int dx_worker_trace_flush(dx_worker *w) { return finish_step_span(w, 1); }
 
-/* Waits for the compute stream, adds the host time since *t to *sum (seconds) and moves *t on. */
 /* The power counters failed (the first time: NVML missing or without them on this device): the
  * steps' energy_j and power_capped_s are NaN from now on. Training goes on. */
 static void power_off(dx_worker *w)
@@ -418,6 +417,7 @@ static void power_off(dx_worker *w)
     w->power_on = 0;
 }
 
+/* Waits for the compute stream, adds the host time since *t to *sum (seconds) and moves *t on. */
 static int phase_time(dx_backend *be, uint64_t *t, double *sum)
 {
     be->sync(be);
