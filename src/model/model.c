@@ -49,8 +49,8 @@ struct dx_model {
     int kv_repl;      /* k/v_proj replicated over TP; kv_head: the one KV head used here */
     int kv_head;
     int norm_overlap; /* DX_NORM_OVERLAP = n > 0: the MLP's RMSNorm backward on n SMs beside the
-                         gate|up weight gradient (be->overlap_begin; NOTES item 30; default 8); 0:
-                         after it */
+                         gate|up weight gradient (be->overlap_begin; NOTES items 30 and 39; default
+                         12); 0: after it */
     int op_stream;    /* the trace stream of OP's events (DX_STREAM_COMPUTE, or DX_STREAM_AUX
                          between overlap_begin and overlap_end) */
     /* Q|K|V: q, k, v (and dq, dk, dv) are column blocks of one buffer, rows qkv_ld = HDl + 2 KDl
@@ -271,10 +271,10 @@ dx_model *dx_model_create_part(const dx_model_config *cfg, dx_backend *be, int m
     {
         const char *e = getenv("DX_NORM_OVERLAP");
         char *end = NULL;
-        long v = e ? strtol(e, &end, 10) : 8;
+        long v = e ? strtol(e, &end, 10) : 12;
         if (e && (end == e || *end || v < 0 || v > 1024)) {
-            fprintf(stderr, "dissect: warning: DX_NORM_OVERLAP=%s is not a count of SMs (0 .. 1024); 8 is used\n", e);
-            v = 8;
+            fprintf(stderr, "dissect: warning: DX_NORM_OVERLAP=%s is not a count of SMs (0 .. 1024); 12 is used\n", e);
+            v = 12;
         }
         m->norm_overlap = (int)v;
     }
@@ -1166,7 +1166,7 @@ int dx_model_backward_chunk(dx_model *m, int c, int s)
             if (m->norm_overlap > 0 && be->overlap_begin && m->tp == 1 && D <= 2048 &&
                 !(m->lora_targets & (1u << DX_LORA_GATE | 1u << DX_LORA_UP))) {
                 /* the norm's backward needs only the input gradient: it runs on a few SMs
-                 * beside the gate|up weight gradient (NOTES item 30; traced on stream "aux"),
+                 * beside the gate|up weight gradient (NOTES items 30 and 39; traced on stream "aux"),
                  * not for rows over 2048 (kernels.h: rmsnorm_bwd is capped to the SMs only up
                  * to there; not measured beyond) */
                 linear_bwd_dx(m, DX_MOD_MLP, l, m->dxn, m->dg, 2 * Il, at(W, m->o_gate, xs), N, D, 2 * Il, 0.0f);
