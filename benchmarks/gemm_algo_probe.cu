@@ -96,12 +96,6 @@ static std::string algo_cfg(const cublasLtMatmulAlgo_t *a, float waves)
     return b;
 }
 
-static double median_of(std::vector<float> &v)
-{
-    std::sort(v.begin(), v.end());
-    return v.empty() ? 0.0 : v[v.size() / 2];
-}
-
 int main(int argc, char **argv)
 {
     double turn_ms = 400;

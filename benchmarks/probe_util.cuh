@@ -8,8 +8,10 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <vector>
 
 /* A CUDA runtime call (CK) or cuBLAS / cuBLASLt call (CB) that must succeed: on failure prints
  * "PROBE_NAME: the call: the error" and exits 1. */
@@ -43,6 +45,13 @@ __global__ void fill(bf16 *p, size_t n, unsigned seed, float scale = 1.0f)
         h ^= h >> 13;
         p[i] = __float2bfloat16(scale * ((float)(h & 0xffffff) / 8388608.0f - 1.0f));
     }
+}
+
+/* The median of v (sorts v; 0 when empty). */
+template <class T> static double median_of(std::vector<T> &v)
+{
+    std::sort(v.begin(), v.end());
+    return v.empty() ? 0.0 : (double)v[v.size() / 2];
 }
 
 #endif

@@ -129,8 +129,7 @@ template <class F> static double timed(int iters, cudaStream_t s0, F body)
         t.push_back(ms * 1e3);
     }
     for (auto &e : ev) CK(cudaEventDestroy(e));
-    std::sort(t.begin(), t.end());
-    return t[t.size() / 2];
+    return median_of(t);
 }
 
 int main(int argc, char **argv)

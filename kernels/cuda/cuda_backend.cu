@@ -739,8 +739,9 @@ static int lt_pick(const cublasLtMatmulHeuristicResult_t *res, int n, int prefer
     return 0;
 }
 
-/* The plan of a call (made on the shape's first call); NULL when cuBLASLt has no algorithm for
- * it or the table is full. C (and R) are fp32 when c_acc, else bf16. Planned for the SMs that
+/* The plan of a call (made on the shape's first call); NULL without cuBLASLt, when an operand
+ * or a row stride is not 16-byte aligned, when cuBLASLt has no algorithm for it or the table is
+ * full. C (and R) are fp32 when c_acc, else bf16. Planned for the SMs that
  * cublasGemmEx would be given: those the overlap stream leaves between overlap_begin and
  * overlap_join (kernels.h), else DX_CUDA_GEMM_SMS's, else all. */
 static struct dxc_lt_plan *lt_plan(dx_backend *be, int trans_a, int trans_b, int M, int N, int K,
@@ -748,6 +749,8 @@ static struct dxc_lt_plan *lt_plan(dx_backend *be, int trans_a, int trans_b, int
                                    int ldr, const void *C, int ldc, int c_acc)
 {
     dxc_impl *im = dxc(be);
+    if (!im->lt || !al16(A) || !al16(B) || !al16(R) || !al16(C) || lda % 8 || ldb % 8 || ldr % 8 || ldc % 8)
+        return NULL;
     const int sms = im->aux_sms ? im->num_sms - im->aux_sms : im->gemm_sms;
     const int key[15] = {trans_a, trans_b, M, N, K, lda, ldb, ldr, ldc, (int)align_of(A),
                          (int)align_of(B), (int)align_of(R), (int)align_of(C), c_acc, sms};
@@ -821,8 +824,7 @@ static void cuda_gemm(dx_backend *be, int trans_a, int trans_b, int M, int N, in
         DXC_LAUNCHED(be, "gemm");
         return;
     }
-    if ((double)M * N * K >= im->lt_gemm_min && im->lt && al16(A) && al16(B) && al16(C) && lda % 8 == 0 &&
-        ldb % 8 == 0 && ldc % 8 == 0) {
+    if ((double)M * N * K >= im->lt_gemm_min) {
         struct dxc_lt_plan *p = lt_plan(be, trans_a, trans_b, M, N, K, A, lda, B, ldb, C, ldc, C, ldc, c_acc);
         if (p) { /* in place: cuBLASLt's C and D are both C */
             DXC_BLAS("gemm", cublasLtMatmul(im->lt, p->desc, &alpha, B, p->la, A, p->lb, &beta, C, p->lc, C, p->ld,
@@ -846,10 +848,8 @@ static void cuda_gemm_res(dx_backend *be, int trans_a, int trans_b, int M, int N
     if (M <= 0 || N <= 0) return;
     dxc_impl *im = dxc(be);
     DXC_ENTER(be, "gemm_res");
-    struct dxc_lt_plan *p = K > 0 && !im->lt_off && im->lt && al16(A) && al16(B) && al16(R) && al16(C) &&
-                                    lda % 8 == 0 && ldb % 8 == 0 && ldr % 8 == 0 && ldc % 8 == 0
-                                ? lt_plan(be, trans_a, trans_b, M, N, K, A, lda, B, ldb, R, ldr, C, ldc, 0)
-                                : NULL;
+    struct dxc_lt_plan *p =
+        K > 0 && !im->lt_off ? lt_plan(be, trans_a, trans_b, M, N, K, A, lda, B, ldb, R, ldr, C, ldc, 0) : NULL;
     if (!p) { /* R copied into C, then C += op(A) op(B) */
         if (R != C)
             DXC_CHECK("gemm_res", cudaMemcpy2DAsync(C, (size_t)ldc * 2, R, (size_t)ldr * 2, (size_t)N * 2, (size_t)M,
