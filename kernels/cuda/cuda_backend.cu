@@ -481,6 +481,15 @@ static void cuda_side_wait(dx_backend *be, int slot)
     DXC_CHECK("side_wait", cudaStreamWaitEvent(im->stream, im->side_ev[slot], 0));
 }
 
+/* The SM count the compute stream's GEMMs are planned for (0: all): DX_CUDA_GEMM_SMS's target
+ * (gemm_sms), or while the overlap stream holds aux_sms SMs the rest, whichever is smaller. */
+static int gemm_sm_target(const dxc_impl *im)
+{
+    if (!im->aux_sms) return im->gemm_sms;
+    const int left = im->num_sms - im->aux_sms;
+    return im->gemm_sms > 0 && im->gemm_sms < left ? im->gemm_sms : left;
+}
+
 /* The overlap stream (kernels.h). */
 static int cuda_overlap_begin(dx_backend *be, int sms)
 {
@@ -499,9 +508,11 @@ static int cuda_overlap_begin(dx_backend *be, int sms)
     }
     DXC_CHECK("overlap_begin", cudaEventRecord(im->aux_fork, im->stream));
     DXC_CHECK("overlap_begin", cudaStreamWaitEvent(im->aux_stream, im->aux_fork, 0));
-    if (cublasSetSmCountTarget(im->blas, im->num_sms - sms) != CUBLAS_STATUS_SUCCESS)
-        return dx_fail("cuda backend: overlap_begin: cublasSetSmCountTarget failed");
     im->aux_sms = sms;
+    if (cublasSetSmCountTarget(im->blas, gemm_sm_target(im)) != CUBLAS_STATUS_SUCCESS) {
+        im->aux_sms = 0;
+        return dx_fail("cuda backend: overlap_begin: cublasSetSmCountTarget failed");
+    }
     im->aux_saved = im->stream;
     im->stream = im->aux_stream;
     return 0;
@@ -524,8 +535,8 @@ static void cuda_overlap_join(dx_backend *be)
     cuda_overlap_end(be);
     DXC_ENTER(be, "overlap_join");
     DXC_CHECK("overlap_join", cudaStreamWaitEvent(im->stream, im->aux_done, 0));
-    DXC_BLAS("overlap_join", cublasSetSmCountTarget(im->blas, 0));
     im->aux_sms = 0;
+    DXC_BLAS("overlap_join", cublasSetSmCountTarget(im->blas, gemm_sm_target(im))); /* DX_CUDA_GEMM_SMS's again */
 }
 
 void *dxc_scratch(dx_backend *be, size_t bytes, const char *op)
@@ -742,8 +753,8 @@ static int lt_pick(const cublasLtMatmulHeuristicResult_t *res, int n, int prefer
 /* The plan of a call (made on the shape's first call); NULL without cuBLASLt, when an operand
  * or a row stride is not 16-byte aligned, when cuBLASLt has no algorithm for it or the table is
  * full. C (and R) are fp32 when c_acc, else bf16. Planned for the SMs that
- * cublasGemmEx would be given: those the overlap stream leaves between overlap_begin and
- * overlap_join (kernels.h), else DX_CUDA_GEMM_SMS's, else all. */
+ * cublasGemmEx would be given (gemm_sm_target): DX_CUDA_GEMM_SMS's, or fewer between
+ * overlap_begin and overlap_join (kernels.h), else all. */
 static struct dxc_lt_plan *lt_plan(dx_backend *be, int trans_a, int trans_b, int M, int N, int K,
                                    const void *A, int lda, const void *B, int ldb, const void *R,
                                    int ldr, const void *C, int ldc, int c_acc)
@@ -751,7 +762,7 @@ static struct dxc_lt_plan *lt_plan(dx_backend *be, int trans_a, int trans_b, int
     dxc_impl *im = dxc(be);
     if (!im->lt || !al16(A) || !al16(B) || !al16(R) || !al16(C) || lda % 8 || ldb % 8 || ldr % 8 || ldc % 8)
         return NULL;
-    const int sms = im->aux_sms ? im->num_sms - im->aux_sms : im->gemm_sms;
+    const int sms = gemm_sm_target(im);
     const int key[15] = {trans_a, trans_b, M, N, K, lda, ldb, ldr, ldc, (int)align_of(A),
                          (int)align_of(B), (int)align_of(R), (int)align_of(C), c_acc, sms};
     for (int i = 0; i < im->lt_nplans; i++)
@@ -2551,6 +2562,14 @@ extern "C" void *dx_cuda_stream(dx_backend *be)
 {
     if (!be || !be->name || strcmp(be->name, "cuda") != 0 || !be->impl) return NULL;
     return (void *)dxc(be)->stream;
+}
+
+extern "C" int dx_cuda_gemm_sm_target(dx_backend *be)
+{
+    if (!be || !be->name || strcmp(be->name, "cuda") != 0 || !be->impl) return -1;
+    int n = -1;
+    if (cublasGetSmCountTarget(dxc(be)->blas, &n) != CUBLAS_STATUS_SUCCESS) return -1;
+    return n;
 }
 
 extern "C" dx_backend *dx_backend_cuda_create(int device, int nthreads)

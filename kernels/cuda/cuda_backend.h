@@ -63,6 +63,12 @@ dx_backend *dx_backend_cuda_create(int device, int nthreads);
  * the backend's ops. NULL if `be` is not a CUDA backend. */
 void *dx_cuda_stream(dx_backend *be);
 
+/* The SM count cuBLAS plans the compute stream's GEMMs for now (cublasGetSmCountTarget; 0: all
+ * SMs): DX_CUDA_GEMM_SMS's when it was set at creation, or fewer between overlap_begin and
+ * overlap_join (the SMs the overlap stream leaves, when smaller). -1 if `be` is not a CUDA
+ * backend or cuBLAS fails. For tests. */
+int dx_cuda_gemm_sm_target(dx_backend *be);
+
 /* The MLP's gate|up projection with SwiGLU fused into the GEMM's epilogue (gemm_wg.cu; what the
  * backend's gemm_swiglu runs where it applies; benchmarks/swiglu_gemm_bench.c times it alone):
  *   g[M,F] = x W[0:F]^T, u[M,F] = x W[F:2F]^T (bf16, fp32 accumulation, rounded once),
