@@ -181,11 +181,13 @@ struct dx_backend {
      * work queued on the compute stream so far, rmsnorm_bwd on at most `sms` SMs (CUDA: rows
      * of D <= 2048, one warp per row; wider rows take every SM free at the time); the compute
      * stream's GEMMs (gemm) called until overlap_join are planned for the other SMs (cuBLAS's
-     * SM count target; for fewer where the CUDA backend's DX_CUDA_GEMM_SMS asks fewer). Only rmsnorm_bwd may be called in between (its scratch is not used by
-     * gemm). 0, or -1 + dx_fail (sms not in 1 .. SMs - 1, already begun, or on the side stream).
+     * SM count target; for fewer where the CUDA backend's DX_CUDA_GEMM_SMS asks fewer). Only
+     * rmsnorm_bwd may be called in between (its scratch is not used by gemm). 0, or -1 +
+     * dx_fail (sms not in 1 .. SMs - 1, already begun, or on the side stream).
      * overlap_end: later ops run on the compute stream again.
      * overlap_join: the compute stream's later work waits for the overlap stream's; GEMMs are
-     * planned as before overlap_begin again (every SM, or DX_CUDA_GEMM_SMS's). Call it before the compute stream touches what the ops in between use. */
+     * planned as before overlap_begin again (every SM, or DX_CUDA_GEMM_SMS's). Call it before
+     * the compute stream touches what the ops in between use. */
     int (*overlap_begin)(dx_backend *be, int sms);
     void (*overlap_end)(dx_backend *be);
     void (*overlap_join)(dx_backend *be);
