@@ -447,10 +447,11 @@ enum { GEMM_ODD, GEMM_DENSE, GEMM_ALIGNED };
 static void test_gemm_ld(uint64_t seed, int ta, int tb, int M, int N, int K, float beta, int c_acc, int layout)
 {
     const float alpha = 0.75f;
-    const int dense = layout == GEMM_DENSE, pc = layout == GEMM_ODD ? 1 : layout == GEMM_ALIGNED ? 8 : 0;
-    int lda = (ta ? M : K) + (layout == GEMM_ODD ? 3 : pc), ra = ta ? K : M;
-    int ldb = (tb ? K : N) + (layout == GEMM_ODD ? 2 : pc), rb = tb ? N : K;
-    int ldc = N + pc;
+    static const int pad[3][3] = {[GEMM_ODD] = {3, 2, 1}, [GEMM_DENSE] = {0, 0, 0}, [GEMM_ALIGNED] = {8, 8, 8}};
+    const int dense = layout == GEMM_DENSE;
+    int lda = (ta ? M : K) + pad[layout][0], ra = ta ? K : M;
+    int ldb = (tb ? K : N) + pad[layout][1], rb = tb ? N : K;
+    int ldc = N + pad[layout][2];
     size_t na = (size_t)ra * lda, nb = (size_t)rb * ldb, nc = (size_t)M * ldc;
     float *A = hrand(na, seed, 1, 0, 1), *Bm = hrand(nb, seed + 1, 1, 0, 1);
     float *C0 = hrand(nc, seed + 2, 1, 0, !c_acc);

@@ -2558,15 +2558,18 @@ static void cuda_destroy(dx_backend *be)
     free(be);
 }
 
+/* be is a CUDA backend (the public accessors below take any backend) */
+static int is_cuda(const dx_backend *be) { return be && be->name && strcmp(be->name, "cuda") == 0 && be->impl; }
+
 extern "C" void *dx_cuda_stream(dx_backend *be)
 {
-    if (!be || !be->name || strcmp(be->name, "cuda") != 0 || !be->impl) return NULL;
+    if (!is_cuda(be)) return NULL;
     return (void *)dxc(be)->stream;
 }
 
 extern "C" int dx_cuda_gemm_sm_target(dx_backend *be)
 {
-    if (!be || !be->name || strcmp(be->name, "cuda") != 0 || !be->impl) return -1;
+    if (!is_cuda(be)) return -1;
     int n = -1;
     if (cublasGetSmCountTarget(dxc(be)->blas, &n) != CUBLAS_STATUS_SUCCESS) return -1;
     return n;

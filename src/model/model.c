@@ -271,10 +271,12 @@ dx_model *dx_model_create_part(const dx_model_config *cfg, dx_backend *be, int m
     {
         const char *e = getenv("DX_NORM_OVERLAP");
         char *end = NULL;
-        long v = e ? strtol(e, &end, 10) : 12;
+        enum { NORM_OVERLAP_DEFAULT = 12 };
+        long v = e ? strtol(e, &end, 10) : NORM_OVERLAP_DEFAULT;
         if (e && (end == e || *end || v < 0 || v > 1024)) {
-            fprintf(stderr, "dissect: warning: DX_NORM_OVERLAP=%s is not a count of SMs (0 .. 1024); 12 is used\n", e);
-            v = 12;
+            fprintf(stderr, "dissect: warning: DX_NORM_OVERLAP=%s is not a count of SMs (0 .. 1024); %d is used\n", e,
+                    NORM_OVERLAP_DEFAULT);
+            v = NORM_OVERLAP_DEFAULT;
         }
         m->norm_overlap = (int)v;
     }
