@@ -8,10 +8,13 @@
 # sums differs). Also: an uneven stage split, and TP 4 over the model's 2 KV heads (replicated
 # k/v_proj), ZeRO-3 with TP 2 x DP 2, and ZeRO-1 over PP 2 x DP 2 (1F1B and interleaved), whose
 # op-level traces must show where the layers' gradients were reduced (tests/check_reductions.py).
-# The peak learning rate is 1e-3: AdamW moves a weight by about lr whatever the size
+# The peak learning rate is 5e-4: AdamW moves a weight by about lr whatever the size
 # of its gradient, so it turns rounding differences in near-zero gradients into weight
 # differences in proportion to lr (at 3e-3 the worst tensor differed by 1.6e-5, at 1e-3 by
-# 5.3e-6, on this 2-core CPU, 2026-11-23).
+# 5.3e-6, on a 2-core CPU, 2026-11-23; on a 2-core CPU with AVX-512, whose OpenBLAS kernels sum
+# in another order, 1e-3 gave 1.16e-5: tp4_kvrepl's embedding, one of its 2,048 weights moved
+# 1.03e-5 away, ~1% of lr, the rest within 1e-6; 5e-4 gave 5.8e-6 there and 1.4e-6 elsewhere,
+# 2026-11-28).
 #
 # GT_QUICK=1 runs a handful of layouts only. On GPUs (bf16 compute, NCCL), e.g. on 2 GPUs:
 #   GT_DEVICE=cuda GT_MAXNP=2 GT_RTOL=2e-2 GT_MODEL=brown-small tests/test_grid_equivalence.sh
@@ -26,7 +29,7 @@ trap 'rm -rf "$tmp"' EXIT
 "$PYTHON3" "$SRCDIR/examples/make_shards.py" "$tmp/ids.txt" "$tmp/train.bin" --vocab-size "$vocab" >/dev/null
 
 common=(train --model "$model" --num-layers 8 --train-data "$tmp/train.bin" --seq-length 32
-        --train-iters 6 --warmup-iters 2 --lr 1e-3 --eval-interval 0 --sample-tokens 0
+        --train-iters 6 --warmup-iters 2 --lr 5e-4 --eval-interval 0 --sample-tokens 0
         --log-interval 100 --device "$device" --grad-accum 4)
 runs=()
 n=0
