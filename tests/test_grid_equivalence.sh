@@ -13,7 +13,7 @@
 # differences in proportion to lr (at 3e-3 the worst tensor differed by 1.6e-5, at 1e-3 by
 # 5.3e-6, on a 2-core CPU, 2026-11-23; on a 2-core CPU with AVX-512, whose OpenBLAS kernels sum
 # in another order, 1e-3 gave 1.16e-5: tp4_kvrepl's embedding, one of its 2,048 weights moved
-# 1.03e-5 away, ~1% of lr, the rest within 1e-6; 5e-4 gave 5.8e-6 there and 1.4e-6 elsewhere,
+# 1.03e-5 away, ~1% of lr, the rest within 1.2e-6; 5e-4 gave 5.8e-6 there and 1.4e-6 elsewhere,
 # 2026-11-28).
 #
 # GT_QUICK=1 runs a handful of layouts only. On GPUs (bf16 compute, NCCL), e.g. on 2 GPUs:
