@@ -11,10 +11,11 @@
 # The peak learning rate is 5e-4: AdamW moves a weight by about lr whatever the size
 # of its gradient, so it turns rounding differences in near-zero gradients into weight
 # differences in proportion to lr (at 3e-3 the worst tensor differed by 1.6e-5, at 1e-3 by
-# 5.3e-6, on a 2-core CPU, 2026-11-23; on a 2-core CPU with AVX-512, whose OpenBLAS kernels sum
-# in another order, 1e-3 gave 1.16e-5: tp4_kvrepl's embedding, one of its 2,048 weights moved
-# 1.03e-5 away, ~1% of lr, the rest within 1.2e-6; 5e-4 gave 5.8e-6 there and 1.4e-6 elsewhere,
-# 2026-11-28).
+# 5.3e-6, on a 2-core CPU, 2026-11-23; on a 2-core VM whose CPU model OpenBLAS does not know,
+# so that it fell back to its SSE3 kernels, which sum in another order, 1e-3 gave 1.16e-5:
+# tp4_kvrepl's embedding, one of its 2,048 weights 1.03e-5 away, ~1% of lr, the rest within
+# 1.2e-6; 5e-4 gave 5.8e-6 there and 1.4e-6 elsewhere, 2026-11-28; on that VM with the AVX-512
+# kernels dissect now picks, src/coordinator/main.c, 3.2e-6).
 #
 # GT_QUICK=1 runs a handful of layouts only. On GPUs (bf16 compute, NCCL), e.g. on 2 GPUs:
 #   GT_DEVICE=cuda GT_MAXNP=2 GT_RTOL=2e-2 GT_MODEL=brown-small tests/test_grid_equivalence.sh
