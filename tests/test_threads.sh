@@ -40,7 +40,9 @@ blas() {
   rm -f "$tmp/b.h5"
   timeout 60 "$@" --trace "$tmp/b.h5" > "$tmp/b.log" 2>&1
   local got
-  got=$("$PYTHON3" -c 'import sys, h5py; print(h5py.File(sys.argv[1], "r")["metadata"].attrs["blas"])' "$tmp/b.h5" 2>&1)
+  if ! got=$("$PYTHON3" -c 'import sys, h5py; print(h5py.File(sys.argv[1], "r")["metadata"].attrs["blas"])' "$tmp/b.h5" 2>&1); then
+    echo "FAIL $name: no trace's blas attribute: $got"; sed 's/^/     /' "$tmp/b.log"; failed=$((failed+1)); return
+  fi
   if [[ $got != *DYNAMIC_ARCH* ]]; then
     echo "skip $name: not a DYNAMIC_ARCH OpenBLAS ($got)"; return
   fi
