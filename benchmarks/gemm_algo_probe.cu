@@ -21,9 +21,13 @@
  * candidate (gemmex where there is one), and the candidate's tile, stages, cluster shape,
  * split-K and waves (cuBLASLt's algorithm attributes).
  *
+ * -p: only the candidate the backend plans (kernels/cuda/cuda_backend.cu, NOTES item 38): the first
+ * 256 x 128 tile among cuBLASLt's first NALGO, else the first; no gemmex. benchmarks/step_ceiling.sh
+ * times a whole step's GEMMs this way.
+ *
  * Build (GPU host, `. .gpu/env.sh` first): nvcc -gencode=arch=compute_90a,code=sm_90a -O3
  * -std=c++17 benchmarks/gemm_algo_probe.cu -lcublasLt -lcublas -o /tmp/gemm_algo_probe
- * Usage: gemm_algo_probe [-t TURN_MS] [-r ROUNDS] [-n NALGO] CASE...
+ * Usage: gemm_algo_probe [-t TURN_MS] [-r ROUNDS] [-n NALGO] [-p] CASE...
  * Data: uniform in [-1, 1) for activations and gradients, [-0.02, 0.02) for weights, fixed seed.
  * Errors: a CUDA or cuBLAS failure names the call and exits 1; a bad case exits 2. */
 #include <cublasLt.h>
@@ -100,14 +104,20 @@ int main(int argc, char **argv)
 {
     double turn_ms = 400;
     int rounds = 3, nalgo = 8, opt;
-    while ((opt = getopt(argc, argv, "t:r:n:")) != -1) {
+    bool pick = false;
+    while ((opt = getopt(argc, argv, "t:r:n:p")) != -1) {
         if (opt == 't') turn_ms = atof(optarg);
         else if (opt == 'r') rounds = atoi(optarg);
         else if (opt == 'n') nalgo = atoi(optarg);
+        else if (opt == 'p') pick = true;
         else {
-            fprintf(stderr, "usage: gemm_algo_probe [-t TURN_MS] [-r ROUNDS] [-n NALGO] fwd|res|dx|dw:M,N,K ...\n");
+            fprintf(stderr, "usage: gemm_algo_probe [-t TURN_MS] [-r ROUNDS] [-n NALGO] [-p] fwd|res|dx|dw:M,N,K ...\n");
             return 2;
         }
+    }
+    if (turn_ms <= 0 || rounds < 1 || nalgo < 1) {
+        fprintf(stderr, "gemm_algo_probe: -t, -r and -n must be positive\n");
+        return 2;
     }
     std::vector<gcase> cases;
     for (int i = optind; i < argc; i++) {
@@ -189,10 +199,22 @@ int main(int argc, char **argv)
         int found = 0;
         CB(cublasLtMatmulAlgoGetHeuristic(lt, desc, la, lb, lc, ld, pref, nalgo, res.data(), &found));
         std::vector<cand> &cs = all[ci];
-        if (g.k != RES) cs.push_back({"gemmex", false, {}, "cublasGemmEx default", {}});
+        if (g.k != RES && !pick) cs.push_back({"gemmex", false, {}, "cublasGemmEx default", {}});
+        int chosen = -1; /* -p: the backend's plan (lt_pick in cuda_backend.cu) */
+        for (int i = 0; i < found && chosen < 0; i++) {
+            int tile = 0;
+            size_t w;
+            cublasLtMatmulAlgoConfigGetAttribute(&res[i].algo, CUBLASLT_ALGO_CONFIG_TILE_ID, &tile, sizeof tile, &w);
+            if (res[i].state == CUBLAS_STATUS_SUCCESS && tile == CUBLASLT_MATMUL_TILE_256x128) chosen = i;
+        }
+        if (chosen < 0) chosen = 0;
         for (int i = 0; i < found; i++)
-            if (res[i].state == CUBLAS_STATUS_SUCCESS)
+            if (res[i].state == CUBLAS_STATUS_SUCCESS && (!pick || i == chosen))
                 cs.push_back({"lt" + std::to_string(i), true, res[i].algo, algo_cfg(&res[i].algo, res[i].wavesCount), {}});
+        if (cs.empty()) {
+            fprintf(stderr, "gemm_algo_probe: no cuBLASLt candidate for case %s\n", g.name.c_str());
+            return 1;
+        }
         void *Rp = R ? (void *)R : C;
         auto call = [&](const cand &c) {
             if (!c.lt)
