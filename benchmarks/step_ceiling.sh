@@ -53,7 +53,7 @@ sample_stop
 mkdir -p "$OUT/bench"
 TORCH_MODES=compile OUT="$OUT/bench" benchmarks/gpu_bench.sh "$seq" "$mb" 8 > "$OUT/bench.txt" 2>&1 \
   || { echo "step_ceiling.sh: gpu_bench.sh failed:" >&2; tail -5 "$OUT/bench.txt" >&2; exit 1; }
-"$py" - "$OUT" "$seq" "$mb" "$accum" "$ratio" "$peak" "$model" "${limit:-0}" "${shape[@]}" "${cases[@]}" <<'PY'
+"$py" - "$OUT" "$seq" "$mb" "$accum" "$ratio" "$peak" "$model" "${limit:-0}" "${cases[@]}" <<'PY'
 import json, statistics, sys
 import h5py, numpy as np
 sys.path.insert(0, "benchmarks")
@@ -64,11 +64,11 @@ try:
     limit_w = float(sys.argv[8])
 except ValueError:
     limit_w = 0.0
-D, L, H, Hkv, I = (int(x) for x in sys.argv[9:14])
-cases = sys.argv[14:]
-V, Dh = 32000, D // H
-nonembed = L * (2 * D + D * D + 2 * D * Hkv * Dh + D * D + 3 * D * I) + D + V * D  # gpu_bench.sh's
-fpt = 6 * nonembed + 12 * L * D * seq
+cases = sys.argv[9:]
+summ = json.load(open(f"{out}/bench/summary.json"))
+rows = {r["impl"]: r for r in summ["rows"]}
+d, tc = rows["dissect"], rows.get("pytorch-compile")
+fpt = d["mfu"] * 989e12 / d["tokens_per_s"]  # gpu_bench.sh's FLOPs per token (its MFU is at 989)
 tokens = seq * mb * accum
 ms = {}
 for line in open(f"{out}/probe.txt"):
@@ -93,19 +93,15 @@ gs = gpu_samples.summary(gpu_samples.busy(gpu_samples.read(f"{out}/clock_gemm.cs
 if gs:
     print(f"GPU during the GEMMs (nvidia-smi, {gs['samples']} samples at >= half the {limit_w:.0f} W limit): SM"
           f" {gs['sm_mhz']:.0f} MHz at {gs['watts']:.0f} W, power-capped {gpu_samples.share(gs['power_capped'])}")
-summ = json.load(open(f"{out}/bench/summary.json"))
-rows = {r["impl"]: r for r in summ["rows"]}
-d, tc = rows["dissect"], rows.get("pytorch-compile")
 with h5py.File(f"{out}/bench/op.h5") as f:
     ev = f["events"][()]
-    en = {k: {v: n for n, v in h5py.check_enum_dtype(ev.dtype[k]).items()} for k in ("op", "stream")}
+    op_id, st_id = (h5py.check_enum_dtype(ev.dtype[k]) for k in ("op", "stream"))
     st = np.asarray(f["steps"]["step_time_s"])
-sel = (ev["rank"] == 0) & (ev["step"] > 1) & (np.array([en["stream"][s] for s in ev["stream"]]) == "compute")
+sel = (ev["rank"] == 0) & (ev["step"] > 1) & (ev["stream"] == st_id["compute"])
 nst = len(np.unique(ev["step"][sel]))
 dur = (ev["end_ns"].astype(np.int64) - ev["start_ns"].astype(np.int64)) * 1e-6
-opn = np.array([en["op"][o] for o in ev["op"]])
-g_in = dur[sel & (opn == "gemm")].sum() / nst
-a_in = dur[sel & (opn == "attention")].sum() / nst
+g_in = dur[sel & (ev["op"] == op_id["gemm"])].sum() / nst
+a_in = dur[sel & (ev["op"] == op_id["attention"])].sum() / nst
 op_step = float(np.median(st[1:])) * 1e3 if len(st) > 1 else float("nan")
 print(f"dissect's op trace ({nst} steps): step {op_step:.1f} ms, GEMMs {g_in:.1f}, attention {a_in:.1f},"
       f" the rest {op_step - g_in - a_in:.1f} (kernels, idle and the trace's own marks)")
