@@ -1,8 +1,9 @@
 /* Helpers shared by the kernel benchmarks (attention_bench.c, qkv_gemm_bench.c,
- * swiglu_gemm_bench.c), which include cuda_runtime_api.h first. */
+ * swiglu_gemm_bench.c, wg_limit_probe.c), which include cuda_runtime_api.h first. */
 #ifndef DX_BENCH_UTIL_H
 #define DX_BENCH_UTIL_H
 
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -50,6 +51,34 @@ static double bench_elapsed_ms(cudaEvent_t e0, cudaEvent_t e1, const char *prog)
     float ms = 0;
     cudaEventElapsedTime(&ms, e0, e1);
     return ms;
+}
+
+/* the spacing of bf16 numbers around |v| (8 significant bits), at least that of 2^-126 */
+static inline double bench_bf16_spacing(double v)
+{
+    int e;
+    frexp(fabs(v) > 1e-38 ? v : 1e-38, &e);
+    return ldexp(1.0, e - 8);
+}
+
+/* largest difference between n bf16 values at a and b (backend memory) in units of a's spacing
+ * (into *max_ulps) and the count more than 1 apart (added to *over1); on a failed download prints
+ * "prog: ..." and exits 1 */
+static inline void bench_ulps(dx_backend *be, const void *a, const void *b, size_t n, double *max_ulps,
+                              double *over1, const char *prog)
+{
+    float *x = malloc(n * sizeof *x), *y = malloc(n * sizeof *y);
+    if (!x || !y || be->download_f32(be, x, a, DX_BF16, n) || be->download_f32(be, y, b, DX_BF16, n)) {
+        fprintf(stderr, "%s: download failed: %s\n", prog, dx_last_error());
+        exit(1);
+    }
+    for (size_t i = 0; i < n; i++) {
+        const double d = fabs((double)x[i] - (double)y[i]) / bench_bf16_spacing(x[i]);
+        if (!(d <= *max_ulps)) *max_ulps = isnan(d) ? INFINITY : d;
+        *over1 += d > 1.0;
+    }
+    free(x);
+    free(y);
 }
 
 #endif

@@ -33,32 +33,6 @@
 #include "kernels.h"
 #include "bench_util.h"
 
-/* the spacing of bf16 numbers around |v| (8 significant bits), at least that of 2^-126 */
-static double bf16_spacing(double v)
-{
-    int e;
-    frexp(fabs(v) > 1e-38 ? v : 1e-38, &e);
-    return ldexp(1.0, e - 8);
-}
-
-/* largest difference between n bf16 values at a and b (backend memory) in units of a's spacing
- * (into *max_ulps) and the count more than 1 apart (added to *over1); exits 1 on a failed download */
-static void ulps(dx_backend *be, const void *a, const void *b, size_t n, double *max_ulps, double *over1)
-{
-    float *x = malloc(n * sizeof *x), *y = malloc(n * sizeof *y);
-    if (!x || !y || be->download_f32(be, x, a, DX_BF16, n) || be->download_f32(be, y, b, DX_BF16, n)) {
-        fprintf(stderr, "swiglu_gemm_bench: download failed: %s\n", dx_last_error());
-        exit(1);
-    }
-    for (size_t i = 0; i < n; i++) {
-        const double d = fabs((double)x[i] - (double)y[i]) / bf16_spacing(x[i]);
-        if (!(d <= *max_ulps)) *max_ulps = isnan(d) ? INFINITY : d;
-        *over1 += d > 1.0;
-    }
-    free(x);
-    free(y);
-}
-
 int main(int argc, char **argv)
 {
     if (argc < 4) {
@@ -144,10 +118,10 @@ int main(int argc, char **argv)
     for (int bwd = 0; bwd < 2; bwd++) {
         double max_ulps = 0, over1 = 0;
         if (bwd) {
-            ulps(be, dgu, dgu2, ngu, &max_ulps, &over1);
+            bench_ulps(be, dgu, dgu2, ngu, &max_ulps, &over1, prog);
         } else {
-            ulps(be, gu, gu2, ngu, &max_ulps, &over1);
-            ulps(be, h, h2, nh, &max_ulps, &over1);
+            bench_ulps(be, gu, gu2, ngu, &max_ulps, &over1, prog);
+            bench_ulps(be, h, h2, nh, &max_ulps, &over1, prog);
         }
         /* the backward's dh is rounded to bf16 before SwiGLU's backward on both paths, so the
          * same 2-spacing bound holds */

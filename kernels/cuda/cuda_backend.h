@@ -69,6 +69,14 @@ void *dx_cuda_stream(dx_backend *be);
  * backend or cuBLAS fails. For tests. */
 int dx_cuda_gemm_sm_target(dx_backend *be);
 
+/* y[M,F] = x[M,K] W[F,K]^T (bf16, fp32 accumulation, rounded once) on our own Hopper GEMM
+ * (gemm_wg.cu: the Q|K|V kernel with no column rotated; 128 x 256 tiles of y, two consumer
+ * warpgroups on wgmma.m64n256k16), for benchmarks/wg_limit_probe.c, which times it against
+ * cuBLASLt's plan at the power limit. Row strides ldy, ldx, ldw. Enqueued on the compute stream.
+ * Needs compute capability 9.x, F, K and every stride multiples of 8, 16-byte aligned pointers;
+ * otherwise -1 + dx_fail and nothing is enqueued. */
+int dx_cuda_gemm_wg(dx_backend *be, void *y, int ldy, const void *x, int ldx, const void *w, int ldw, int M, int F,
+                    int K);
 /* The MLP's gate|up projection with SwiGLU fused into the GEMM's epilogue (gemm_wg.cu; what the
  * backend's gemm_swiglu runs where it applies; benchmarks/swiglu_gemm_bench.c times it alone):
  *   g[M,F] = x W[0:F]^T, u[M,F] = x W[F:2F]^T (bf16, fp32 accumulation, rounded once),

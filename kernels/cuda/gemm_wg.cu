@@ -10,18 +10,24 @@
  * persistent grid, one block of three warpgroups per SM.
  * - Warpgroup 0, warp 0, one thread: the producer. TMA tensor copies (cp.async.bulk.tensor,
  *   128-byte swizzle, completing on the stage's "full" mbarrier) of a 128 x 64 tile of x and the
- *   128 x 64 tiles of W_gate and W_up (rows f0 .. f0+127 and F+f0 ..) into a ring of 3 stages.
+ *   128 x 64 tiles of W_gate and W_up (rows f0 .. f0+127 and F+f0 ..) into a ring of 4 stages.
  * - Warpgroups 1 and 2: the consumers. Each owns 64 rows of the 128 x 256 accumulator (gate
  *   columns 0-127, up 128-255) and issues wgmma.m64n256k16 over each stage, releasing it (the
  *   "empty" mbarrier) once the next stage's products are issued and the previous ones are done.
- *   After a tile's last stage they round g and u to bf16 and write them with stmatrix into their
- *   two 16 KB buffers (the tensor maps' 64 x 64 boxes, 128-byte swizzle) and go on to the next
- *   tile: in the accumulator layout a thread holding gate column c of a row holds up column c too.
- * - Warpgroup 0, warps 1-3: the epilogue, overlapping the consumers' next tile. TMA stores of g
- *   and u; h = swiglu_h(g, u) from the buffers (the rounded values, as swiglu_fwd computes it from
- *   stored ones), written over g's buffer once its store has read it, and TMA-stored; then the
- *   buffers go back to the consumers (mbarriers epi_full / epi_empty). (With RoPE, EPI > 0 below,
- *   warp 1's lane 0 alone stores y's tile.)
+ *   After a tile's last stage they round g and u to bf16 and write them with stmatrix, in two
+ *   halves (g and u columns 0-63, then 64-127), into their 16 KB buffer (two of the tensor maps'
+ *   64 x 64 boxes, 128-byte swizzle): half 0 at once, half 1 kept packed in 32 registers and
+ *   written during the next tile's products, once the epilogue warps have stored half 0. In the
+ *   accumulator layout a thread holding gate column c of a row holds up column c too.
+ * - Warpgroup 0, warps 1-3: the epilogue, overlapping the consumers' next tile. Per half: TMA
+ *   stores of g and u; h = swiglu_h(g, u) from the buffer (the rounded values, as swiglu_fwd
+ *   computes it from stored ones), written over g's box once its store has read it, and
+ *   TMA-stored; then the buffer goes back to its consumer (mbarriers epi_full / epi_empty, two
+ *   phases per tile). (With RoPE, EPI > 0 below, warp 1's lane 0 alone stores y's halves.)
+ * The fourth stage is what the halves buy: with 3 stages of 48 KB and two 32 KB buffers per
+ * tile, the producer had one stage in flight beyond the two the consumers hold, and the kernel
+ * ran 4-12% behind cuBLASLt's 256 x 128 GEMM of its shape at the power limit; with 4, 1-5%
+ * (benchmarks/wg_limit_probe.c, NOTES item 43).
  * Without the third role the epilogue (rounding, exponentials, reciprocals, stores) kept the
  * tensor cores idle for ~10% of the kernel (benchmarks/NOTES.md). Tiles are walked in groups of 16
  * row tiles (column tiles inner within a group) so the tiles running at once share x and W in L2.
@@ -36,8 +42,8 @@ constexpr int GS_BM = 128, GS_BF = 128, GS_BK = 64;
 constexpr int GS_A_BYTES = GS_BM * GS_BK * 2;     /* 16 KB */
 constexpr int GS_B_BYTES = 2 * GS_BF * GS_BK * 2; /* 32 KB: gate rows, then up rows */
 constexpr int GS_STAGE_BYTES = GS_A_BYTES + GS_B_BYTES;
-constexpr int GS_STAGES = 3;
-constexpr int GS_EPI_BYTES = 2 * 64 * GS_BF * 2;   /* 32 KB: a consumer's 64 rows of g, then of u */
+constexpr int GS_STAGES = 4;
+constexpr int GS_EPI_BYTES = 64 * GS_BF * 2;       /* 16 KB: half a consumer's 64 rows (two 64 x 64 boxes) */
 constexpr size_t gs_smem() { return 1024 + (size_t)GS_STAGES * GS_STAGE_BYTES + 2 * GS_EPI_BYTES + 128; }
 
 #ifdef DXC_HAVE_WGMMA
@@ -147,11 +153,13 @@ __device__ __forceinline__ void produce_tiles(int tiles, int tiles_m, int tiles_
  * `it`, advanced): wait for each stage's copies ("full"), issue(a, b, first) the stage's wgmmas on
  * the stage's A rows of this warpgroup (a: its 64 rows of A_ROW_BYTES) and its B (b) -- the
  * tile's first stage overwrites the accumulator, so its old values are dead and do not live
- * through an epilogue --, commit, and release the previous stage ("empty", one arrival per warp)
- * once its products are done; the last stage's after all are. */
-template <int ST, int STAGE_BYTES, int A_BYTES, int A_ROW_BYTES, class Issue>
+ * through an epilogue --, commit, call poll() (work of the warp's own that does not touch the
+ * accumulator, e.g. the previous tile's deferred epilogue, overlapping the products), and
+ * release the previous stage ("empty", one arrival per warp) once its products are done; the
+ * last stage's after all are. */
+template <int ST, int STAGE_BYTES, int A_BYTES, int A_ROW_BYTES, class Issue, class Poll>
 __device__ __forceinline__ void consume_tile(int &it, int KT, uint32_t base, uint32_t full, uint32_t empty, int c,
-                                             int lane, Issue issue)
+                                             int lane, Issue issue, Poll poll)
 {
     auto stage = [&](const bool first) {
         const int s = it % ST;
@@ -159,6 +167,7 @@ __device__ __forceinline__ void consume_tile(int &it, int KT, uint32_t base, uin
         wg_fence();
         issue(base + s * STAGE_BYTES + c * 64 * A_ROW_BYTES, base + s * STAGE_BYTES + A_BYTES, first);
         wg_commit();
+        poll(); /* while the stage's products run */
     };
     stage(true);
     it++;
@@ -191,7 +200,7 @@ gemm_swiglu_wg(const __grid_constant__ CUtensorMap tx, const __grid_constant__ C
     constexpr int BF = EPI ? 2 * GS_BF : GS_BF; /* columns of y (EPI) or of g and of u per tile */
     extern __shared__ unsigned char gs_raw[];
     const uint32_t base = (smem_u32(gs_raw) + 1023) & ~1023u;
-    const uint32_t epi = base + GS_STAGES * GS_STAGE_BYTES; /* consumer c: g at epi + c 32 KB, u 16 KB on */
+    const uint32_t epi = base + GS_STAGES * GS_STAGE_BYTES; /* consumer c's buffer at epi + c 16 KB: g box, then u box */
     const uint32_t full = epi + 2 * GS_EPI_BYTES, empty = full + 8 * GS_STAGES;
     const uint32_t epi_full = empty + 8 * GS_STAGES, epi_empty = epi_full + 16;
     const int wg = threadIdx.x >> 7, tid = threadIdx.x & 127, warp = tid >> 5, lane = tid & 31;
@@ -225,75 +234,109 @@ gemm_swiglu_wg(const __grid_constant__ CUtensorMap tx, const __grid_constant__ C
              * read it, TMA-store h, and hand the buffers back. EPI > 0: warp 1 alone, its lane 0
              * TMA-storing the consumer's 64 x 256 piece of y (past M or F clipped) */
             const int et = tid - 32;
-            int n = 0;
-            for (int t = blockIdx.x; t < tiles; t += gridDim.x, n++) {
+            for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
                 int m0, f0;
                 gs_tile<BF>(t, tiles_m, tiles_f, m0, f0);
-                for (int c = 0; c < 2; c++) {
-                    const uint32_t gb = epi + c * GS_EPI_BYTES, ub = gb + GS_EPI_BYTES / 2;
-                    const int row0 = m0 + c * 64;
-                    mbar_wait(epi_full + 8 * c, n & 1);
-                    if constexpr (EPI != 0) {
+                for (int hf = 0; hf < 2; hf++) /* halves in order 0, 1: consumer c's half 1 comes later */
+                    for (int c = 0; c < 2; c++) {
+                        const uint32_t gb = epi + c * GS_EPI_BYTES, ub = gb + GS_EPI_BYTES / 2;
+                        const int row0 = m0 + c * 64;
+                        mbar_wait(epi_full + 8 * c, hf); /* its (2 n + hf)-th completion */
+                        if constexpr (EPI != 0) {
+                            if (et == 0) {
+                                tma_store_2d(&tg, gb, f0 + 128 * hf, row0);
+                                tma_store_2d(&tg, ub, f0 + 128 * hf + 64, row0);
+                                bulk_commit();
+                                bulk_wait_read<0>(); /* the stores have read the buffer: hand it back */
+                                mbar_arrive(epi_empty + 8 * c);
+                            }
+                            __syncwarp(); /* the warp waits for epi_full together: none of it is a phase behind */
+                            continue;
+                        }
+                        const int fc = f0 + 64 * hf; /* the half's 64 columns of g, u and h */
                         if (et == 0) {
-                            tma_store_2d(&tg, gb, f0, row0);
-                            tma_store_2d(&tg, gb + 8192, f0 + 64, row0);
-                            tma_store_2d(&tg, ub, f0 + 128, row0);
-                            tma_store_2d(&tg, ub + 8192, f0 + 192, row0);
+                            tma_store_2d(&tg, gb, fc, row0);
                             bulk_commit();
-                            bulk_wait_read<0>(); /* the stores have read the buffers: hand them back */
+                            tma_store_2d(&tu, ub, fc, row0);
+                            bulk_commit();
+                            bulk_wait_read<1>(); /* g's store has read its box */
+                        }
+                        bar_sync(3, 96);
+                        for (int e = et; e < 64 * 64 / 8; e += 96) { /* 16-byte chunks, same place in g, u, h */
+                            const uint32_t off = (uint32_t)e * 16;
+                            uint32_t gv[4], uv[4], hv[4];
+                            lds128(gv, gb + off);
+                            lds128(uv, ub + off);
+#pragma unroll
+                            for (int i = 0; i < 4; i++) {
+                                const float2 gf = unbf2(gv[i]), uf = unbf2(uv[i]);
+                                hv[i] = bf2(swiglu_h(gf.x, uf.x), swiglu_h(gf.y, uf.y));
+                            }
+                            sts128(gb + off, hv);
+                        }
+                        fence_proxy_async();
+                        bar_sync(3, 96);
+                        if (et == 0) {
+                            tma_store_2d(&th, gb, fc, row0);
+                            bulk_commit();
+                            bulk_wait_read<0>(); /* every store has read its box: hand the buffer back */
                             mbar_arrive(epi_empty + 8 * c);
                         }
-                        __syncwarp(); /* the warp waits for epi_full together: none of it is a phase behind */
-                        continue;
                     }
-                    if (et == 0) {
-                        tma_store_2d(&tg, gb, f0, row0);
-                        tma_store_2d(&tg, gb + 8192, f0 + 64, row0);
-                        bulk_commit();
-                        tma_store_2d(&tu, ub, f0, row0);
-                        tma_store_2d(&tu, ub + 8192, f0 + 64, row0);
-                        bulk_commit();
-                        bulk_wait_read<1>(); /* g's store has read its buffer */
-                    }
-                    bar_sync(3, 96);
-                    for (int e = et; e < 64 * 128 / 8; e += 96) { /* 16-byte chunks, same place in g, u, h */
-                        const uint32_t off = (uint32_t)e * 16;
-                        uint32_t gv[4], uv[4], hv[4];
-                        lds128(gv, gb + off);
-                        lds128(uv, ub + off);
-#pragma unroll
-                        for (int i = 0; i < 4; i++) {
-                            const float2 gf = unbf2(gv[i]), uf = unbf2(uv[i]);
-                            hv[i] = bf2(swiglu_h(gf.x, uf.x), swiglu_h(gf.y, uf.y));
-                        }
-                        sts128(gb + off, hv);
-                    }
-                    fence_proxy_async();
-                    bar_sync(3, 96);
-                    if (et == 0) {
-                        tma_store_2d(&th, gb, f0, row0);
-                        tma_store_2d(&th, gb + 8192, f0 + 64, row0);
-                        bulk_commit();
-                        bulk_wait_read<0>(); /* every store has read its buffer: hand them back */
-                        mbar_arrive(epi_empty + 8 * c);
-                    }
-                }
             }
             if (et == 0) bulk_wait<false>(); /* the last stores complete before the block exits */
         }
     } else {
         setmaxnreg_inc<232>();
         const int c = wg - 1;
+        const uint32_t gb = epi + c * GS_EPI_BYTES;
+        const int mi = lane >> 3, r = warp * 16 + 8 * (mi & 1) + (lane & 7);
         float acc[128];
+        uint32_t pend[32]; /* the last tile's half 1, rounded, until this consumer's buffer is free */
+        bool pending = false;
+        /* half hf of the tile rounded to bf16 and packed in stmatrix's order: the half's 16 blocks of
+         * 8 columns (accumulator blocks: SwiGLU g 8 hf .. 8 hf + 7 then u 16 + 8 hf .., else y 16 hf ..),
+         * v[4 q + m] = matrix m of the pair of blocks (2 q, 2 q + 1): (block 2 q + m / 2, rows
+         * 8 (m % 2) ..) of the warp's 16 rows */
+        auto pack = [&](int hf, uint32_t(&v)[32]) {
+#pragma unroll
+            for (int q = 0; q < 8; q++)
+#pragma unroll
+                for (int m = 0; m < 4; m++) {
+                    const int jl = 2 * q + (m >> 1), hr = m & 1;
+                    const int jj = EPI ? 16 * hf + jl : (jl < 8 ? 8 * hf + jl : 16 + 8 * hf + jl - 8);
+                    v[4 * q + m] = bf2(acc[4 * jj + 2 * hr], acc[4 * jj + 2 * hr + 1]);
+                }
+        };
+        /* a packed half into the buffer (its two 64 x 64 boxes, 128-byte swizzle as the tensor
+         * maps' boxes; lane i gives the address of row i % 8 of matrix i / 8), then epi_full */
+        auto put = [&](const uint32_t(&v)[32]) {
+#pragma unroll
+            for (int q = 0; q < 8; q++) {
+                const int jm = 2 * q + (mi >> 1);
+                const uint32_t w[4] = {v[4 * q], v[4 * q + 1], v[4 * q + 2], v[4 * q + 3]};
+                stmatrix4(gb + (jm >> 3) * 8192 + r * 128 + (((jm & 7) ^ (r & 7)) << 4), w);
+            }
+            fence_proxy_async(); /* the TMA stores read what stmatrix wrote */
+            __syncwarp();
+            if (lane == 0) mbar_arrive(epi_full + 8 * c);
+        };
         int it = 0, n = 0;
         for (int t = blockIdx.x; t < tiles; t += gridDim.x, n++) {
             consume_tile<GS_STAGES, GS_STAGE_BYTES, GS_A_BYTES, 128>(
-                it, KT, base, full, empty, c, lane, [&](uint32_t a, uint32_t b, bool first) {
+                it, KT, base, full, empty, c, lane,
+                [&](uint32_t a, uint32_t b, bool first) {
                     if (first) wgmma_n256_first<0>(acc, wg_desc(a, 16), wg_desc(b, 16));
                     else wgmma_n256<0>(acc, wg_desc(a, 16), wg_desc(b, 16), 1);
 #pragma unroll
                     for (int kk = 1; kk < GS_BK / 16; kk++)
                         wgmma_n256<0>(acc, wg_desc(a + 32 * kk, 16), wg_desc(b + 32 * kk, 16), 1);
+                },
+                [&] { /* the last tile's half 1 once half 0 has left the buffer (completion 2 n - 2) */
+                    if (pending && __shfl_sync(0xffffffffu, mbar_test(epi_empty + 8 * c, 0), 0)) {
+                        put(pend);
+                        pending = false;
+                    }
                 });
             reg_fence(acc);
             if (ep == 2) { /* timing variant: no epilogue (results wrong) */
@@ -332,31 +375,23 @@ gemm_swiglu_wg(const __grid_constant__ CUtensorMap tx, const __grid_constant__ C
                     }
                 }
             }
-            /* g and u rounded to bf16 into this consumer's buffers (two 64 x 64 boxes each, 128-byte
-             * swizzle as the tensor maps' boxes) with stmatrix: x4 = matrices (column block j, rows
-             * 0-7), (j, rows 8-15), (j + 1, ..), (j + 1, ..) of the warp's 16 rows, in the accumulator
-             * layout (gate: acc[4 j + ..], up: acc[4 (j + 16) + ..]); lane i gives the address of row
-             * i % 8 of matrix i / 8 */
-            if (n > 0) mbar_wait(epi_empty + 8 * c, (n - 1) & 1);
-            const uint32_t gb = epi + c * GS_EPI_BYTES, ub = gb + GS_EPI_BYTES / 2;
-            const int mi = lane >> 3, r = warp * 16 + 8 * (mi & 1) + (lane & 7);
-#pragma unroll
-            for (int j = 0; j < 16; j += 2) {
-                uint32_t gv[4], uv[4];
-#pragma unroll
-                for (int m = 0; m < 4; m++) {
-                    const int jj = j + (m >> 1), hr = m & 1;
-                    gv[m] = bf2(acc[4 * jj + 2 * hr], acc[4 * jj + 2 * hr + 1]);
-                    uv[m] = bf2(acc[4 * (jj + 16) + 2 * hr], acc[4 * (jj + 16) + 2 * hr + 1]);
-                }
-                const int jm = j + (mi >> 1);
-                const uint32_t off = (jm >> 3) * 8192 + r * 128 + (((jm & 7) ^ (r & 7)) << 4);
-                stmatrix4(gb + off, gv);
-                stmatrix4(ub + off, uv);
+            /* Epilogue, in two halves so that 4 stages fit beside the buffers: half 0 into the
+             * buffer now, half 1 kept packed in registers and written while the next tile's
+             * products run (the poll above), once the epilogue warps have stored half 0. */
+            if (pending) { /* the last tile's half 1 found no free buffer during this tile */
+                mbar_wait(epi_empty + 8 * c, 0);
+                put(pend);
             }
-            fence_proxy_async(); /* the TMA stores read what stmatrix wrote */
-            __syncwarp();
-            if (lane == 0) mbar_arrive(epi_full + 8 * c);
+            uint32_t v0[32];
+            pack(1, pend);
+            pack(0, v0);
+            if (n > 0) mbar_wait(epi_empty + 8 * c, 1); /* the last tile's half 1 has left (completion 2 n - 1) */
+            put(v0);
+            pending = true;
+        }
+        if (pending) {
+            mbar_wait(epi_empty + 8 * c, 0);
+            put(pend);
         }
     }
 #endif
@@ -501,7 +536,8 @@ gemm_swiglu_bwd_wg(const __grid_constant__ CUtensorMap tdy, const __grid_constan
                     if (first) wgmma_n256_first<1>(acc, wg_desc_sw64(a), wg_desc(b, 4096));
                     else wgmma_n256<1>(acc, wg_desc_sw64(a), wg_desc(b, 4096), 1);
                     wgmma_n256<1>(acc, wg_desc_sw64(a + 32), wg_desc(b + 16 * 128, 4096), 1);
-                });
+                },
+                [] {});
             reg_fence(acc);
             /* dh rounded to bf16 into this consumer's 64 rows of the dh buffer (boxes 4c .. 4c + 3) */
             if (n > 0) mbar_wait(epi_empty + 8 * c, (n - 1) & 1);
@@ -590,6 +626,14 @@ int dxc_gemm_rope(dx_backend *be, void *y, int ldy, const void *x, int ldx, cons
     kern<<<min(tiles, grid_sms(im)), 384, gs_smem(), im->stream>>>(tx, tw, ty, ty, ty, M, F, K, im->gemm_wg_ep, tab,
                                                                  sin_off, T, R);
     DXC_LAUNCHED(be, "gemm_rope");
+    return 0;
+}
+
+extern "C" int dx_cuda_gemm_wg(dx_backend *be, void *y, int ldy, const void *x, int ldx, const void *w, int ldw, int M,
+                               int F, int K)
+{
+    if (dxc_gemm_rope(be, y, ldy, x, ldx, w, ldw, M, F, K, 1, 0, 64, 10000.0f))
+        return dx_fail("gemm_wg: not on this device, shape M %d F %d K %d or alignment", M, F, K);
     return 0;
 }
 

@@ -224,6 +224,18 @@ __device__ __forceinline__ void mbar_wait(uint32_t bar, int parity)
                  "r"(parity)
                  : "memory");
 }
+/* 1 if the barrier's phase `parity` has completed, else 0, without waiting (test_wait) */
+__device__ __forceinline__ int mbar_test(uint32_t bar, int parity)
+{
+    uint32_t done;
+    asm volatile("{\n.reg .pred p;\n"
+                 "mbarrier.test_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+                 "selp.u32 %0, 1, 0, p;\n}\n"
+                 : "=r"(done)
+                 : "r"(bar), "r"(parity)
+                 : "memory");
+    return (int)done;
+}
 /* one arrival on bar once every cp.async this thread issued before has landed (the barrier's
  * count includes it: .noinc) */
 __device__ __forceinline__ void cp_async_arrive(uint32_t bar)
