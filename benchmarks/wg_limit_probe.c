@@ -74,6 +74,10 @@ int main(int argc, char **argv)
         fprintf(stderr, "%s: no CUDA backend: %s\n", prog, dx_last_error());
         return 1;
     }
+    if (!be->gemm_res) {
+        fprintf(stderr, "%s: the backend has no gemm_res\n", prog);
+        return 1;
+    }
     cudaStream_t st = (cudaStream_t)dx_cuda_stream(be);
     cudaEvent_t ev[MAXB + 1];
     for (int i = 0; i <= MAXB; i++) cudaEventCreate(&ev[i]);
