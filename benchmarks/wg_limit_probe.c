@@ -37,9 +37,29 @@
 
 #define BATCH 10
 #define MAXB 400
-#define MAXC 16
+#define MAXC 16 /* cases */
+#define MAXR 50 /* rounds */
 
 enum { FWD, RES, SWIGLU };
+
+/* one case's operands: y = x W^T (+ r) at M, N, K; F = N / 2 for SWIGLU (h its SwiGLU output) */
+typedef struct {
+    int kind, M, N, K, F;
+    void *x, *W, *r, *y, *y2, *h;
+} probe_case;
+
+/* candidate k of the case once, enqueued on the compute stream: 0 cuBLASLt (be->gemm, or
+ * be->gemm_res for RES) into y, 1 ours plain into y2, 2 ours with SwiGLU into y2 | h; 0, or
+ * non-zero where ours refused the call (dx_last_error says why) */
+static int probe_call(dx_backend *be, const probe_case *p, int k)
+{
+    const int M = p->M, N = p->N, K = p->K, F = p->F;
+    if (k == 0 && p->kind == RES) be->gemm_res(be, 0, 1, M, N, K, p->x, K, p->W, K, p->r, N, p->y, N);
+    else if (k == 0) be->gemm(be, 0, 1, M, N, K, 1.0f, p->x, K, p->W, K, 0.0f, p->y, N, 0);
+    else if (k == 1) return dx_cuda_gemm_wg(be, p->y2, N, p->x, K, p->W, K, M, N, K);
+    else return dx_cuda_gemm_swiglu(be, p->y2, (char *)p->y2 + (size_t)F * 2, N, p->h, F, p->x, K, p->W, K, M, F, K);
+    return 0;
+}
 
 int main(int argc, char **argv)
 {
@@ -55,8 +75,8 @@ int main(int argc, char **argv)
         }
     }
     const int ncase = argc - optind;
-    if (turn_ms <= 0 || rounds < 1 || rounds > 50 || ncase < 1 || ncase > MAXC) {
-        fprintf(stderr, "%s: need TURN_MS > 0, 1..50 rounds and 1..%d cases\n", prog, MAXC);
+    if (turn_ms <= 0 || rounds < 1 || rounds > MAXR || ncase < 1 || ncase > MAXC) {
+        fprintf(stderr, "%s: need TURN_MS > 0, 1..%d rounds and 1..%d cases\n", prog, MAXR, MAXC);
         return 2;
     }
     int kind[MAXC], Ms[MAXC], Ns[MAXC], Ks[MAXC];
@@ -105,26 +125,20 @@ int main(int argc, char **argv)
             fprintf(stderr, "%s: cannot allocate case %s: %s\n", prog, argv[optind + c], dx_last_error());
             return 1;
         }
-        double t[MAXC * 4][3];
+        const probe_case pc = {kind[c], M, N, K, F, x, W, r, y, y2, h};
+        double t[MAXR][3];
         for (int rd = 0; rd < rounds; rd++)
             for (int k = 0; k < ncand; k++) {
                 int fail = 0;
-#define CALL()                                                                                                         \
-    do {                                                                                                               \
-        if (k == 0 && kind[c] == RES) be->gemm_res(be, 0, 1, M, N, K, x, K, W, K, r, N, y, N);                          \
-        else if (k == 0) be->gemm(be, 0, 1, M, N, K, 1.0f, x, K, W, K, 0.0f, y, N, 0);                                  \
-        else if (k == 1) fail |= dx_cuda_gemm_wg(be, y2, N, x, K, W, K, M, N, K);                                       \
-        else fail |= dx_cuda_gemm_swiglu(be, y2, (char *)y2 + (size_t)F * 2, N, h, F, x, K, W, K, M, F, K);            \
-    } while (0)
                 cudaEventRecord(ev[0], st);
-                for (int i = 0; i < 20; i++) CALL(); /* warm-up; also the call's time */
+                for (int i = 0; i < 20; i++) fail |= probe_call(be, &pc, k); /* warm-up; also the call's time */
                 cudaEventRecord(ev[1], st);
                 const double w = bench_elapsed_ms(ev[0], ev[1], prog) / 20;
                 int nb = (int)(turn_ms / (w * BATCH));
                 nb = nb < 8 ? 8 : nb > MAXB ? MAXB : nb;
                 cudaEventRecord(ev[0], st);
                 for (int b = 0; b < nb; b++) {
-                    for (int i = 0; i < BATCH; i++) CALL();
+                    for (int i = 0; i < BATCH; i++) fail |= probe_call(be, &pc, k);
                     cudaEventRecord(ev[b + 1], st);
                 }
                 bench_elapsed_ms(ev[0], ev[nb], prog);
@@ -140,10 +154,9 @@ int main(int argc, char **argv)
                 printf("{\"case\": \"%s\", \"cand\": \"%s\", \"round\": %d, \"ms\": %.5f, \"tflops\": %.1f, \"calls\": %d}\n",
                        argv[optind + c], names[kind[c]][k], rd, t[rd][k], 2.0 * M * N * K / t[rd][k] * 1e-9, nb * BATCH);
                 fflush(stdout);
-#undef CALL
             }
         for (int k = 0; k < ncand; k++) {
-            double v[MAXC * 4];
+            double v[MAXR];
             for (int rd = 0; rd < rounds; rd++) v[rd] = t[rd][k];
             qsort(v, rounds, sizeof v[0], bench_cmp_d);
             med[c][k] = v[rounds / 2];
@@ -151,8 +164,8 @@ int main(int argc, char **argv)
         /* ours against cuBLASLt's (both plain at fwd and swiglu; res: lt_res minus r is not
          * checked, so only the kinds without a residual) */
         if (kind[c] != RES) {
-            if (kind[c] == SWIGLU) dx_cuda_gemm_wg(be, y2, N, x, K, W, K, M, N, K);
-            be->gemm(be, 0, 1, M, N, K, 1.0f, x, K, W, K, 0.0f, y, N, 0);
+            if (kind[c] == SWIGLU) probe_call(be, &pc, 1); /* y2 held the fused kernel's g | u */
+            probe_call(be, &pc, 0);
             double mu = 0, over1 = 0;
             bench_ulps(be, y, y2, (size_t)M * N, &mu, &over1, prog);
             printf("{\"case\": \"%s\", \"check\": \"wg against lt\", \"max_ulps\": %.2f, \"share_over_1ulp\": %.2e, "
