@@ -48,6 +48,18 @@ sys.exit(1 if bad else 0)
 EOF
 "$PYTHON3" -c "import json,sys; d=json.load(open(sys.argv[1])); pids={e['pid'] for e in d['traceEvents']}; sys.exit(0 if {0,1} <= pids else 1)" "$tmp/run.json" \
   || { echo "FAIL chrome trace lacks a rank"; fail=1; }
+# the step breakdown's columns at the coarser levels (2 ranks, ZeRO-0: the gradient all-reduce
+# starts in the last backward): at level step, /steps' forward_s + backward_s + optimizer_s +
+# comm_s of rank 0 add up to at most its step time (the collectives called in a host-timed phase
+# are counted in comm_s only); at level module, the report's optimizer column (the optimizer's
+# module span) is at least half of /steps' optimizer_s
+for lvl in step module; do
+  OMP_NUM_THREADS=1 mpirun -np 2 "$DISSECT" train --model tiny --train-data "$tmp/train.bin" --seq-length 32 \
+    --micro-batch 2 --grad-accum 2 --train-iters 8 --eval-interval 0 --sample-tokens 0 --zero-stage 0 \
+    --trace "$tmp/$lvl.h5" --trace-level $lvl > "$tmp/$lvl.log" 2>&1 || { cat "$tmp/$lvl.log"; exit 1; }
+  "$DISSECT" report "$tmp/$lvl.h5" > "$tmp/$lvl.txt" || { echo "FAIL report on the $lvl-level trace"; fail=1; }
+done
+"$PYTHON3" "$SRCDIR/tests/check_breakdown.py" "$tmp/step.h5" "$tmp/module.h5" "$tmp/module.txt" || fail=1
 # a one-rank trace (per-rank fields are arrays of length 1) reports too
 OMP_NUM_THREADS=1 mpirun -np 1 "$DISSECT" train --model tiny --train-data "$tmp/train.bin" --seq-length 32 \
   --micro-batch 2 --train-iters 3 --eval-interval 0 --sample-tokens 0 --trace "$tmp/one.h5" --trace-level op \

@@ -19,6 +19,8 @@ struct dx_pipeline {
     uint64_t seq0;      /* micro-batch 0's first global sequence (dx_pipeline_set_first_sequence) */
     int (*last_bwd_fn)(void *ctx); /* dx_pipeline_set_last_backward_hook */
     void *last_bwd_ctx;
+    double (*comm_fn)(void *ctx); /* dx_pipeline_set_comm_clock */
+    void *comm_ctx;
     int last_bwd; /* one chunk: the action whose backward leaves every gradient final; -1 none */
 };
 
@@ -31,6 +33,12 @@ void dx_pipeline_set_last_backward_hook(dx_pipeline *p, int (*fn)(void *ctx), vo
     p->last_bwd = -1;
     for (int i = 0; p->v == 1 && fn && i < p->nact; i++)
         if (p->act[i].kind == DX_PP_BACKWARD) p->last_bwd = i;
+}
+
+void dx_pipeline_set_comm_clock(dx_pipeline *p, double (*fn)(void *ctx), void *ctx)
+{
+    p->comm_fn = fn;
+    p->comm_ctx = ctx;
 }
 
 dx_pipeline *dx_pipeline_create(const dx_pp_links *links, int np, int stage, dx_pp_schedule kind,
@@ -194,7 +202,7 @@ int dx_pipeline_train(dx_pipeline *p, int B, int T, void *loss_sum, float dscale
                      : backward(p, a->chunk, a->micro, B, T);
         if (rc) return -1;
         be->sync(be);
-        double dt = (double)(dx_now_ns() - t0) * 1e-9;
+        double dt = (double)(dx_now_ns() - t0) * 1e-9 - (p->comm_fn ? p->comm_fn(p->comm_ctx) : 0.0);
         if (a->kind == DX_PP_FORWARD) f += dt;
         else b += dt;
     }

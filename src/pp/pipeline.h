@@ -61,11 +61,19 @@ void dx_pipeline_set_first_sequence(dx_pipeline *p, uint64_t seq0);
  * arms ZeRO-0/1's gradient reductions in the backward with it (dx_zero_arm_reduce). */
 void dx_pipeline_set_last_backward_hook(dx_pipeline *p, int (*fn)(void *ctx), void *ctx);
 
+/* fn(ctx) runs in dx_pipeline_train after each action (once the compute stream is idle) and
+ * returns the host time, in seconds, of the collectives outside the pipeline's own transfers
+ * that the action called (the worker's: ZeRO / DP collectives of the parameter groups' hooks);
+ * it is subtracted from the action's forward or backward time, which the caller counts as
+ * communication instead. NULL (the default): nothing subtracted. */
+void dx_pipeline_set_comm_clock(dx_pipeline *p, double (*fn)(void *ctx), void *ctx);
+
 /* One step's forward and backward over m micro-batches of B x T tokens (the schedule's order):
  * chunks holding the head add each micro-batch's loss to loss_sum (A[1], +=) with dL/dlogits
  * scaled by dscale; gradients accumulate in the model's groups. Collective over the pipeline
  * (and the TP group). fwd_s / bwd_s (may be NULL) receive this rank's seconds in forward and
- * backward actions, receives included. Returns 0 or -1 + dx_fail. */
+ * backward actions, receives included, less what the comm clock returned
+ * (dx_pipeline_set_comm_clock). Returns 0 or -1 + dx_fail. */
 int dx_pipeline_train(dx_pipeline *p, int B, int T, void *loss_sum, float dscale,
                       dx_pp_load_fn load, void *ctx, double *fwd_s, double *bwd_s);
 

@@ -1484,7 +1484,8 @@ static void print_breakdown(const report *r, const analysis *a)
                a->from_modules ? " module spans" : "");
     else
         printf("Step breakdown (from /steps: the trace has no op or module events; 'exposed comm' "
-               "is the total comm_s, idle = step - the other columns)\n");
+               "is comm_s, the collectives' host time, outside the other columns where they are "
+               "host-timed (CPU); idle = step - the other columns, 0 if negative)\n");
     for (size_t i = 0; i < n; i++) {
         for (int k = 0; k < 6; k++) vm[i * 6 + (size_t)k] = NAN;
         if (ev) {

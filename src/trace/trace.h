@@ -28,7 +28,11 @@
  *       step (int64), loss (f64, mean over the global batch), grad_norm (f64, before clipping),
  *       lr (f64), tokens (int64, global tokens this step), step_time_s (f64, rank 0's wall time),
  *       tokens_per_s (f64), val_loss (f64, NaN when not evaluated this step),
- *       forward_s, backward_s, optimizer_s, comm_s (f64[world_size]: per-rank times; NaN = n/a),
+ *       forward_s, backward_s, optimizer_s, comm_s (f64[world_size]: per-rank times; NaN = n/a;
+ *       dx_step_stats in worker/worker.h: comm_s is the host time of the DP / ZeRO collectives,
+ *       left out of the other three where those are host-timed, e.g. on the CPU; since
+ *       2026-11-29: before, host-timed forward_s / backward_s included the collectives called
+ *       in them, ZeRO-2/3's hooks and the reduction started in the last backward),
  *       energy_j (f64[world_size]: each rank's device's energy over the step, J: the difference
  *       of NVML's energy counter between the step's start and end, as sampled every 20 ms by a
  *       helper thread, so each end is up to ~25 ms late; NaN = not recorded: a CPU, no NVML, or

@@ -59,8 +59,12 @@ struct dx_worker {
     int power_on;         /* read the backend's power_counters around each step: it has them, the
                              run writes a trace (the figures go only there) and DX_POWER_COUNTERS
                              is not 0 (cleared, with a warning, at a failure) */
+    double phase_comm;    /* this step's collective host time taken out of host-timed forward /
+                             backward phases (phase_time, take_phase_comm): it goes to comm_s */
     dx_tracer tr;
 };
+
+static double take_phase_comm(void *ctx);
 
 dx_tracer *dx_worker_tracer(dx_worker *w) { return &w->tr; }
 dx_model *dx_worker_model(dx_worker *w) { return w->model; }
@@ -305,7 +309,10 @@ dx_worker *dx_worker_create(const dx_config *c, dx_comm *world, int *rc)
     dx_zero_grid zg = {.tp_dev = w->grid.tp > 1 ? w->grid.tp_dev : NULL, .tp_rank = w->grid.tp_rank,
                        .norm_host = world};
     dx_zero_set_grid(w->zero, &zg);
-    if (w->pipe) dx_pipeline_set_last_backward_hook(w->pipe, arm_reduce, w->zero);
+    if (w->pipe) {
+        dx_pipeline_set_last_backward_hook(w->pipe, arm_reduce, w->zero);
+        dx_pipeline_set_comm_clock(w->pipe, take_phase_comm, w);
+    }
     /* Hugging Face import: the initial weights from the safetensors of c->hf_model (every rank
      * reads them and keeps its shard; collective, with its own agreement) */
     if (c->hf_model[0] && dx_hf_load_weights(c->hf_model, w->model, w->zero, w->dp)) {
@@ -417,12 +424,26 @@ static void power_off(dx_worker *w)
     w->power_on = 0;
 }
 
-/* Waits for the compute stream, adds the host time since *t to *sum (seconds) and moves *t on. */
-static int phase_time(dx_backend *be, uint64_t *t, double *sum)
+/* The host time of the ZeRO / DP collectives called since the last take (dx_zero's comm clock:
+ * ZeRO-2/3's hooks, the gradient reduction started in the last backward), added to
+ * w->phase_comm: a host-timed forward or backward phase subtracts it, so that /steps' forward_s,
+ * backward_s, optimizer_s and comm_s do not count it twice (optimizer_s leaves its collectives
+ * out the same way). Returns it, in seconds. */
+static double take_phase_comm(void *ctx)
 {
-    be->sync(be);
+    dx_worker *w = ctx;
+    double c = dx_zero_take_comm_seconds(w->zero);
+    w->phase_comm += c;
+    return c;
+}
+
+/* Waits for the compute stream, adds the host time since *t less the collectives' host time
+ * meanwhile (take_phase_comm) to *sum (seconds) and moves *t on. */
+static int phase_time(dx_worker *w, uint64_t *t, double *sum)
+{
+    w->be->sync(w->be);
     uint64_t now = dx_now_ns();
-    *sum += (double)(now - *t) * 1e-9;
+    *sum += (double)(now - *t) * 1e-9 - take_phase_comm(w);
     *t = now;
     return 0;
 }
@@ -445,6 +466,7 @@ int dx_worker_train_step(dx_worker *w, long step, dx_step_stats *st)
     if (w->power_on && be->power_counters(be, &e0, &c0)) power_off(w);
     uint64_t t_step = dx_now_ns();
     dx_zero_take_comm_seconds(w->zero);
+    w->phase_comm = 0;
     DX_TRACE_OP(tr, DX_MOD_OPTIMIZER, -1, DX_OP_MEMSET, 0, 0, dx_zero_zero_grad(w->zero));
     be->zero(be, w->d_loss, dx_dtype_size(be->acc));
 
@@ -481,13 +503,13 @@ int dx_worker_train_step(dx_worker *w, long step, dx_step_stats *st)
             if (dx_model_forward(w->model, w->d_in + j * rows, w->d_tg + j * rows, B, T, w->d_loss, 1,
                                  (float)(1.0 / global_tokens)))
                 return -1;
-            if (sw ? be->stamp(be, 2 * j + 1) : phase_time(be, &th, &st->forward_s)) return -1;
+            if (sw ? be->stamp(be, 2 * j + 1) : phase_time(w, &th, &st->forward_s)) return -1;
             /* the last step's marks, converted while the GPU runs this forward */
             if (j == 0 && w->span.on && finish_step_span(w, 0)) return -1;
             tr->phase = DX_PH_BACKWARD;
             if (j == A - 1 && dx_zero_begin_last_backward(w->zero, &hp, c->grad_clip) < 0) return -1;
             if (dx_model_backward(w->model)) return -1;
-            if (sw ? be->stamp(be, 2 * j + 2) : phase_time(be, &th, &st->backward_s)) return -1;
+            if (sw ? be->stamp(be, 2 * j + 2) : phase_time(w, &th, &st->backward_s)) return -1;
         }
         if (sw) {
             be->sync(be);
@@ -500,7 +522,10 @@ int dx_worker_train_step(dx_worker *w, long step, dx_step_stats *st)
             }
         }
     }
-    double hook_comm = dx_zero_take_comm_seconds(w->zero); /* ZeRO-2/3 collectives in fwd/bwd */
+    /* ZeRO / DP collectives called in the forward and backward: where those phases are
+     * host-timed, already taken out of them (phase_comm); with the backend's stopwatch (GPU
+     * stamps), their calls only queue them, on their own stream */
+    double hook_comm = w->phase_comm + dx_zero_take_comm_seconds(w->zero);
     tr->micro = -1;
 
     if (dx_zero_reduce_grads(w->zero)) return -1;
@@ -512,7 +537,10 @@ int dx_worker_train_step(dx_worker *w, long step, dx_step_stats *st)
 
     uint64_t t_o = dx_now_ns();
     double norm;
+    /* the optimizer as a module span (trace level module has no kernel events to show it) */
+    const int64_t mod_o = dx_tr_on(tr, 1) ? dx_tr_begin(tr) : 0;
     if (dx_zero_step(w->zero, &hp, c->grad_clip, &norm)) return -1;
+    if (dx_tr_on(tr, 1)) dx_tr_end(tr, mod_o, DX_MOD_OPTIMIZER, -1, DX_OP_MODULE, DX_STREAM_COMPUTE, 0, 0);
     be->sync(be);
     uint64_t t_end = dx_now_ns();
     double e1 = NAN, c1 = NAN;

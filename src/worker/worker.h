@@ -26,6 +26,12 @@ typedef struct {
     double grad_norm; /* global gradient norm before clipping */
     double lr;
     int64_t tokens;   /* global tokens in the step */
+    /* forward_s / backward_s: the phases' time, from the backend's stopwatch (GPU stamps on the
+     * compute stream) or, where it has none (CPU, DX_MICRO_SYNC=1, pipeline schedules), the
+     * host clock less the host time of the ZeRO / DP collectives called in them; optimizer_s:
+     * dx_zero_step's host time less its collectives'; comm_s: those collectives' host time (the
+     * calls; on the GPU NCCL's only queue the work) plus the loss's reduction. Host-timed, the
+     * four do not overlap, so step_s - their sum is what none of them covers. */
     double forward_s, backward_s, optimizer_s, comm_s, step_s;
     /* the device's energy over the step (J) and the time in it that the power limit held the
      * device's clocks down (s): the differences of the backend's power_counters (samples up to
