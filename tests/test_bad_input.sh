@@ -54,5 +54,42 @@ expect "ZeRO-3 with a pipeline" 2 "zero_optimization.stage' = 3 with pipeline_mo
 expect "sequence parallel tokens not divisible" 2 "key 'sequence_parallel'" -- "${base[@]}" --tp 2 --micro-batch 1 --seq-length 15 --sequence-parallel
 echo '{"model": {"preset": "tiny", "num_attention_heads": 5}}' > "$tmp/heads.json"
 expect "heads do not divide hidden size" 1 "num_attention_heads" -- train --config "$tmp/heads.json" --train-data "$tmp/good.bin"
+# outputs that are inputs, a missing value, no data, divergence: the error comes before anything
+# is written, and the files already there keep their bytes
+# kept NAME FILE SHA256: FILE still has the bytes it had
+kept() {
+  if [[ $(sha256sum < "$2") == "$3" ]]; then echo "ok   $1: $2 unchanged"; passed=$((passed+1))
+  else echo "FAIL $1: $2 changed"; failed=$((failed+1)); fi
+}
+cp "$tmp/good.bin" "$tmp/data.bin"; sum_data=$(sha256sum < "$tmp/data.bin")
+expect "trace path is the training data" 2 "key 'trace.path': '$tmp/data.bin' is also key 'data.train'" -- \
+  "${base[@]}" --train-data "$tmp/data.bin" --trace "$tmp/data.bin"
+kept "trace path is the training data" "$tmp/data.bin" "$sum_data"
+expect "save path is the training data" 2 "key 'save': '$tmp/data.bin' is also key 'data.train'" -- \
+  "${base[@]}" --train-data "$tmp/data.bin" --save "$tmp/data.bin"
+kept "save path is the training data" "$tmp/data.bin" "$sum_data"
+echo '{"model": {"preset": "tiny"}, "seq_length": 16}' > "$tmp/self.json"; sum_cfg=$(sha256sum < "$tmp/self.json")
+expect "trace path is the config file" 2 "is also the config file" -- train --config "$tmp/self.json" \
+  --train-data "$tmp/good.bin" --train-iters 2 --micro-batch 2 --eval-interval 0 --sample-tokens 0 --trace "$tmp/self.json"
+kept "trace path is the config file" "$tmp/self.json" "$sum_cfg"
+expect "trace path is the save path" 2 "key 'trace.path': '$tmp/out.h5' is also key 'save'" -- \
+  "${base[@]}" --trace "$tmp/out.h5" --save "$tmp/./out.h5"
+timeout 60 mpirun -np 2 "$DISSECT" "${base[@]}" --trace "$tmp/old.h5" --save "$tmp/ck.h5" > /dev/null 2>&1 ||
+  { echo "FAIL a good run for the next checks"; failed=$((failed+1)); }
+sum_trace=$(sha256sum < "$tmp/old.h5"); sum_ck=$(sha256sum < "$tmp/ck.h5")
+expect "trace path is the resumed checkpoint" 2 "is also key 'resume'" -- "${base[@]}" --train-iters 3 \
+  --resume "$tmp/ck.h5" --trace "$tmp/ck.h5"
+kept "trace path is the resumed checkpoint" "$tmp/ck.h5" "$sum_ck"
+expect "no training data" 2 "key 'data.train': no training data" -- "${base[@]}" --train-data "" --trace "$tmp/old.h5"
+kept "no training data" "$tmp/old.h5" "$sum_trace"
+expect "flag without its value" 2 "flag '--trace' needs a value, got the flag '--eval-on-start'" -- \
+  "${base[@]}" --trace --eval-on-start
+expect "save directory missing" 2 "key 'save': directory '$tmp/no/such' of" -- "${base[@]}" --save "$tmp/no/such/ck.h5"
+expect "unknown command" 1 "unknown command 'trian'" -- trian
+# divergence (learning rate 1e10, no clipping): loss NaN at step 2, exit 1, no checkpoint written
+# over the resumed one (save = resume is allowed: the new file replaces it by rename)
+expect "loss not finite" 2 "loss -nan, gradient norm -nan: not finite" -- "${base[@]}" --train-iters 4 \
+  --resume "$tmp/ck.h5" --save "$tmp/ck.h5" --lr 1e10 --clip-grad 0
+kept "loss not finite" "$tmp/ck.h5" "$sum_ck"
 echo "$passed passed, $failed failed"
 [[ $failed -eq 0 ]]

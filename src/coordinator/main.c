@@ -121,8 +121,15 @@ static int build_config(dx_config *c, int argc, char **argv, int dp, char *out, 
     /* first pass: the config file, so flags override it whatever their order */
     opterr = 0;
     optind = 0;
-    int o;
-    while ((o = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
+    int o, li = -1;
+    while ((o = getopt_long(argc, argv, ":", opts, &li)) != -1) {
+        /* a flag's value taken from the next argument that is itself a flag: its value is missing
+         * (`--trace --eval-on-start`); a value that starts with "--" goes as --flag=VALUE */
+        if (o != '?' && o != ':' && optarg && li >= 0 && optarg == argv[optind - 1] && optarg[0] == '-' &&
+            optarg[1] == '-' && optarg[2])
+            return dx_fail("flag '--%s' needs a value, got the flag '%s' (a value that starts with '--': --%s=VALUE)",
+                           opts[li].name, optarg, opts[li].name);
+        li = -1;
         if (o == 'c' && dx_config_load(c, optarg)) return -1;
         if (o == 'o') {
             if (strlen(optarg) >= out_cap) return dx_fail("--out: path longer than %zu bytes", out_cap - 1);
@@ -233,7 +240,8 @@ int main(int argc, char **argv)
         return rc ? 1 : 0;
     }
     if (argc < 2 || (strcmp(argv[1], "train") && strcmp(argv[1], "dump"))) {
-        fprintf(stderr, "dissect: error: %s\n", argc < 2 ? "missing command" : "unknown command");
+        if (argc < 2) fprintf(stderr, "dissect: error: missing command\n");
+        else fprintf(stderr, "dissect: error: unknown command '%s'\n", argv[1]);
         usage(stderr);
         return 2;
     }

@@ -2,6 +2,7 @@
 #include "run.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
@@ -175,6 +176,76 @@ static int prepare_dir(const char *dir, const char *key, uint64_t need_bytes)
     return 0;
 }
 
+/* p's canonical form into out[cap]: realpath of its directory, then its last component (the file
+ * need not exist). 0, or -1 where the directory cannot be resolved. */
+static int canon_path(const char *p, char *out, size_t cap)
+{
+    char dir[1100], rp[PATH_MAX];
+    snprintf(dir, sizeof dir, "%s", p);
+    char *slash = strrchr(dir, '/');
+    const char *base = slash ? slash + 1 : p;
+    if (slash == dir) dir[1] = '\0';
+    else if (slash) *slash = '\0';
+    else snprintf(dir, sizeof dir, ".");
+    if (!realpath(dir, rp)) return -1;
+    snprintf(out, cap, "%s/%s", rp, base);
+    return 0;
+}
+
+/* Do paths a and b name one file? Both existing: the same device and inode (links included);
+ * else the same canonical path (canon_path), or the same string where one cannot be resolved. */
+static int same_file(const char *a, const char *b)
+{
+    struct stat sa, sb;
+    if (!stat(a, &sa) && !stat(b, &sb)) return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+    char ca[PATH_MAX + 256], cb[PATH_MAX + 256];
+    if (canon_path(a, ca, sizeof ca) || canon_path(b, cb, sizeof cb)) return !strcmp(a, b);
+    return !strcmp(ca, cb);
+}
+
+/* Before anything is written (rank 0): training data is named, no output file (trace.path, save)
+ * is an input of the run (the config file, data.train, data.valid, the tokenizer, resume,
+ * hf_model) or the other output, and save's directory is writable, so that a bad path stops the
+ * run before it overwrites a file or trains for nothing. save may be the resumed checkpoint (it is
+ * replaced by rename once the new one is complete). Returns 0 or -1 + dx_fail. */
+static int check_paths(const dx_config *c)
+{
+    if (!c->train_path[0])
+        return dx_fail("key 'data.train': no training data (a token shard: --train-data PATH, "
+                       "examples/make_shards.py writes one)");
+    const struct { const char *what, *path; } in[] = {
+        {"the config file", c->source}, {"key 'data.train'", c->train_path}, {"key 'data.valid'", c->valid_path},
+        {"key 'tokenizer'", c->tokenizer_path}, {"key 'resume'", strcmp(c->resume, "auto") ? c->resume : ""},
+        {"key 'hf_model'", c->hf_model}};
+    const struct { const char *key, *path; } out[] = {{"trace.path", c->trace_path}, {"save", c->save_path}};
+    for (size_t o = 0; o < sizeof out / sizeof *out; o++) {
+        if (!out[o].path[0]) continue;
+        for (size_t i = 0; i < sizeof in / sizeof *in; i++) {
+            if (!in[i].path[0] || (o == 1 && in[i].path == c->resume)) continue;
+            if (same_file(out[o].path, in[i].path))
+                return dx_fail("key '%s': '%s' is also %s: the run would overwrite its own input", out[o].key,
+                               out[o].path, in[i].what);
+        }
+    }
+    if (c->trace_path[0] && c->save_path[0] && same_file(c->trace_path, c->save_path))
+        return dx_fail("key 'trace.path': '%s' is also key 'save': the checkpoint and the trace need two files",
+                       c->trace_path);
+    if (c->save_path[0]) {
+        char dir[1100];
+        snprintf(dir, sizeof dir, "%s", c->save_path);
+        char *slash = strrchr(dir, '/');
+        if (slash == dir) dir[1] = '\0';
+        else if (slash) *slash = '\0';
+        else snprintf(dir, sizeof dir, ".");
+        struct stat st;
+        if (stat(dir, &st) || !S_ISDIR(st.st_mode))
+            return dx_fail("key 'save': directory '%s' of '%s' does not exist", dir, c->save_path);
+        if (access(dir, W_OK))
+            return dx_fail("key 'save': directory '%s' of '%s' is not writable: %s", dir, c->save_path, strerror(errno));
+    }
+    return 0;
+}
+
 /* A full checkpoint after `step` (collective): path, or save_dir/iter_<step>.h5 then pruned to
  * keep_last. */
 static int save_checkpoint(const dx_config *c, dx_worker *w, dx_comm *world, const char *path, long step,
@@ -292,6 +363,10 @@ int dx_run_train(const dx_config *c, dx_comm *world)
                      (double)avail / G, !strcmp(device, "cuda") ? "GPU" : "host (MemAvailable / ranks on the node)",
                      advice);
     }
+    if (dx_agree_and_report(world, rc)) goto out_err;
+
+    /* inputs and outputs checked before anything is written */
+    if (!rc && rank == 0) rc = check_paths(c);
     if (dx_agree_and_report(world, rc)) goto out_err;
 
     /* the run directory: created and checked before anything is trained */
@@ -465,6 +540,15 @@ int dx_run_train(const dx_config *c, dx_comm *world)
             /* peers may be blocked in a collective: report and take the job down */
             fprintf(stderr, "dissect: error: rank %d, step %ld: %s\n", rank, step, dx_last_error());
             dx_comm_mpi_abort(1);
+        }
+        /* a non-finite loss or gradient norm (the same on every rank): the update is spoilt, so
+         * the run stops before any checkpoint is written (the last one written stays), as
+         * Megatron-LM's --check-for-nan-in-loss-and-grad does; the step is still logged and traced */
+        if (!isfinite(st.loss) || !isfinite(st.grad_norm)) {
+            rc = dx_fail("step %ld: loss %g, gradient norm %g: not finite (training diverged, e.g. the learning "
+                         "rate is too high, or the weights or data are corrupt); stopping without a checkpoint",
+                         step, st.loss, st.grad_norm);
+            if (rank == 0) fprintf(stderr, "dissect: error: %s\n", dx_last_error());
         }
         mine[F_FWD] = st.forward_s;
         mine[F_BWD] = st.backward_s;
