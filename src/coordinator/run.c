@@ -214,7 +214,7 @@ static int check_paths(const dx_config *c)
         return dx_fail("key 'data.train': no training data (a token shard: --train-data PATH, "
                        "examples/make_shards.py writes one)");
     const struct { const char *what, *path; } in[] = {
-        {"the config file", c->source}, {"key 'data.train'", c->train_path}, {"key 'data.valid'", c->valid_path},
+        {"the config file", strcmp(c->source, "defaults") ? c->source : ""}, /* (no file: "defaults") */ {"key 'data.train'", c->train_path}, {"key 'data.valid'", c->valid_path},
         {"key 'tokenizer'", c->tokenizer_path}, {"key 'resume'", strcmp(c->resume, "auto") ? c->resume : ""},
         {"key 'hf_model'", c->hf_model}};
     const struct { const char *key, *path; } out[] = {{"trace.path", c->trace_path}, {"save", c->save_path}};
