@@ -238,7 +238,7 @@ int dx_checkpoint_save(const char *path, dx_model *m, dx_zero *z, dx_comm *world
     }
     if ((rc = dx_comm_agree(world, rc))) {
         free(t);
-        return -1;
+        return rc;
     }
     /* the file, collectively (MPI-IO): from the create to the close every rank waits on every
      * other inside HDF5, so the span is marked for the watchdog like a collective (a rank that
@@ -252,7 +252,7 @@ int dx_checkpoint_save(const char *path, dx_model *m, dx_zero *z, dx_comm *world
     if ((rc = dx_comm_agree(world, rc))) {
         dx_watch_end();
         free(t);
-        return -1;
+        return rc;
     }
     /* metadata and datasets: the same calls on every rank */
     rc = write_header(f, path, st, dx_zero_last_grad_norm(z), config_json, t, nt);
@@ -291,7 +291,7 @@ int dx_checkpoint_save(const char *path, dx_model *m, dx_zero *z, dx_comm *world
         if (!any && rename(tmp, path)) rc = dx_fail("checkpoint '%s': cannot rename %s: %s", path, tmp, strerror(errno));
         if (any || rc) remove(tmp);
     }
-    return dx_comm_agree(world, any ? any : rc) ? -1 : 0;
+    return dx_comm_agree(world, any ? any : rc);
 }
 
 /* Checks that the file is a format-2 dissect checkpoint holding every tensor of this rank's
@@ -365,7 +365,7 @@ int dx_checkpoint_load(const char *path, dx_model *m, dx_zero *z, dx_comm *world
     if ((rc = dx_comm_agree(world, rc))) {
         free(buf);
         if (f >= 0) H5Fclose(f);
-        return -1;
+        return rc;
     }
     for (int i = 0; i < np; i++) {
         const dx_param *p = dx_model_param(m, i);
@@ -396,7 +396,7 @@ int dx_checkpoint_load(const char *path, dx_model *m, dx_zero *z, dx_comm *world
     }
     free(buf);
     H5Fclose(f);
-    if (dx_comm_agree(world, rc)) return -1;
+    if ((rc = dx_comm_agree(world, rc))) return rc;
     dx_zero_set_last_grad_norm(z, st->grad_norm); /* the speculative offload update's guess */
     return 0;
 }

@@ -51,8 +51,9 @@ uint64_t dx_checkpoint_file_bytes(int64_t total_params);
  * system cannot): a full disk, a quota or a file-size limit fails there, cleanly, instead of
  * inside HDF5's writes (which then cannot close the file). world: every rank (an MPI group);
  * dp: this rank's DP group (of z); tp_rank: this rank's TP index; config_json: the same text on
- * every rank. Collective over the world. Returns 0 on every rank, or -1 + dx_fail naming the path
- * (unwritable directory, failed write or rename) on every rank; PATH is then untouched. */
+ * every rank. Collective over the world. Returns 0 on every rank, or, PATH then untouched, -1 +
+ * dx_fail naming the path (unwritable directory, failed write or rename) on a rank that failed
+ * itself and -2 on the others (dx_comm_agree: the failing rank reports). */
 int dx_checkpoint_save(const char *path, dx_model *m, dx_zero *z, dx_comm *world, dx_comm *dp,
                        int tp_rank, const dx_ckpt_state *st, const char *config_json);
 
@@ -86,7 +87,8 @@ int dx_checkpoint_save_poll(dx_ckpt_async *a, dx_comm *world, int wait, double *
  * dissect checkpoint, format_version 1 without optimizer states, a tensor missing or of another
  * shape, /params holding another number of parameters than total_params, the trained ones:
  * the whole model's, or LoRA's adapters (a frozen base is not in checkpoints))
- * name the path and the tensor: -1 on every rank. */
+ * name the path and the tensor: -1 + dx_fail on the lowest rank that failed itself (it reports:
+ * dx_agree_and_report), -2 on the others (their message names that rank); 0 on every rank. */
 int dx_checkpoint_load(const char *path, dx_model *m, dx_zero *z, dx_comm *world, dx_comm *dp,
                        int64_t total_params, dx_ckpt_state *st);
 

@@ -14,6 +14,11 @@ expect() {
   local name=$1 np=$2 want=$3; shift 4
   local out rc
   out=$(timeout 60 mpirun -np "$np" "$DISSECT" "$@" 2>&1); rc=$?
+  judge "$name" "$want" "$rc" "$out"
+}
+# judge NAME EXPECTED-SUBSTRING EXIT OUTPUT: one error line holding the substring, a non-zero exit, no crash
+judge() {
+  local name=$1 want=$2 rc=$3 out=$4
   local n_err; n_err=$(grep -c "dissect: error" <<<"$out")
   # (a sanitizer build's report is a crash too, not the expected error)
   if [[ $rc -ne 0 && $rc -ne 124 && $out == *"$want"* && $n_err -eq 1 && $out != *"core dumped"* && $out != *"Segmentation"* &&
@@ -91,5 +96,10 @@ expect "unknown command" 1 "unknown command 'trian'" -- trian
 expect "loss not finite" 2 "loss -nan, gradient norm -nan: not finite" -- "${base[@]}" --train-iters 4 \
   --resume "$tmp/ck.h5" --save "$tmp/ck.h5" --lr 1e10 --clip-grad 0
 kept "loss not finite" "$tmp/ck.h5" "$sum_ck"
+# a checkpoint that only rank 1 cannot open (it runs in another directory): rank 1 reports it
+mkdir -p "$tmp/other"; cp "$tmp/ck.h5" "$tmp/rel.h5"
+out=$(timeout 60 mpirun -np 1 -wdir "$tmp" "$DISSECT" "${base[@]}" --train-iters 3 --resume rel.h5 : \
+  -np 1 -wdir "$tmp/other" "$DISSECT" "${base[@]}" --train-iters 3 --resume rel.h5 2>&1); rc=$?
+judge "checkpoint unreadable on rank 1 only" "rank 1: checkpoint 'rel.h5': cannot open" "$rc" "$out"
 echo "$passed passed, $failed failed"
 [[ $failed -eq 0 ]]

@@ -415,6 +415,7 @@ int dx_run_train(const dx_config *c, dx_comm *world)
             const dx_grid *g = dx_worker_grid(w);
             rc = dx_checkpoint_load(path, dx_worker_model(w), dx_worker_zero(w), world, g->dp_host,
                                     dx_num_trainable_params(c), &st);
+            if (rc == -1 && P > 1) dx_fail_prefix("rank %d", rank); /* (-2: another rank failed) */
             if (!rc && st.seed != c->seed)
                 rc = dx_fail("key 'resume': checkpoint '%s' was written with seed %llu, the config's 'seed' is %llu "
                              "(the data order would differ)", path, (unsigned long long)st.seed,
