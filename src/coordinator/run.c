@@ -522,6 +522,9 @@ int dx_run_train(const dx_config *c, dx_comm *world)
     long last_step = step0;
     /* eval_on_start: the starting model's validation loss (a fine-tuning's baseline; printed, the
      * trace's step rows begin at the first step) */
+    if (c->eval_on_start && !c->valid_path[0] && rank == 0)
+        fprintf(stderr, "dissect: warning: key 'eval_on_start' without 'data.valid': no validation data, so no "
+                        "evaluation\n");
     if (c->eval_on_start && !rc && step0 < c->train_iters) {
         double v0 = NAN;
         if (dx_worker_eval(w, &v0)) {
