@@ -208,11 +208,7 @@ static int reserve(const char *path, const char *tmp, uint64_t bytes)
     if (e == EOPNOTSUPP || e == ENOSYS) {
         struct statvfs fs;
         char dir[1100];
-        snprintf(dir, sizeof dir, "%s", tmp);
-        char *slash = strrchr(dir, '/');
-        if (slash) *(slash == dir ? slash + 1 : slash) = '\0';
-        else snprintf(dir, sizeof dir, ".");
-        if (!statvfs(dir, &fs) && (uint64_t)fs.f_bavail * fs.f_frsize < bytes) e = ENOSPC;
+        if (!statvfs(dx_path_dir(tmp, dir, sizeof dir), &fs) && (uint64_t)fs.f_bavail * fs.f_frsize < bytes) e = ENOSPC;
         else e = 0;
     }
     if (e)
@@ -235,6 +231,16 @@ int dx_checkpoint_save(const char *path, dx_model *m, dx_zero *z, dx_comm *world
         int64_t total = 0;
         for (int i = 0; i < nt; i++) total += (int64_t)t[i].full_rows * (t[i].full_cols ? t[i].full_cols : 1);
         rc = reserve(path, tmp, dx_checkpoint_file_bytes(total));
+    }
+    /* every rank opens the file in the collective create below: one that cannot reach its
+     * directory (another working directory, a file system not mounted there) fails here, where
+     * the others learn of it, instead of inside the create, where they would wait for it */
+    if (!rc) {
+        char dir[1100];
+        if (access(dx_path_dir(tmp, dir, sizeof dir), W_OK))
+            rc = dx_fail("rank %d: checkpoint '%s': cannot write to directory '%s' from this rank: %s (every rank "
+                         "writes its part: the directory must be reachable from all of them)",
+                         world->rank, path, dir, strerror(errno));
     }
     if ((rc = dx_comm_agree(world, rc))) {
         free(t);

@@ -101,5 +101,15 @@ mkdir -p "$tmp/other"; cp "$tmp/ck.h5" "$tmp/rel.h5"
 out=$(timeout 60 mpirun -np 1 -wdir "$tmp" "$DISSECT" "${base[@]}" --train-iters 3 --resume rel.h5 : \
   -np 1 -wdir "$tmp/other" "$DISSECT" "${base[@]}" --train-iters 3 --resume rel.h5 2>&1); rc=$?
 judge "checkpoint unreadable on rank 1 only" "rank 1: checkpoint 'rel.h5': cannot open" "$rc" "$out"
+# a save directory that rank 1 cannot reach (it runs in another directory): an error naming
+# rank 1 before step 1 (save), or at the first periodic save (save_dir, which rank 0 creates),
+# not a hang in the collective file create
+mkdir -p "$tmp/sub"
+out=$(timeout 60 mpirun -np 1 -wdir "$tmp" "$DISSECT" "${base[@]}" --zero-stage 3 --save sub/ck.h5 : \
+  -np 1 -wdir "$tmp/other" "$DISSECT" "${base[@]}" --zero-stage 3 --save sub/ck.h5 2>&1); rc=$?
+judge "save directory missing on rank 1 only" "rank 1: key 'save': directory 'sub' of 'sub/ck.h5' does not exist" "$rc" "$out"
+out=$(timeout 60 mpirun -np 1 -wdir "$tmp" "$DISSECT" "${base[@]}" --zero-stage 3 --save-dir sd --save-interval 1 : \
+  -np 1 -wdir "$tmp/other" "$DISSECT" "${base[@]}" --zero-stage 3 --save-dir sd --save-interval 1 2>&1); rc=$?
+judge "save_dir unreachable from rank 1" "rank 1: checkpoint 'sd/iter_0000001.h5': cannot write to directory 'sd'" "$rc" "$out"
 echo "$passed passed, $failed failed"
 [[ $failed -eq 0 ]]

@@ -78,6 +78,16 @@ double dx_normal(uint64_t seed, uint64_t stream, uint64_t index)
     return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
 }
 
+char *dx_path_dir(const char *path, char *out, size_t cap)
+{
+    snprintf(out, cap, "%s", path);
+    char *slash = strrchr(out, '/');
+    if (slash == out) out[1] = '\0';
+    else if (slash) *slash = '\0';
+    else snprintf(out, cap, ".");
+    return out;
+}
+
 char *dx_strdup(const char *s)
 {
     if (!s) return NULL;

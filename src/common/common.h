@@ -46,6 +46,10 @@ double dx_normal(uint64_t seed, uint64_t stream, uint64_t index);
 /* Duplicates a string with malloc (NULL on NULL). */
 char *dx_strdup(const char *s);
 
+/* The directory part of path into out[cap] (truncated to fit): everything before the last '/'
+ * ("/" for "/name"), or "." where path has no '/'. Returns out. */
+char *dx_path_dir(const char *path, char *out, size_t cap);
+
 /* Reads a whole file into a malloc'd NUL-terminated buffer; *len gets the byte count (may be
  * NULL). Returns NULL and sets the error (naming the path) on failure. */
 char *dx_read_file(const char *path, size_t *len);

@@ -181,13 +181,8 @@ static int prepare_dir(const char *dir, const char *key, uint64_t need_bytes)
 static int canon_path(const char *p, char *out, size_t cap)
 {
     char dir[1100], rp[PATH_MAX];
-    snprintf(dir, sizeof dir, "%s", p);
-    char *slash = strrchr(dir, '/');
-    const char *base = slash ? slash + 1 : p;
-    if (slash == dir) dir[1] = '\0';
-    else if (slash) *slash = '\0';
-    else snprintf(dir, sizeof dir, ".");
-    if (!realpath(dir, rp)) return -1;
+    const char *slash = strrchr(p, '/'), *base = slash ? slash + 1 : p;
+    if (!realpath(dx_path_dir(p, dir, sizeof dir), rp)) return -1;
     snprintf(out, cap, "%s/%s", rp, base);
     return 0;
 }
@@ -205,8 +200,8 @@ static int same_file(const char *a, const char *b)
 
 /* Before anything is written (rank 0): training data is named, no output file (trace.path, save)
  * is an input of the run (the config file, data.train, data.valid, the tokenizer, resume,
- * hf_model) or the other output, and save's directory is writable, so that a bad path stops the
- * run before it overwrites a file or trains for nothing. save may be the resumed checkpoint (it is
+ * hf_model) or the other output, so that a bad path stops the run before it overwrites a file
+ * (check_save_dir: before it trains for nothing). save may be the resumed checkpoint (it is
  * replaced by rename once the new one is complete). Returns 0 or -1 + dx_fail. */
 static int check_paths(const dx_config *c)
 {
@@ -230,19 +225,24 @@ static int check_paths(const dx_config *c)
     if (c->trace_path[0] && c->save_path[0] && same_file(c->trace_path, c->save_path))
         return dx_fail("key 'trace.path': '%s' is also key 'save': the checkpoint and the trace need two files",
                        c->trace_path);
-    if (c->save_path[0]) {
-        char dir[1100];
-        snprintf(dir, sizeof dir, "%s", c->save_path);
-        char *slash = strrchr(dir, '/');
-        if (slash == dir) dir[1] = '\0';
-        else if (slash) *slash = '\0';
-        else snprintf(dir, sizeof dir, ".");
-        struct stat st;
-        if (stat(dir, &st) || !S_ISDIR(st.st_mode))
-            return dx_fail("key 'save': directory '%s' of '%s' does not exist", dir, c->save_path);
-        if (access(dir, W_OK))
-            return dx_fail("key 'save': directory '%s' of '%s' is not writable: %s", dir, c->save_path, strerror(errno));
-    }
+    return 0;
+}
+
+/* save's directory exists and this rank can write there (every rank writes its part of a
+ * checkpoint, so each checks: on several nodes the directory must be on a shared file system).
+ * Returns 0 or -1 + dx_fail naming the rank where there are several. */
+static int check_save_dir(const dx_config *c, int rank, int P)
+{
+    if (!c->save_path[0]) return 0;
+    char dir[1100], who[32] = "";
+    dx_path_dir(c->save_path, dir, sizeof dir);
+    if (P > 1) snprintf(who, sizeof who, "rank %d: ", rank);
+    struct stat st;
+    if (stat(dir, &st) || !S_ISDIR(st.st_mode))
+        return dx_fail("%skey 'save': directory '%s' of '%s' does not exist", who, dir, c->save_path);
+    if (access(dir, W_OK))
+        return dx_fail("%skey 'save': directory '%s' of '%s' is not writable: %s", who, dir, c->save_path,
+                       strerror(errno));
     return 0;
 }
 
@@ -367,6 +367,8 @@ int dx_run_train(const dx_config *c, dx_comm *world)
 
     /* inputs and outputs checked before anything is written */
     if (!rc && rank == 0) rc = check_paths(c);
+    if (dx_agree_and_report(world, rc)) goto out_err;
+    if (!rc) rc = check_save_dir(c, rank, P);
     if (dx_agree_and_report(world, rc)) goto out_err;
 
     /* the run directory: created and checked before anything is trained */
