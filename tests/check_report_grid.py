@@ -124,6 +124,19 @@ def main():
     pipe = ev["module"] == mods["pipeline"]
     recv = ev[pipe & (ev["op"] == ops["recv"])]
     send = ev[pipe & (ev["op"] == ops["send"])]
+    # the process group of each collective and transfer (field group): pipeline sends and receives
+    # on pp, collectives of the compute modules in the forward and backward on tp or (the
+    # parameter groups' gradient reductions: ZeRO-2 here) dp, every other event none
+    grp = enum_ids(ds, "group") if "group" in ds.dtype.names else {}
+    if check(set(grp) == {"none", "world", "dp", "tp", "pp"}, "/events has the enum field group", str(grp)):
+        ptp = np.isin(ev["op"], [ops["send"], ops["recv"]])
+        coll = np.isin(ev["op"], [ops[n] for n in ("all_reduce", "all_gather", "reduce_scatter", "broadcast")])
+        check(len(send) > 0 and np.all(ev["group"][ptp] == grp["pp"]), "every send and recv has group pp")
+        check(np.all(ev["group"][~ptp & ~coll] == grp["none"]), "every non-collective event has group none")
+        cg = ev["group"][coll]
+        check(np.all(np.isin(cg, [grp["world"], grp["dp"], grp["tp"]])) and np.any(cg == grp["tp"]) and
+              np.any(cg == grp["dp"]), "collectives are on world, dp or tp (both tp and dp present)",
+              str(sorted(set(cg.tolist()))))
     for name, sel, first_phase, last_phase in (("recv", recv, "backward", "forward"),
                                                ("send", send, "forward", "backward")):
         for r in range(world):
@@ -210,6 +223,20 @@ def main():
                 ok = ok and len(lrow) == 10 and abs(float(lrow[2 + 2 * k]) - n) < 0.051
             check(ok and sum(want) > 0, "TP table layer %d: %d ranks, calls per step AR/AG/RS = %s" %
                   (layer, T * D, "/".join("%.1f" % x for x in want)), " ".join(lrow))
+        # outside the layers (one row per module): only the TP group's collectives; the DP
+        # gradient reductions of the embedding's and the head's parameter groups stay out
+        for name in ("embedding", "lm_head"):
+            le = tsel[(tsel["layer"] == -1) & (tsel["module"] == mods[name])]
+            if grp:
+                le = le[le["group"] == grp["tp"]]
+            nranks = len(set(int(x) for x in le["rank"]))
+            want = [np.sum(le["op"] == ops[n]) / max(nranks, 1) / len(sel_steps) for n in tpops]
+            lrow = rows.get(name)
+            ok = (lrow is None and sum(want) == 0) or (
+                lrow is not None and len(lrow) == 10 and int(lrow[1]) == nranks and
+                all(abs(float(lrow[2 + 2 * k]) - want[k]) < 0.051 for k in range(3)))
+            check(ok, "TP table row %s: calls per step AR/AG/RS = %s (the TP group's only)" %
+                  (name, "/".join("%.1f" % x for x in want)), " ".join(lrow) if lrow else "no row")
 
     rk = section(out, "Ranks (")
     if check(rk is not None, "report has a 'Ranks' table"):

@@ -23,6 +23,7 @@ OPS = ["gemm", "attention", "rmsnorm", "rope", "swiglu", "cross_entropy", "adamw
        "memset", "grad_norm", "module", "step", "memcpy_d2h", "memcpy_h2d", "lora_gemm", "dequantize",
        "adamw_redo"]
 STREAMS = ["compute", "comm", "host", "copy", "optimizer", "aux"]
+GROUPS = ["none", "world", "dp", "tp", "pp"]
 STEP_MS = [750, 1750, 2750]
 BASE_MS = [100, 1000, 3000]
 
@@ -30,7 +31,8 @@ BASE_MS = [100, 1000, 3000]
 def synth_events(rank, r):
     """The events test_trace.c writes for one rank and /steps row r, in the order written:
     tuples (start_ns, end_ns, bytes, flops, rank, step, micro, layer, phase, module, op, stream,
-    pp, dp, tp) with the enums as names (the job is DP = 2: dp = rank)."""
+    pp, dp, tp, group) with the enums as names (the job is DP = 2: dp = rank; the all-reduce on
+    group dp, the rest none)."""
     u = STEP_MS[r] * 10000
     base = BASE_MS[r] * 1000000 + rank * 50000
     out = []
@@ -41,7 +43,7 @@ def synth_events(rank, r):
         flops = {"gemm": 50 * d, "attention": 20 * d, "adamw": d}.get(op, 0)
         nbytes = {"memcpy": 10 * d, "all_reduce": 2 * d, "module": 0, "step": 0}.get(op, 4 * d)
         out.append((s, e, nbytes, flops, rank, 10 * (r + 1), micro, layer, phase, module, op,
-                    stream, 0, rank, 0))
+                    stream, 0, rank, 0, "dp" if op == "all_reduce" else "none"))
 
     t = [0]
 
@@ -208,18 +210,18 @@ def main(path):
         check("events" in f, "/events exists")
         ev = f["events"]
         fields = ("start_ns", "end_ns", "bytes", "flops", "rank", "step", "micro", "layer",
-                  "phase", "module", "op", "stream", "pp", "dp", "tp")
+                  "phase", "module", "op", "stream", "pp", "dp", "tp", "group")
         check(ev.dtype.names == fields, "/events fields in order: %r" % (ev.dtype.names,))
         types = {"start_ns": "<i8", "end_ns": "<i8", "bytes": "<i8", "flops": "<i8",
                  "rank": "<i4", "step": "<i4", "micro": "<i2", "layer": "<i2", "pp": "<i2",
                  "dp": "<i2", "tp": "<i2"}
         for k, t in types.items():
             check(ev.dtype[k] == np.dtype(t), "/events %s is %s: %r" % (k, t, ev.dtype[k]))
-        check(ev.dtype.itemsize == 54, "/events rows are packed (54 bytes): %d" % ev.dtype.itemsize)
+        check(ev.dtype.itemsize == 55, "/events rows are packed (55 bytes): %d" % ev.dtype.itemsize)
         check(ev.maxshape == (None,), "/events extendible: %r" % (ev.maxshape,))
         check(ev.chunks == (16384,), "/events chunked 16384 rows: %r" % (ev.chunks,))
         check(ev.compression == "gzip", "/events deflate-compressed: %r" % (ev.compression,))
-        enums = {"phase": PHASES, "module": MODULES, "op": OPS, "stream": STREAMS}
+        enums = {"phase": PHASES, "module": MODULES, "op": OPS, "stream": STREAMS, "group": GROUPS}
         for k, names in enums.items():
             mapping = h5py.check_enum_dtype(ev.dtype[k])
             want = {n: i for i, n in enumerate(names)}

@@ -63,6 +63,7 @@ static void push(dx_event_buf *b, int rank, int r, int64_t u0, int64_t u1, int p
     e.op = (uint8_t)op;
     e.stream = (uint8_t)stream;
     e.dp = (int16_t)rank; /* the synthetic job is DP = 2 */
+    e.group = op == DX_OP_ALL_REDUCE ? DX_GROUP_DP : DX_GROUP_NONE; /* (its one collective) */
     if (dx_event_push(b, &e)) {
         fprintf(stderr, "%s\n", dx_last_error());
         exit(1);

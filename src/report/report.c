@@ -116,7 +116,7 @@ static int is_collective(unsigned op)
 static int valid_event(const dx_event *e)
 {
     return e->phase < DX_PH_COUNT && e->module < DX_MOD_COUNT && e->op < DX_OP_COUNT &&
-           e->stream < DX_STREAM_COUNT && e->end_ns >= e->start_ns && e->start_ns >= -TIME_LIMIT_NS &&
+           e->stream < DX_STREAM_COUNT && e->group < DX_GROUP_COUNT && e->end_ns >= e->start_ns && e->start_ns >= -TIME_LIMIT_NS &&
            e->end_ns <= TIME_LIMIT_NS;
 }
 
@@ -845,11 +845,15 @@ static int tp_op_index(unsigned op)
 }
 
 /* Is e a tensor-parallel collective of a compute module in the forward or backward (not the
- * optimizer's, the loss's, a parameter group's gradient reduction or the pipeline's)? */
+ * optimizer's, the loss's, a parameter group's gradient reduction or the pipeline's)? Traces
+ * since 2026-11-29 say which group a collective ran on (field group: tp); in older ones (group
+ * none) the module decides, which counts the DP gradient reductions of the embedding's and the
+ * head's parameter groups (modules embedding and lm_head) as well. */
 static int is_tp_collective(const dx_event *e)
 {
     if (tp_op_index(e->op) < 0) return 0;
     if (e->phase != DX_PH_FORWARD && e->phase != DX_PH_BACKWARD) return 0;
+    if (e->group != DX_GROUP_NONE) return e->group == DX_GROUP_TP;
     return e->module == DX_MOD_EMBEDDING || e->module == DX_MOD_ATTENTION ||
            e->module == DX_MOD_MLP || e->module == DX_MOD_RMSNORM || e->module == DX_MOD_LM_HEAD;
 }
@@ -1079,12 +1083,13 @@ static int write_chrome_events(report *r, const dx_event *ev, size_t n, void *ct
         fprintf(c->f,
                 "%s\n{\"name\":\"%s\",\"cat\":\"%s\",\"ph\":\"X\",\"ts\":%.3f,\"dur\":%.3f,"
                 "\"pid\":%d,\"tid\":%u,\"args\":{\"step\":%d,\"micro\":%d,\"layer\":%d,"
-                "\"phase\":\"%s\",\"bytes\":%lld,\"flops\":%lld}}",
+                "\"phase\":\"%s\",\"bytes\":%lld,\"flops\":%lld%s%s%s}}",
                 c->first ? "" : ",", name, name_of(dx_module_names, DX_MOD_COUNT, e->module),
                 (double)e->start_ns / 1e3, (double)(e->end_ns - e->start_ns) / 1e3, (int)e->rank,
                 (unsigned)e->stream, (int)e->step, (int)e->micro, (int)e->layer,
                 name_of(dx_phase_names, DX_PH_COUNT, e->phase), (long long)e->bytes,
-                (long long)e->flops);
+                (long long)e->flops, e->group ? ",\"group\":\"" : "",
+                e->group ? name_of(dx_group_names, DX_GROUP_COUNT, e->group) : "", e->group ? "\"" : "");
         c->first = 0;
     }
     if (ferror(c->f)) return dx_fail("write error");

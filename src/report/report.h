@@ -29,10 +29,9 @@
  *   mlp, rmsnorm and lm_head modules in the forward and backward phases (not the optimizer's, the
  *   loss's, a parameter group's or the pipeline's), per layer (layer -1: one row per module, named
  *   by it): calls and ms per step, mean over the ranks that recorded the row; exposed ms = the
- *   part not covered by compute-stream ops. Known gap: ZeRO records the DP gradient reductions of
- *   the embedding's and the head's parameter groups in the backward under those modules, and an
- *   event does not say which group (DP or TP) a collective ran on, so with DP > 1 the embedding
- *   and lm_head rows include them (the decoder layers' groups are module "layer": left out).
+ *   part not covered by compute-stream ops. The collectives are those of the TP group (/events
+ *   field group); traces before 2026-11-29 lack the field, and there the embedding and lm_head
+ *   rows also hold the DP gradient reductions of those modules' parameter groups.
  * The default step range is every step but the first (warm-up) when there are two or more.
  * Model FLOPs (the summary): per token 6 N + 12 L D T (PaLM, Chowdhery et al. 2022, appendix B;
  *   Megatron-LM's MFU count): N = parameters without the token embedding (LM head included), L

@@ -17,6 +17,7 @@ const char *const dx_op_names[DX_OP_COUNT] = {
     "lora_gemm", "dequantize", "adamw_redo"};
 const char *const dx_stream_names[DX_STREAM_COUNT] = {"compute", "comm", "host", "copy", "optimizer",
                                                        "aux"};
+const char *const dx_group_names[DX_GROUP_COUNT] = {"none", "world", "dp", "tp", "pp"};
 
 _Static_assert(sizeof(dx_event) == 64, "dx_event is 64 bytes");
 
@@ -50,7 +51,7 @@ void dx_tr_record(dx_tracer *t, uint64_t start_ns, uint64_t end_ns, int module, 
                   .flops = flops, .rank = t->rank, .step = t->step, .micro = t->micro,
                   .layer = (int16_t)layer, .phase = t->phase, .module = (uint8_t)module,
                   .op = (uint8_t)op, .stream = (uint8_t)stream, .pp = t->pp, .dp = t->dp,
-                  .tp = t->tp};
+                  .tp = t->tp, .group = t->group};
     if (dx_event_push(&t->buf, &e)) t->failed = 1;
 }
 

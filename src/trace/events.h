@@ -83,10 +83,23 @@ typedef enum {
     DX_STREAM_COUNT
 } dx_stream;
 
+/* The process group a collective or transfer ran on (field "group" of /events, since
+ * 2026-11-29): none (not a collective: kernels, copies, spans), the whole job (world: the loss's
+ * and the gradient norm's scalars), the rank's DP, TP or PP group. */
+typedef enum {
+    DX_GROUP_NONE = 0,
+    DX_GROUP_WORLD,
+    DX_GROUP_DP,
+    DX_GROUP_TP,
+    DX_GROUP_PP,
+    DX_GROUP_COUNT
+} dx_group_kind;
+
 extern const char *const dx_phase_names[DX_PH_COUNT];
 extern const char *const dx_module_names[DX_MOD_COUNT];
 extern const char *const dx_op_names[DX_OP_COUNT];
 extern const char *const dx_stream_names[DX_STREAM_COUNT];
+extern const char *const dx_group_names[DX_GROUP_COUNT];
 
 /* One event. 64 bytes, no padding holes (stored as an HDF5 compound with these field names). */
 typedef struct {
@@ -101,6 +114,7 @@ typedef struct {
     uint8_t phase, module, op, stream;
     int16_t pp, dp, tp; /* the rank's coordinates in the PP x DP x TP grid */
     uint8_t pad[6];     /* pad[0]: the tracer's pending-mark flag (never set in files) */
+    uint8_t group;      /* dx_group_kind: the process group of a collective or transfer */
 } dx_event;
 
 typedef struct {

@@ -127,7 +127,8 @@ hid_t dx_h5_event_type(int file)
     hid_t mod = dx_h5_enum_type(dx_module_names, DX_MOD_COUNT);
     hid_t op = dx_h5_enum_type(dx_op_names, DX_OP_COUNT);
     hid_t st = dx_h5_enum_type(dx_stream_names, DX_STREAM_COUNT);
-    int ok = ph >= 0 && mod >= 0 && op >= 0 && st >= 0;
+    hid_t gr = dx_h5_enum_type(dx_group_names, DX_GROUP_COUNT);
+    int ok = ph >= 0 && mod >= 0 && op >= 0 && st >= 0 && gr >= 0;
     ok = ok && H5Tinsert(t, "start_ns", offsetof(dx_event, start_ns), i64) >= 0;
     ok = ok && H5Tinsert(t, "end_ns", offsetof(dx_event, end_ns), i64) >= 0;
     ok = ok && H5Tinsert(t, "bytes", offsetof(dx_event, bytes), i64) >= 0;
@@ -143,11 +144,13 @@ hid_t dx_h5_event_type(int file)
     ok = ok && H5Tinsert(t, "pp", offsetof(dx_event, pp), i16) >= 0;
     ok = ok && H5Tinsert(t, "dp", offsetof(dx_event, dp), i16) >= 0;
     ok = ok && H5Tinsert(t, "tp", offsetof(dx_event, tp), i16) >= 0;
+    ok = ok && H5Tinsert(t, "group", offsetof(dx_event, group), gr) >= 0;
     if (ok && file) ok = H5Tpack(t) >= 0; /* drop the padding bytes on disk */
     if (ph >= 0) H5Tclose(ph);
     if (mod >= 0) H5Tclose(mod);
     if (op >= 0) H5Tclose(op);
     if (st >= 0) H5Tclose(st);
+    if (gr >= 0) H5Tclose(gr);
     if (!ok) {
         H5Tclose(t);
         return -1;

@@ -51,7 +51,9 @@
  *       start_ns, end_ns, bytes, flops (int64), rank, step (int32), micro, layer (int16),
  *       phase, module, op, stream (HDF5 enums over uint8 named by dx_phase_names,
  *       dx_module_names, dx_op_names, dx_stream_names; the values are the C enum values),
- *       pp, dp, tp (int16: the recording rank's grid coordinates)
+ *       pp, dp, tp (int16: the recording rank's grid coordinates), group (HDF5 enum over uint8
+ *       named by dx_group_names: the process group of a collective or transfer, "none" for
+ *       everything else; absent in traces before 2026-11-29)
  */
 #ifndef DX_TRACE_H
 #define DX_TRACE_H

@@ -25,6 +25,8 @@ typedef struct {
     int32_t step;  /* current step (1-based), 0 outside steps */
     int16_t micro; /* current micro-batch, -1 outside */
     uint8_t phase; /* dx_phase */
+    uint8_t group; /* dx_group_kind stamped on the events recorded now: the code that records a
+                    * collective or transfer sets it around the record and puts DX_GROUP_NONE back */
     int failed;    /* an append failed (out of memory): recording stops, reported at gather */
     dx_event_buf buf;
     dx_backend *be;   /* when be->mark is set, spans use its timing marks */
