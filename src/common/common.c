@@ -115,11 +115,12 @@ char *dx_read_file(const char *path, size_t *len)
         if (!nb) { free(buf); buf = NULL; }
         else buf = nb;
     }
-    int err = ferror(f);
+    int err = ferror(f) ? (errno ? errno : EIO) : 0;
     fclose(f);
     if (!buf || err) {
         free(buf);
-        dx_fail("%s: read error", path);
+        dx_fail("%s: %s", path, !buf ? "out of memory reading it" : err == EISDIR ? "is a directory, not a file"
+                                                                              : strerror(err));
         return NULL;
     }
     buf[n] = 0;
