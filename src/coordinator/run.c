@@ -208,9 +208,13 @@ static int check_paths(const dx_config *c)
     if (!c->train_path[0])
         return dx_fail("key 'data.train': no training data (a token shard: --train-data PATH, "
                        "examples/make_shards.py writes one)");
+    /* (no config file: source "defaults"; resume "auto": a checkpoint of save_dir) */
     const struct { const char *what, *path; } in[] = {
-        {"the config file", strcmp(c->source, "defaults") ? c->source : ""}, /* (no file: "defaults") */ {"key 'data.train'", c->train_path}, {"key 'data.valid'", c->valid_path},
-        {"key 'tokenizer'", c->tokenizer_path}, {"key 'resume'", strcmp(c->resume, "auto") ? c->resume : ""},
+        {"the config file", strcmp(c->source, "defaults") ? c->source : ""},
+        {"key 'data.train'", c->train_path},
+        {"key 'data.valid'", c->valid_path},
+        {"key 'tokenizer'", c->tokenizer_path},
+        {"key 'resume'", strcmp(c->resume, "auto") ? c->resume : ""},
         {"key 'hf_model'", c->hf_model}};
     const struct { const char *key, *path; } out[] = {{"trace.path", c->trace_path}, {"save", c->save_path}};
     for (size_t o = 0; o < sizeof out / sizeof *out; o++) {
