@@ -51,6 +51,7 @@ static inline float r_exp(float x)
     const float lo = -87.33654475f, hi = 88.0f;
     float xc = x > hi ? hi : x;
     xc = xc < lo ? lo : xc;
+    xc = xc == xc ? xc : 0.0f; /* NaN: a finite exponent for the bits below (the result is NaN) */
     float n = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f; /* round to nearest */
     float r = xc - n * 0.693359375f;
     r = r - n * -2.12194440e-4f;
@@ -64,7 +65,7 @@ static inline float r_exp(float x)
     union { int32_t i; float f; } sc;
     sc.i = ((int32_t)n + 127) << 23;
     float y = p * sc.f;
-    return x < lo ? 0.0f : y;
+    return x != x ? x : x < lo ? 0.0f : y;
 }
 #else
 #define r_exp exp
