@@ -116,8 +116,8 @@ static int is_collective(unsigned op)
 static int valid_event(const dx_event *e)
 {
     return e->phase < DX_PH_COUNT && e->module < DX_MOD_COUNT && e->op < DX_OP_COUNT &&
-           e->stream < DX_STREAM_COUNT && e->group < DX_GROUP_COUNT && e->end_ns >= e->start_ns && e->start_ns >= -TIME_LIMIT_NS &&
-           e->end_ns <= TIME_LIMIT_NS;
+           e->stream < DX_STREAM_COUNT && e->group < DX_GROUP_COUNT && e->end_ns >= e->start_ns &&
+           e->start_ns >= -TIME_LIMIT_NS && e->end_ns <= TIME_LIMIT_NS;
 }
 
 /* A trace of a DP-only job (no tensor or pipeline parallelism): the grid adds nothing. */
