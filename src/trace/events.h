@@ -101,7 +101,8 @@ extern const char *const dx_op_names[DX_OP_COUNT];
 extern const char *const dx_stream_names[DX_STREAM_COUNT];
 extern const char *const dx_group_names[DX_GROUP_COUNT];
 
-/* One event. 64 bytes, no padding holes (stored as an HDF5 compound with these field names). */
+/* One event. 64 bytes, no padding holes but the 3 bytes after group (stored as an HDF5 compound
+ * with these field names, packed: pad is not stored). */
 typedef struct {
     int64_t start_ns; /* rank 0 clock, ns since the run's start */
     int64_t end_ns;
