@@ -677,15 +677,8 @@ static void grad_begin(dx_model *m, int gi)
 static int tp_comm_done(dx_model *m, int module, int layer, int op, int64_t bytes, uint64_t t0, int rc)
 {
     uint64_t t1 = dx_now_ns();
-    if (!rc && dx_tr_on(m->tr, 1)) {
-        m->tr->group = DX_GROUP_TP;
-        if (m->tpc->last_mark[0] >= 0)
-            dx_tr_record_marks(m->tr, m->tpc->last_mark[0], m->tpc->last_mark[1], module, layer, op,
-                               DX_STREAM_COMM, bytes, 0);
-        else
-            dx_tr_record(m->tr, t0, t1, module, layer, op, DX_STREAM_COMM, bytes, 0);
-        m->tr->group = DX_GROUP_NONE;
-    }
+    if (!rc && dx_tr_on(m->tr, 1))
+        dx_tr_record_comm(m->tr, DX_GROUP_TP, m->tpc->last_mark, t0, t1, module, layer, op, bytes);
     return rc ? -1 : 0;
 }
 /* buf X[n] summed over TP */

@@ -110,9 +110,7 @@ static int traced(dx_pipeline *p, int op, int micro, int64_t bytes, uint64_t t0,
     if (!rc && dx_tr_on(p->tr, 1)) {
         int16_t saved = p->tr->micro;
         p->tr->micro = (int16_t)micro;
-        p->tr->group = DX_GROUP_PP;
-        dx_tr_record(p->tr, t0, dx_now_ns(), DX_MOD_PIPELINE, -1, op, DX_STREAM_COMM, bytes, 0);
-        p->tr->group = DX_GROUP_NONE;
+        dx_tr_record_comm(p->tr, DX_GROUP_PP, NULL, t0, dx_now_ns(), DX_MOD_PIPELINE, -1, op, bytes);
         p->tr->micro = saved;
     }
     return rc ? -1 : 0;

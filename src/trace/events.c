@@ -43,16 +43,22 @@ void dx_event_buf_free(dx_event_buf *b)
 
 #include "tracer.h"
 
-void dx_tr_record(dx_tracer *t, uint64_t start_ns, uint64_t end_ns, int module, int layer, int op,
-                  int stream, int64_t bytes, int64_t flops)
+static void record(dx_tracer *t, uint64_t start_ns, uint64_t end_ns, int module, int layer, int op,
+                   int stream, int64_t bytes, int64_t flops, int group)
 {
     if (!t || t->failed) return;
     dx_event e = {.start_ns = (int64_t)start_ns, .end_ns = (int64_t)end_ns, .bytes = bytes,
                   .flops = flops, .rank = t->rank, .step = t->step, .micro = t->micro,
                   .layer = (int16_t)layer, .phase = t->phase, .module = (uint8_t)module,
                   .op = (uint8_t)op, .stream = (uint8_t)stream, .pp = t->pp, .dp = t->dp,
-                  .tp = t->tp, .group = t->group};
+                  .tp = t->tp, .group = (uint8_t)group};
     if (dx_event_push(&t->buf, &e)) t->failed = 1;
+}
+
+void dx_tr_record(dx_tracer *t, uint64_t start_ns, uint64_t end_ns, int module, int layer, int op,
+                  int stream, int64_t bytes, int64_t flops)
+{
+    record(t, start_ns, end_ns, module, layer, op, stream, bytes, flops, DX_GROUP_NONE);
 }
 
 /* pad[0] of an event: which of start_ns / end_ns still hold mark ids (see dx_tr_pending) */
@@ -75,16 +81,29 @@ void dx_tr_end(dx_tracer *t, int64_t begin, int module, int layer, int op, int s
         dx_tr_record(t, (uint64_t)begin, dx_now_ns(), module, layer, op, stream, bytes, flops);
 }
 
-void dx_tr_record_marks(dx_tracer *t, int m0, int m1, int module, int layer, int op, int stream,
-                        int64_t bytes, int64_t flops)
+static void record_marks(dx_tracer *t, int m0, int m1, int module, int layer, int op, int stream,
+                         int64_t bytes, int64_t flops, int group)
 {
     if (!t || t->failed) return;
     if (m0 < 0 || m1 < 0) { /* a mark could not be recorded: the span is lost, say so once */
         t->failed = 1;
         return;
     }
-    dx_tr_record(t, (uint64_t)m0, (uint64_t)m1, module, layer, op, stream, bytes, flops);
+    record(t, (uint64_t)m0, (uint64_t)m1, module, layer, op, stream, bytes, flops, group);
     if (!t->failed) t->buf.ev[t->buf.n - 1].pad[0] = START_ID | END_ID;
+}
+
+void dx_tr_record_marks(dx_tracer *t, int m0, int m1, int module, int layer, int op, int stream,
+                        int64_t bytes, int64_t flops)
+{
+    record_marks(t, m0, m1, module, layer, op, stream, bytes, flops, DX_GROUP_NONE);
+}
+
+void dx_tr_record_comm(dx_tracer *t, int group, const int *m, uint64_t t0, uint64_t t1, int module, int layer,
+                       int op, int64_t bytes)
+{
+    if (m && m[0] >= 0) record_marks(t, m[0], m[1], module, layer, op, DX_STREAM_COMM, bytes, 0, group);
+    else record(t, t0, t1, module, layer, op, DX_STREAM_COMM, bytes, 0, group);
 }
 
 /* One end of an event: a mark id -> its time, or its new id while it is still pending. */

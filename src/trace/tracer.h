@@ -25,8 +25,6 @@ typedef struct {
     int32_t step;  /* current step (1-based), 0 outside steps */
     int16_t micro; /* current micro-batch, -1 outside */
     uint8_t phase; /* dx_phase */
-    uint8_t group; /* dx_group_kind stamped on the events recorded now: the code that records a
-                    * collective or transfer sets it around the record and puts DX_GROUP_NONE back */
     int failed;    /* an append failed (out of memory): recording stops, reported at gather */
     dx_event_buf buf;
     dx_backend *be;   /* when be->mark is set, spans use its timing marks */
@@ -58,9 +56,15 @@ size_t dx_tr_partition(dx_tracer *t);
 /* Forgets the first n events (after the coordinator has taken them); the rest move up. */
 void dx_tr_drop(dx_tracer *t, size_t n);
 
-/* Records one span [start_ns, end_ns) with the tracer's current step, micro-batch and phase. */
+/* Records one span [start_ns, end_ns) with the tracer's current step, micro-batch and phase
+ * (group none). */
 void dx_tr_record(dx_tracer *t, uint64_t start_ns, uint64_t end_ns, int module, int layer, int op,
                   int stream, int64_t bytes, int64_t flops);
+/* Records a collective or transfer on process group `group` (dx_group_kind), stream "comm":
+ * between the device marks m[0], m[1] that the comm left where it has them (m non-NULL and
+ * m[0] >= 0: NCCL), else between the host times t0, t1 around the call. */
+void dx_tr_record_comm(dx_tracer *t, int group, const int *m, uint64_t t0, uint64_t t1, int module, int layer,
+                       int op, int64_t bytes);
 
 /* True if the tracer records at `level` or finer. NULL tracer: false. */
 static inline int dx_tr_on(const dx_tracer *t, int level) { return t && t->level >= level; }

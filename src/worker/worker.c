@@ -373,11 +373,8 @@ static int reduce_loss(dx_worker *w, double *loss_sum, double *comm_s)
     if (w->world->size > 1 && w->world->all_reduce_sum(w->world, loss_sum, 1, DX_F64)) return -1;
     uint64_t t1 = dx_now_ns();
     if (comm_s) *comm_s = (double)(t1 - t0) * 1e-9;
-    if (w->world->size > 1 && dx_tr_on(&w->tr, 1)) {
-        w->tr.group = DX_GROUP_WORLD;
-        dx_tr_record(&w->tr, t0, t1, DX_MOD_LOSS, -1, DX_OP_ALL_REDUCE, DX_STREAM_COMM, 8, 0);
-        w->tr.group = DX_GROUP_NONE;
-    }
+    if (w->world->size > 1 && dx_tr_on(&w->tr, 1))
+        dx_tr_record_comm(&w->tr, DX_GROUP_WORLD, NULL, t0, t1, DX_MOD_LOSS, -1, DX_OP_ALL_REDUCE, 8);
     return 0;
 }
 

@@ -214,13 +214,8 @@ double dx_zero_take_comm_seconds(dx_zero *z)
 static void trace_comm(dx_zero *z, dx_comm *c, int gi, int op, int64_t bytes, uint64_t t0, uint64_t t1)
 {
     int module = gi < 0 ? DX_MOD_OPTIMIZER : group_module(z, gi), layer = gi < 0 ? -1 : group_layer(z, gi);
-    z->tr->group = c == z->grid.tp_dev ? DX_GROUP_TP : c == z->grid.norm_host ? DX_GROUP_WORLD : DX_GROUP_DP;
-    if (c->last_mark[0] >= 0)
-        dx_tr_record_marks(z->tr, c->last_mark[0], c->last_mark[1], module, layer, op, DX_STREAM_COMM,
-                           bytes, 0);
-    else
-        dx_tr_record(z->tr, t0, t1, module, layer, op, DX_STREAM_COMM, bytes, 0);
-    z->tr->group = DX_GROUP_NONE;
+    int group = c == z->grid.tp_dev ? DX_GROUP_TP : c == z->grid.norm_host ? DX_GROUP_WORLD : DX_GROUP_DP;
+    dx_tr_record_comm(z->tr, group, c->last_mark, t0, t1, module, layer, op, bytes);
 }
 
 /* Runs a collective of group gi moving `bytes` on comm c, timing it into comm_ns and the trace. */
