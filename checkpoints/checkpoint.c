@@ -77,6 +77,74 @@ static int io_pieces(hid_t d, const dx_param *p, const piece *pc, int n, float *
     return rc;
 }
 
+/* ---- checksums (checkpoint.h: /checksums) ---- */
+
+/* MurmurHash3's 64-bit finalizer (Appleby, fmix64): every input bit flips each output bit with
+ * probability ~1/2. */
+static inline uint64_t ck_mix(uint64_t x)
+{
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdULL;
+    x ^= x >> 33;
+    x *= 0xc4ceb9fe1a85ec53ULL;
+    x ^= x >> 33;
+    return x;
+}
+
+/* The XOR of the keys of n values v[j] at logical flat indices e + j (checkpoint.h); par: over
+ * OpenMP's threads when n is large. */
+static uint64_t ck_run(const float *v, size_t n, uint64_t e, int par)
+{
+    uint64_t acc = 0;
+#pragma omp parallel for reduction(^ : acc) schedule(static) if (par && n >= ((size_t)1 << 18))
+    for (size_t j = 0; j < n; j++) {
+        uint32_t b;
+        memcpy(&b, &v[j], sizeof b);
+        const uint64_t x = e + j;
+        acc ^= ck_mix(((x << 32) | (x >> 32)) ^ b);
+    }
+    return acc;
+}
+
+/* The XOR of the keys of parameter p's local elements [a, b), held in buf[0 .. b - a); par: over
+ * OpenMP's threads (0 in the asynchronous save's writer, beside the training's threads). */
+static uint64_t ck_local(const dx_param *p, const float *buf, size_t a, size_t b, int par)
+{
+    piece pc[3];
+    const int n = pieces_of(p, a, b, pc);
+    uint64_t acc = 0;
+    for (int k = 0; k < n; k++) {
+        if (!p->cols) {
+            acc ^= ck_run(buf + pc[k].off, pc[k].count[0], pc[k].start[0], par);
+            continue;
+        }
+        const size_t rows = pc[k].count[0], cols = pc[k].count[1];
+        const uint64_t full = (uint64_t)p->full_cols;
+        uint64_t part = 0;
+#pragma omp parallel for reduction(^ : part) schedule(static) if (par && rows * cols >= ((size_t)1 << 18))
+        for (size_t r = 0; r < rows; r++)
+            part ^= ck_run(buf + pc[k].off + r * cols, cols, (pc[k].start[0] + r) * full + pc[k].start[1], 0);
+        acc ^= part;
+    }
+    return acc;
+}
+
+/* sums[0 .. n) XORed over the world's ranks, in place on every rank (gather to rank 0, broadcast). */
+static int ck_reduce(dx_comm *world, uint64_t *sums, size_t n)
+{
+    const size_t bytes = n * sizeof *sums;
+    uint64_t *all = world->rank == 0 ? malloc(bytes * (size_t)world->size + 1) : NULL;
+    int rc = world->rank == 0 && !all ? dx_fail("checkpoint: out of memory") : 0;
+    if ((rc = dx_comm_agree(world, rc))) return rc;
+    if (world->gather(world, sums, all, bytes, 0)) rc = -1;
+    if (!rc && world->rank == 0)
+        for (int r = 1; r < world->size; r++)
+            for (size_t i = 0; i < n; i++) sums[i] ^= all[(size_t)r * n + i];
+    free(all);
+    if (world->broadcast(world, sums, bytes, 0)) rc = -1;
+    return rc;
+}
+
 /* The part [a, b) (parameter coordinates; a == b: none) of parameter p this rank's ZeRO shard owns. */
 static void owned_range(dx_zero *z, const dx_param *p, size_t *a, size_t *b)
 {
@@ -146,6 +214,14 @@ static int all_tensors(dx_model *m, dx_comm *world, tensor_hdr **out, int *n)
     return 0;
 }
 
+/* The index of tensor `name` in t[n], or -1. */
+static int tensor_index(const tensor_hdr *t, int n, const char *name)
+{
+    for (int i = 0; i < n; i++)
+        if (!strcmp(t[i].name, name)) return i;
+    return -1;
+}
+
 /* Creates the groups and every dataset (collective: the same calls on every rank). */
 static int create_layout(hid_t f, const tensor_hdr *t, int n)
 {
@@ -166,10 +242,19 @@ static int create_layout(hid_t f, const tensor_hdr *t, int n)
             hsize_t dims[2] = {(hsize_t)t[i].full_rows, (hsize_t)t[i].full_cols};
             hid_t sp = H5Screate_simple(t[i].full_cols ? 2 : 1, dims, NULL);
             hid_t d = sp < 0 ? -1 : H5Dcreate2(gs[s], t[i].name, H5T_IEEE_F32LE, sp, H5P_DEFAULT, dcpl, H5P_DEFAULT);
-            if (d < 0) rc = dx_fail("cannot create dataset %s/%s", state_group[s], t[i].name);
-            else H5Dclose(d);
+            if (d < 0 || dx_h5_write_i64_attr(d, "checksum_column", i))
+                rc = dx_fail("cannot create dataset %s/%s", state_group[s], t[i].name);
+            if (d >= 0) H5Dclose(d);
             if (sp >= 0) H5Sclose(sp);
         }
+    if (!rc) { /* /checksums [3, n], written last (by rank 0) */
+        hsize_t dims[2] = {3, (hsize_t)(n > 0 ? n : 0)};
+        hid_t sp = H5Screate_simple(2, dims, NULL);
+        hid_t d = sp < 0 ? -1 : H5Dcreate2(f, "checksums", H5T_STD_U64LE, sp, H5P_DEFAULT, dcpl, H5P_DEFAULT);
+        if (d < 0) rc = dx_fail("cannot create dataset checksums");
+        else H5Dclose(d);
+        if (sp >= 0) H5Sclose(sp);
+    }
     if (dcpl >= 0) H5Pclose(dcpl);
     for (int s = 2; s >= 0; s--)
         if (gs[s] >= 0) H5Gclose(gs[s]);
@@ -262,7 +347,8 @@ int dx_checkpoint_save(const char *path, dx_model *m, dx_zero *z, dx_comm *world
     }
     /* metadata and datasets: the same calls on every rank */
     rc = write_header(f, path, st, dx_zero_last_grad_norm(z), config_json, t, nt);
-    free(t);
+    uint64_t *sums = calloc((size_t)3 * (size_t)nt + 1, sizeof *sums);
+    if (!rc && !sums) rc = dx_fail("checkpoint: out of memory");
     /* every rank its own pieces (independent I/O) */
     const int np = dx_model_num_params_table(m);
     float *buf = NULL;
@@ -278,6 +364,8 @@ int dx_checkpoint_save(const char *path, dx_model *m, dx_zero *z, dx_comm *world
         }
         piece pc[3];
         int npc = pieces_of(p, a, b, pc);
+        const int ti = tensor_index(t, nt, p->name);
+        if (ti < 0) { rc = dx_fail("checkpoint: tensor %s missing from the layout", p->name); break; }
         for (int s = 0; s < 3 && !rc; s++) {
             char name[160];
             snprintf(name, sizeof name, "%s/%s", state_group[s], p->name);
@@ -286,10 +374,23 @@ int dx_checkpoint_save(const char *path, dx_model *m, dx_zero *z, dx_comm *world
             if (d < 0 || io_pieces(d, p, pc, npc, buf, 1))
                 rc = dx_fail("checkpoint '%s': cannot write %s", path, name);
             if (d >= 0) H5Dclose(d);
+            sums[(size_t)s * nt + ti] ^= ck_local(p, buf, a, b, 1);
         }
     }
     free(buf);
+    free(t);
     int any = dx_comm_agree(world, rc); /* before the collective close */
+    if (!any) { /* the checksums: XORed over the ranks' pieces, written by rank 0 */
+        rc = ck_reduce(world, sums, (size_t)3 * nt);
+        if (!rc && world->rank == 0) {
+            hid_t d = H5Dopen2(f, "checksums", H5P_DEFAULT);
+            if (d < 0 || H5Dwrite(d, H5T_NATIVE_UINT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, sums) < 0)
+                rc = dx_fail("checkpoint '%s': cannot write /checksums", path);
+            if (d >= 0) H5Dclose(d);
+        }
+        any = dx_comm_agree(world, rc);
+    }
+    free(sums);
     if (H5Fclose(f) < 0 && !any) rc = dx_fail("checkpoint '%s': cannot close %s", path, tmp);
     any = dx_comm_agree(world, any ? any : rc);
     dx_watch_end();
@@ -345,7 +446,40 @@ static int check_file(hid_t f, const char *path, dx_model *m, dx_ckpt_state *st)
     return 0;
 }
 
-int dx_checkpoint_load(const char *path, dx_model *m, dx_zero *z, dx_comm *world, dx_comm *dp,
+/* /checksums [3, *ncol] of f into a malloc'ed *out (every rank reads it); *out NULL and 0 when
+ * the file has none (written before checksums). */
+static int read_checksums(hid_t f, const char *path, uint64_t **out, int *ncol)
+{
+    *out = NULL;
+    *ncol = 0;
+    if (H5Lexists(f, "checksums", H5P_DEFAULT) <= 0) return 0;
+    hid_t d = H5Dopen2(f, "checksums", H5P_DEFAULT), sp = d < 0 ? -1 : H5Dget_space(d);
+    hsize_t dims[2] = {0, 0};
+    int rc = sp < 0 || H5Sget_simple_extent_ndims(sp) != 2 || H5Sget_simple_extent_dims(sp, dims, NULL) < 0 ||
+             dims[0] != 3 || dims[1] > (hsize_t)1 << 24;
+    uint64_t *v = rc ? NULL : malloc((size_t)(3 * dims[1]) * sizeof *v + 1);
+    if (!rc && (!v || H5Dread(d, H5T_NATIVE_UINT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, v) < 0)) rc = 1;
+    if (sp >= 0) H5Sclose(sp);
+    if (d >= 0) H5Dclose(d);
+    if (rc) {
+        free(v);
+        return dx_fail("checkpoint '%s': /checksums unreadable or not of shape [3, tensors] (the file is damaged)", path);
+    }
+    *out = v;
+    *ncol = (int)dims[1];
+    return 0;
+}
+
+/* Dataset d's checksum column (< ncol), or -1 + dx_fail naming it. */
+static int checksum_column(hid_t d, const char *path, const char *name, int ncol)
+{
+    int64_t col = -1;
+    if (dx_h5_read_scalar_attr(d, "checksum_column", H5T_NATIVE_INT64, &col) || col < 0 || col >= ncol)
+        return dx_fail("checkpoint '%s': %s has no valid checksum_column attribute (the file is damaged)", path, name);
+    return (int)col;
+}
+
+int dx_checkpoint_load(const char *path, dx_model *m, dx_zero *z, dx_comm *world, dx_comm *dp, int tp_rank,
                        int64_t total_params, dx_ckpt_state *st)
 {
     H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
@@ -367,12 +501,22 @@ int dx_checkpoint_load(const char *path, dx_model *m, dx_zero *z, dx_comm *world
             cap = dx_model_param(m, i)->numel;
     float *buf = rc ? NULL : malloc((cap ? cap : 1) * sizeof *buf);
     if (!rc && !buf) rc = dx_fail("checkpoint '%s': out of memory", path);
+    uint64_t *want = NULL, *sums = NULL; /* /checksums, and this rank's part of each */
+    int ncol = 0;
+    if (!rc) rc = read_checksums(f, path, &want, &ncol);
+    if (!rc && want && !(sums = calloc((size_t)3 * (size_t)ncol + 1, sizeof *sums)))
+        rc = dx_fail("checkpoint '%s': out of memory", path);
     /* every rank goes on to the collective master updates, or none */
     if ((rc = dx_comm_agree(world, rc))) {
         free(buf);
+        free(want);
+        free(sums);
         if (f >= 0) H5Fclose(f);
         return rc;
     }
+    int *colof = want ? malloc((size_t)np * sizeof *colof + 1) : NULL; /* each parameter's column */
+    if (want && !colof) rc = dx_fail("checkpoint '%s': out of memory", path);
+    for (int i = 0; colof && i < np; i++) colof[i] = -1;
     for (int i = 0; i < np; i++) {
         const dx_param *p = dx_model_param(m, i);
         if (dx_model_group(m, p->group)->frozen) continue; /* LoRA's base: from hf_model, not here */
@@ -381,9 +525,21 @@ int dx_checkpoint_load(const char *path, dx_model *m, dx_zero *z, dx_comm *world
         snprintf(name, sizeof name, "params/%s", p->name);
         piece pc[3];
         int npc = pieces_of(p, 0, p->numel, pc);
-        hid_t d = H5Dopen2(f, name, H5P_DEFAULT);
-        if (d < 0 || io_pieces(d, p, pc, npc, buf, 0)) rc = dx_fail("checkpoint '%s': cannot read %s", path, name);
+        /* checksums: over the part this rank would write (owned_part, a partition of every
+         * tensor over the world), in whatever layout it loads */
+        size_t oa = 0, ob = 0;
+        const int mine = owned_part(z, p, dp->rank, tp_rank, &oa, &ob);
+        hid_t d = rc ? -1 : H5Dopen2(f, name, H5P_DEFAULT);
+        int col = -1;
+        if (rc) { /* (a moment of the parameter before, or colof: the DP group learns of it below) */
+        } else if (d < 0 || io_pieces(d, p, pc, npc, buf, 0)) {
+            rc = dx_fail("checkpoint '%s': cannot read %s", path, name);
+        } else if (want && (col = checksum_column(d, path, name, ncol)) < 0) {
+            rc = -1;
+        }
         if (d >= 0) H5Dclose(d);
+        if (!rc && want) colof[i] = col;
+        if (!rc && want && mine) sums[col] ^= ck_local(p, buf + oa, oa, ob, 1);
         if ((rc = dx_comm_agree(dp, rc))) break;
         if ((rc = dx_zero_set_master(z, p->group, p->offset, p->numel, buf))) break;
         /* the moments: the owned part */
@@ -395,16 +551,55 @@ int dx_checkpoint_load(const char *path, dx_model *m, dx_zero *z, dx_comm *world
             snprintf(name, sizeof name, "%s/%s", state_group[s], p->name);
             d = H5Dopen2(f, name, H5P_DEFAULT);
             if (d < 0 || io_pieces(d, p, pc, npc, buf, 0)) rc = dx_fail("checkpoint '%s': cannot read %s", path, name);
+            else if (want && checksum_column(d, path, name, ncol) != col)
+                rc = dx_fail("checkpoint '%s': %s's checksum_column differs from its weights' (the file is damaged)",
+                             path, name);
             if (d >= 0) H5Dclose(d);
+            if (!rc && want && mine) sums[(size_t)s * ncol + col] ^= ck_local(p, buf + (oa - a), oa, ob, 1);
             if (!rc) rc = dx_zero_write_state(z, p->group, s, p->offset + a, p->offset + b, buf);
         }
-        if (rc) break;
+        /* (a failure here reaches the DP group at the next parameter's agreement, or the world's
+         * below: breaking now would leave the group waiting in that agreement) */
     }
     free(buf);
     H5Fclose(f);
-    if ((rc = dx_comm_agree(world, rc))) return rc;
+    if (!(rc = dx_comm_agree(world, rc)) && want) { /* every tensor's checksum, over the world */
+        rc = ck_reduce(world, sums, (size_t)3 * ncol);
+        for (int i = 0; !rc && i < np; i++) /* this rank's tensors (every tensor is some rank's) */
+            for (int s = 0; !rc && colof[i] >= 0 && s < 3; s++)
+                if (sums[(size_t)s * ncol + colof[i]] != want[(size_t)s * ncol + colof[i]])
+                    rc = dx_fail("checkpoint '%s': %s/%s does not match the checksum saved with it: the file was "
+                                 "damaged or changed after it was written (resume from another checkpoint)",
+                                 path, state_group[s], dx_model_param(m, i)->name);
+        rc = dx_comm_agree(world, rc);
+    }
+    free(want);
+    free(sums);
+    free(colof);
+    if (rc) return rc;
     dx_zero_set_last_grad_norm(z, st->grad_norm); /* the speculative offload update's guess */
     return 0;
+}
+
+int dx_checkpoint_check_params(int64_t file, const char *path, const char *name, const float *v, size_t n)
+{
+    _Static_assert(sizeof(hid_t) == sizeof(int64_t), "hid_t is int64_t (HDF5 >= 1.10)");
+    const hid_t f = (hid_t)file;
+    uint64_t *want = NULL;
+    int ncol = 0;
+    if (read_checksums(f, path, &want, &ncol)) return -1;
+    if (!want) return 0;
+    char dname[200];
+    snprintf(dname, sizeof dname, "params/%s", name);
+    hid_t d = H5Dopen2(f, dname, H5P_DEFAULT);
+    int col = d < 0 ? dx_fail("checkpoint '%s': cannot open %s", path, dname) : checksum_column(d, path, dname, ncol);
+    if (d >= 0) H5Dclose(d);
+    int rc = col < 0 ? -1 : 0;
+    if (!rc && ck_run(v, n, 0, 1) != want[col])
+        rc = dx_fail("checkpoint '%s': %s does not match the checksum saved with it: the file was damaged or changed "
+                     "after it was written", path, dname);
+    free(want);
+    return rc;
 }
 
 void dx_checkpoint_name(char *out, size_t cap, const char *dir, int64_t step)
@@ -486,6 +681,14 @@ typedef struct {
     uint64_t file_off, len, buf_off;
 } run;
 
+/* One owned piece of the snapshot to checksum: parameter p's local elements [a, b) of state s,
+ * at snapshot + at, into column col. */
+typedef struct {
+    const dx_param *p;
+    size_t a, b, at;
+    int s, col;
+} ck_job;
+
 struct dx_ckpt_async {
     dx_backend *be;  /* of the snapshot buffer */
     float *snap;     /* this rank's owned state (page-locked on GPUs), kept between saves */
@@ -494,6 +697,11 @@ struct dx_ckpt_async {
     char path[1024], tmp[1100];
     run *runs;
     size_t nruns;
+    ck_job *jobs;    /* the snapshot's pieces, checksummed by the writer into sums[3 nt] */
+    size_t njobs;
+    uint64_t *sums;
+    int nt;
+    uint64_t ck_off; /* /checksums' file offset (rank 0 writes it once every writer is done) */
     pthread_t thread;
     int started;
     atomic_int done; /* the writer finished (rc set) */
@@ -518,6 +726,10 @@ static void *writer_main(void *arg)
     }
     if (!e && fd >= 0 && a->nruns && fdatasync(fd)) e = errno;
     if (fd >= 0 && close(fd) && !e) e = errno;
+    for (size_t i = 0; !e && i < a->njobs; i++) {
+        const ck_job *j = &a->jobs[i];
+        a->sums[(size_t)j->s * a->nt + j->col] ^= ck_local(j->p, a->snap + j->at, j->a, j->b, 0);
+    }
     a->rc = e;
     atomic_store(&a->done, 1);
     return NULL;
@@ -539,6 +751,11 @@ static void async_reset(dx_ckpt_async *a)
     free(a->runs);
     a->runs = NULL;
     a->nruns = 0;
+    free(a->jobs);
+    a->jobs = NULL;
+    a->njobs = 0;
+    free(a->sums);
+    a->sums = NULL;
     atomic_store(&a->done, 0);
     a->rc = 0;
 }
@@ -549,14 +766,6 @@ void dx_checkpoint_async_destroy(dx_ckpt_async *a)
     async_reset(a);
     if (a->snap && a->be) a->be->host_free(a->be, a->snap);
     free(a);
-}
-
-/* The index of tensor `name` in t[n], or -1. */
-static int tensor_index(const tensor_hdr *t, int n, const char *name)
-{
-    for (int i = 0; i < n; i++)
-        if (!strcmp(t[i].name, name)) return i;
-    return -1;
 }
 
 int dx_checkpoint_save_start(dx_ckpt_async *a, const char *path, dx_model *m, dx_zero *z, dx_comm *world,
@@ -570,7 +779,7 @@ int dx_checkpoint_save_start(dx_ckpt_async *a, const char *path, dx_model *m, dx
     snprintf(a->tmp, sizeof a->tmp, "%s.tmp", path);
     a->t0_ns = dx_now_ns();
     rc = all_tensors(m, world, &t, &nt);
-    int64_t *offs = rc ? NULL : calloc((size_t)3 * (size_t)nt + 1, sizeof *offs);
+    int64_t *offs = rc ? NULL : calloc((size_t)3 * (size_t)nt + 1, sizeof *offs); /* [3 nt]: /checksums */
     if (!rc && !offs) rc = dx_fail("checkpoint: out of memory");
     /* rank 0: room, then the file's header and layout (serial HDF5), and each dataset's offset */
     if (!rc && world->rank == 0) {
@@ -590,11 +799,18 @@ int dx_checkpoint_save_start(dx_ckpt_async *a, const char *path, dx_model *m, dx
                 else offs[s * nt + i] = (int64_t)off;
                 if (d >= 0) H5Dclose(d);
             }
+        if (!rc) {
+            hid_t d = H5Dopen2(f, "checksums", H5P_DEFAULT);
+            haddr_t off = d < 0 ? HADDR_UNDEF : H5Dget_offset(d);
+            if (off == HADDR_UNDEF) rc = dx_fail("checkpoint '%s': no file offset for /checksums", path);
+            else offs[3 * nt] = (int64_t)off;
+            if (d >= 0) H5Dclose(d);
+        }
         if (f >= 0 && H5Fclose(f) < 0 && !rc) rc = dx_fail("checkpoint '%s': cannot close %s", path, a->tmp);
         if (rc) remove(a->tmp);
     }
     if ((rc = dx_comm_agree(world, rc)) == 0 &&
-        world->broadcast(world, offs, (size_t)3 * (size_t)nt * sizeof *offs, 0))
+        world->broadcast(world, offs, ((size_t)3 * (size_t)nt + 1) * sizeof *offs, 0))
         rc = -1;
     /* this rank's owned pieces: how many floats and file runs */
     const int np = dx_model_num_params_table(m);
@@ -618,6 +834,13 @@ int dx_checkpoint_save_start(dx_ckpt_async *a, const char *path, dx_model *m, dx
         if (!a->snap) dx_fail_prefix("rank %d: checkpoint snapshot", world->rank), rc = -1;
     }
     if (!rc && !(a->runs = malloc(nruns * sizeof *a->runs + 1))) rc = dx_fail("checkpoint: out of memory");
+    if (!rc && (!(a->jobs = malloc((size_t)3 * (size_t)np * sizeof *a->jobs + 1)) ||
+                !(a->sums = calloc((size_t)3 * (size_t)nt + 1, sizeof *a->sums))))
+        rc = dx_fail("checkpoint: out of memory");
+    if (!rc) {
+        a->nt = nt;
+        a->ck_off = (uint64_t)offs[3 * nt];
+    }
     size_t at = 0;
     for (int i = 0; !rc && i < np; i++) {
         const dx_param *p = dx_model_param(m, i);
@@ -631,6 +854,7 @@ int dx_checkpoint_save_start(dx_ckpt_async *a, const char *path, dx_model *m, dx
         for (int s = 0; s < 3 && !rc; s++) {
             if (dx_zero_read_state(z, p->group, s, p->offset + lo, p->offset + hi, a->snap + at)) { rc = -1; break; }
             const uint64_t base = (uint64_t)offs[s * nt + ti];
+            a->jobs[a->njobs++] = (ck_job){p, lo, hi, at, s, ti};
             for (int k = 0; k < npc; k++) {
                 const uint64_t r0 = pc[k].start[0], c0 = p->cols ? pc[k].start[1] : 0;
                 const uint64_t rows = pc[k].count[0], cols = p->cols ? pc[k].count[1] : 1;
@@ -674,6 +898,20 @@ int dx_checkpoint_save_poll(dx_ckpt_async *a, dx_comm *world, int wait, double *
                              world->rank, a->path, strerror(a->rc))
                    : 0;
     rc = dx_comm_agree(world, rc);
+    if (!rc) { /* the checksums: XORed over the ranks' pieces, written and synced by rank 0 */
+        rc = ck_reduce(world, a->sums, (size_t)3 * a->nt);
+        if (!rc && world->rank == 0) {
+            const size_t bytes = (size_t)3 * a->nt * sizeof *a->sums;
+            int fd = open(a->tmp, O_WRONLY), e = fd < 0 ? errno : 0;
+            errno = 0;
+            if (!e && pwrite(fd, a->sums, bytes, (off_t)a->ck_off) != (ssize_t)bytes) e = errno ? errno : EIO;
+            if (!e && fdatasync(fd)) e = errno;
+            if (fd >= 0 && close(fd) && !e) e = errno;
+            if (e) rc = dx_fail("checkpoint '%s': cannot write /checksums: %s (the checkpoints written before are kept)",
+                                a->path, strerror(e));
+        }
+        rc = dx_comm_agree(world, rc);
+    }
     if (world->rank == 0) {
         if (!rc && rename(a->tmp, a->path)) rc = dx_fail("checkpoint '%s': cannot rename %s: %s", a->path, a->tmp, strerror(errno));
         if (rc) remove(a->tmp);

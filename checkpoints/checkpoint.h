@@ -8,7 +8,15 @@
  * shape ([rows, cols] or [rows]) under its Hugging Face name in
  *   /params/<name>                   the fp32 master weights,
  *   /optimizer/exp_avg/<name>        AdamW's first moment (torch.optim.AdamW's state name),
- *   /optimizer/exp_avg_sq/<name>     its second moment.
+ *   /optimizer/exp_avg_sq/<name>     its second moment;
+ * and /checksums, uint64 [3, tensors]: row 0 the /params tensors', rows 1 and 2 the moments', the
+ * column of each tensor in the int64 attribute checksum_column of its three datasets. A tensor's
+ * checksum is the XOR over its elements of fmix64(rot32(e) ^ bits), e the element's row-major
+ * index in the logical tensor, bits its float32 bit pattern, fmix64 MurmurHash3's 64-bit
+ * finalizer (Appleby) and rot32 a rotation by 32 bits: independent of the order and the ranks
+ * that hashed the pieces, so that any layout can check what any other wrote; a changed bit or two
+ * swapped values change it (all but 2^-64 of the time). Files written before checksums have no
+ * /checksums and load unchecked.
  * The learning-rate schedule's position is the step.
  *
  * Saving is collective over the world and parallel (MPI-IO through parallel HDF5): the ranks
@@ -20,7 +28,9 @@
  * checkpoint's name, and the previous checkpoint stays.
  *
  * Loading reads by logical coordinates, so a checkpoint written under any DP, TP or PP size,
- * ZeRO stage or offload setting resumes under any other.
+ * ZeRO stage or offload setting resumes under any other. Each rank hashes the part of each tensor
+ * it writes (saving) or would write (loading: the same partition in the loading layout); the
+ * parts' checksums are XORed over the world, and a load whose sums differ from /checksums fails.
  */
 #ifndef DX_CHECKPOINT_H
 #define DX_CHECKPOINT_H
@@ -83,14 +93,23 @@ int dx_checkpoint_save_poll(dx_ckpt_async *a, dx_comm *world, int wait, double *
 /* Loads a full checkpoint into the model's ZeRO state: each rank reads its TP slice of each of
  * its parameters (master weights, set through dx_zero_set_master) and its owned pieces of the
  * moments; *st receives the position, and the last step's gradient norm goes to
- * dx_zero_set_last_grad_norm. Collective over the world. Errors (missing file, not a
+ * dx_zero_set_last_grad_norm. dp: this rank's DP group; tp_rank: its TP index (which rank
+ * checksums a TP-replicated tensor). Collective over the world. Errors (missing file, not a
  * dissect checkpoint, format_version 1 without optimizer states, a tensor missing or of another
  * shape, /params holding another number of parameters than total_params, the trained ones:
- * the whole model's, or LoRA's adapters (a frozen base is not in checkpoints))
+ * the whole model's, or LoRA's adapters (a frozen base is not in checkpoints), a tensor whose
+ * values do not match /checksums, /checksums or a checksum_column unreadable)
  * name the path and the tensor: -1 + dx_fail on the lowest rank that failed itself (it reports:
- * dx_agree_and_report), -2 on the others (their message names that rank); 0 on every rank. */
-int dx_checkpoint_load(const char *path, dx_model *m, dx_zero *z, dx_comm *world, dx_comm *dp,
+ * dx_agree_and_report), -2 on the others (their message names that rank); 0 on every rank. The
+ * model's state is then partly overwritten: a failed load ends the run. */
+int dx_checkpoint_load(const char *path, dx_model *m, dx_zero *z, dx_comm *world, dx_comm *dp, int tp_rank,
                        int64_t total_params, dx_ckpt_state *st);
+
+/* Checks whole tensor /params/<name> of an open checkpoint (file: its hid_t), as read into
+ * v[n] (row-major, float32), against /checksums: 0 when it matches or the file has no checksums,
+ * -1 + dx_fail naming path and tensor otherwise (a mismatch, an unreadable /checksums or
+ * checksum_column). */
+int dx_checkpoint_check_params(int64_t file, const char *path, const char *name, const float *v, size_t n);
 
 /* Periodic checkpoints of a run directory: DIR/iter_<step, 7 digits>.h5 (Megatron-LM's naming). */
 void dx_checkpoint_name(char *out, size_t cap, const char *dir, int64_t step);

@@ -10,6 +10,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "checkpoint.h"
 #include "common/common.h"
 #include "config/config.h"
 #include "safetensors.h"
@@ -37,7 +38,9 @@ static int read_param(void *ctx, int i, float *out)
     hid_t d = H5Dopen2(r->file, name, H5P_DEFAULT);
     int rc = d < 0 || H5Dread(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, out) < 0;
     if (d >= 0) H5Dclose(d);
-    return rc ? dx_fail("checkpoint '%s': cannot read %s", r->ckpt, name) : 0;
+    if (rc) return dx_fail("checkpoint '%s': cannot read %s", r->ckpt, name);
+    size_t n = (size_t)r->t[i].shape[0] * (r->t[i].ndim == 2 ? (size_t)r->t[i].shape[1] : 1);
+    return dx_checkpoint_check_params(r->file, r->ckpt, r->t[i].name, out, n);
 }
 
 /* The tensor's shape in the file matches the spec, or -1 + dx_fail. */

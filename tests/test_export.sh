@@ -142,6 +142,15 @@ with h5py.File(t + "/holed.h5", "r+") as f:
     del f["params/model.layers.1.mlp.up_proj.weight"]
 EOF
 refuse "a tensor missing" 1 "model.layers.1.mlp.up_proj.weight missing" "$tmp/o4" "$tmp/holed.h5" "$tmp/o4"
+"$PYTHON3" - "$tmp" <<'EOF'
+import shutil, sys, h5py, numpy as np
+t = sys.argv[1]
+shutil.copy(t + "/tp.h5", t + "/flipped.h5")
+with h5py.File(t + "/flipped.h5", "r+") as f:  # one bit of one weight, as a bad disk would
+    d = f["params/model.layers.0.self_attn.o_proj.weight"]; v = d[()]; v.view(np.uint32)[2, 3] ^= 1 << 7; d[...] = v
+EOF
+refuse "a bit flipped in a weight" 1 "params/model.layers.0.self_attn.o_proj.weight does not match the checksum" \
+  "$tmp/o9" "$tmp/flipped.h5" "$tmp/o9"
 if timeout 120 mpirun -np 1 "$DISSECT" train --hf-model "$tmp/hf_tp_f32" "${common[@]}" --lora-rank 2 \
      --train-iters 2 --save "$tmp/lora.h5" >/dev/null 2>&1; then
   refuse "a LoRA checkpoint" 1 "lora.save" "$tmp/o5" "$tmp/lora.h5" "$tmp/o5"

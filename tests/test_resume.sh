@@ -16,10 +16,11 @@
 #     bitwise those of an uninterrupted run;
 #  5. asynchronous saves write the same tensors as synchronous ones (DP 4 ZeRO 3, TP 2 x PP 2), and
 #     a run resumed from one ends bitwise as the uninterrupted run;
+#     Their /checksums equal numpy's recomputation from the tensors (checkpoint.h's definition);
 #  6. bad input: a resume path that does not exist, a format-1 (weights only) file, a checkpoint
-#     of another model shape, save_interval without save_dir and a save_dir that cannot be
-#     created are
-#     refused naming the file or key, before any training step.
+#     of another model shape, a checkpoint with one bit of a weight flipped or two moment values
+#     swapped, save_interval without save_dir and a save_dir that cannot be created are
+#     refused naming the file, tensor or key, before any training step.
 set -euo pipefail
 : "${DISSECT:?path to the dissect binary}" "${SRCDIR:=.}" "${PYTHON3:=/usr/bin/python3}"
 tmp=$(mktemp -d)
@@ -53,8 +54,8 @@ if kind == "trace":
 else:
     worst, where, n = 0.0, "", 0
     with h5py.File(a) as f, h5py.File(b) as g:
-        names = []
-        f.visititems(lambda k, v: names.append(k) if isinstance(v, h5py.Dataset) else None)
+        names = []  # the tensors (/checksums: equal when bitwise, checked below)
+        f.visititems(lambda k, v: names.append(k) if isinstance(v, h5py.Dataset) and k != "checksums" else None)
         for k in names:
             x, y = np.asarray(f[k][()], np.float64), np.asarray(g[k][()], np.float64)
             # bitwise: max |difference|; else per tensor ||other - ref|| / ||ref|| (compare_checkpoints.py)
@@ -62,6 +63,8 @@ else:
             n += 1
             if r > worst: worst, where = r, k
         ok = n > 0 and worst <= rtol and g.attrs["step"] == f.attrs["step"]
+        if rtol == 0:  # bitwise: the same checksums too
+            ok = ok and np.array_equal(f["checksums"][()], g["checksums"][()])
     print(f"{n} tensors (params, exp_avg, exp_avg_sq): worst {'absolute' if rtol == 0 else 'relative'} "
           f"difference {worst:.2e} {where} (bound {rtol:g})")
 sys.exit(0 if ok else 1)
@@ -174,6 +177,32 @@ run async_resumed 4 --micro-batch 1 --zero-stage 3 --train-iters 8 --resume "$tm
   --save "$tmp/async_resumed.final.h5"
 check "resumed from an asynchronous checkpoint (DP 4, ZeRO 3): final checkpoint" ckpt "$tmp/async_dp4z3.final.h5" "$tmp/async_resumed.final.h5" 0
 
+# 5b. checksums: /checksums as checkpoint.h defines them, recomputed with numpy from the tensors of
+#     the synchronous and asynchronous saves of two layouts
+if r=$("$PYTHON3" - "$tmp"/sync_dp4z3/iter_0000004.h5 "$tmp"/async_dp4z3/iter_0000004.h5 \
+       "$tmp"/sync_tp2pp2/iter_0000004.h5 "$tmp"/async_tp2pp2/iter_0000004.h5 <<'PY'
+import sys, h5py, numpy as np
+def fmix(x):  # MurmurHash3's fmix64
+    x ^= x >> np.uint64(33); x *= np.uint64(0xff51afd7ed558ccd); x ^= x >> np.uint64(33)
+    x *= np.uint64(0xc4ceb9fe1a85ec53); return x ^ (x >> np.uint64(33))
+def checksum(v):  # XOR over elements of fmix64(rot32(row-major index) ^ float32 bits)
+    bits = np.ascontiguousarray(v, np.float32).ravel().view(np.uint32).astype(np.uint64)
+    e = np.arange(bits.size, dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        return int(np.bitwise_xor.reduce(fmix(((e << np.uint64(32)) | (e >> np.uint64(32))) ^ bits)))
+n = bad = 0
+for path in sys.argv[1:]:
+    with h5py.File(path) as f:
+        cs = f["checksums"][()]
+        for s, g in enumerate(["params", "optimizer/exp_avg", "optimizer/exp_avg_sq"]):
+            for name, d in f[g].items():
+                n += 1
+                bad += checksum(d[()]) != int(cs[s, d.attrs["checksum_column"]])
+print(f"{n} tensors of {len(sys.argv) - 1} checkpoints, {bad} checksums differ from numpy's")
+sys.exit(1 if bad or not n else 0)
+PY
+); then echo "ok   checksums recomputed: $r"; else echo "FAIL checksums recomputed: $r"; fail=1; fi
+
 # 6. bad input
 "$PYTHON3" - "$tmp/v1.h5" <<'PY'
 import sys, h5py, numpy as np
@@ -182,8 +211,22 @@ with h5py.File(sys.argv[1], "w") as f:
     f.create_dataset("params/lm_head.weight", data=np.zeros((64, 32), np.float32))
 PY
 echo "a file, not a directory" > "$tmp/afile"
+"$PYTHON3" - "$tmp" <<'PY'
+import shutil, sys, h5py, numpy as np
+t = sys.argv[1]  # a damaged disk or a hand edit: one bit of a weight, two moment values swapped
+for name, ds, edit in [("flipped", "params/model.layers.1.mlp.down_proj.weight", "flip"),
+                       ("swapped", "optimizer/exp_avg_sq/model.layers.2.self_attn.q_proj.weight", "swap")]:
+    shutil.copy(t + "/run/iter_0000003.h5", f"{t}/{name}.h5")
+    with h5py.File(f"{t}/{name}.h5", "r+") as f:
+        v = f[ds][()]
+        if edit == "flip": v.view(np.uint32)[3, 5] ^= 1
+        else: v[[0, 1]] = v[[1, 0]]
+        f[ds][...] = v
+PY
 for bad in "--resume $tmp/nope.h5:checkpoint '$tmp/nope.h5': cannot open" \
            "--resume $tmp/v1.h5:format_version 1 holds the weights only" \
+           "--resume $tmp/flipped.h5:params/model.layers.1.mlp.down_proj.weight does not match the checksum" \
+           "--resume $tmp/swapped.h5:optimizer/exp_avg_sq/model.layers.2.self_attn.q_proj.weight does not match the checksum" \
            "--resume $tmp/run/iter_0000003.h5 --num-layers 2:holds 0.05M parameters, this model has 0.03M" \
            "--save-interval 2:key 'save_interval' = 2: needs 'save_dir'" \
            "--async-save:key 'async_save' = true: needs 'save_dir' and 'save_interval'" \

@@ -102,7 +102,7 @@ int dx_dump_run(const dx_config *c, dx_comm *world, const char *out_path)
     if (c->resume[0]) { /* the checkpoint's weights (LoRA: its adapters); the batch stays the first */
         dx_ckpt_state st;
         rc = dx_checkpoint_load(c->resume, dx_worker_model(w), dx_worker_zero(w), world, dx_worker_grid(w)->dp_host,
-                                dx_num_trainable_params(c), &st);
+                                dx_worker_grid(w)->tp_rank, dx_num_trainable_params(c), &st);
         if (!dx_agree_and_report(world, rc))
             printf("dump: weights of %s (step %lld)\n", c->resume, (long long)st.step);
         else {

@@ -419,7 +419,7 @@ int dx_run_train(const dx_config *c, dx_comm *world)
         if (found) {
             dx_ckpt_state st;
             const dx_grid *g = dx_worker_grid(w);
-            rc = dx_checkpoint_load(path, dx_worker_model(w), dx_worker_zero(w), world, g->dp_host,
+            rc = dx_checkpoint_load(path, dx_worker_model(w), dx_worker_zero(w), world, g->dp_host, g->tp_rank,
                                     dx_num_trainable_params(c), &st);
             if (rc == -1 && P > 1) dx_fail_prefix("rank %d", rank); /* (-2: another rank failed) */
             if (!rc && st.seed != c->seed)
