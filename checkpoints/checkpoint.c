@@ -599,6 +599,11 @@ int dx_checkpoint_load(const char *path, dx_model *m, dx_zero *z, dx_comm *world
     return 0;
 }
 
+uint64_t dx_checkpoint_checksum(const float *v, size_t n)
+{
+    return ck_run(v, n, 0, 1);
+}
+
 int dx_checkpoint_check_params(int64_t file, const char *path, const char *name, const float *v, size_t n)
 {
     _Static_assert(sizeof(hid_t) == sizeof(int64_t), "hid_t is int64_t (HDF5 >= 1.10)");
@@ -613,7 +618,7 @@ int dx_checkpoint_check_params(int64_t file, const char *path, const char *name,
     int col = d < 0 ? dx_fail("checkpoint '%s': cannot open %s", path, dname) : checksum_column(d, path, dname, ncol);
     if (d >= 0) H5Dclose(d);
     int rc = col < 0 ? -1 : 0;
-    if (!rc && ck_run(v, n, 0, 1) != want[col])
+    if (!rc && dx_checkpoint_checksum(v, n) != want[col])
         rc = dx_fail("checkpoint '%s': %s does not match the checksum saved with it: the file was damaged or changed "
                      "after it was written", path, dname);
     free(want);

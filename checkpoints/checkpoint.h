@@ -105,6 +105,9 @@ int dx_checkpoint_save_poll(dx_ckpt_async *a, dx_comm *world, int wait, double *
 int dx_checkpoint_load(const char *path, dx_model *m, dx_zero *z, dx_comm *world, dx_comm *dp, int tp_rank,
                        int64_t total_params, dx_ckpt_state *st);
 
+/* The checksum (above) of a whole tensor of n float32 values in row-major order. */
+uint64_t dx_checkpoint_checksum(const float *v, size_t n);
+
 /* Checks whole tensor /params/<name> of an open checkpoint (file: its hid_t), as read into
  * v[n] (row-major, float32), against /checksums: 0 when it matches or the file has no checksums,
  * -1 + dx_fail naming path and tensor otherwise (a mismatch, an unreadable /checksums or

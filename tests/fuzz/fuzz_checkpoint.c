@@ -7,7 +7,9 @@
  * datasets instead of groups), each tensor's dataset (missing, another shape or rank, float64 or
  * int32 (converted by HDF5), strings (not convertible), a group in its place, an extent of 2^40
  * and more elements never written), extra entries in /params (tensors of another model, a group,
- * a dangling link, a name longer than 255 bytes), and now and then a file cut short. The 0
+ * a dangling link, a name longer than 255 bytes), /checksums (none, right, a wrong value, another
+ * shape, strings) with each tensor's checksum_column (missing or out of range for one), and now
+ * and then a file cut short. The 0
  * choice of every decision (and the empty input) is a valid checkpoint of the model.
  *
  * Checked: dx_checkpoint_load returns 0 or -1; -1 names the checkpoint; 0 means the file is one
@@ -252,6 +254,56 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         default: break;
         }
     }
+    /* /checksums and the tensors' checksum_column: none (the 0 choice: loaded unchecked), right
+     * (the file's float32 values hashed by dx_checkpoint_checksum), or damaged */
+    unsigned ck = fz_below(&b, 16);
+    if (ck >= 8 && np <= 64) {
+        uint64_t sums[3][64] = {{0}};
+        float *fv = malloc(maxn * sizeof *fv);
+        if (!fv) abort();
+        for (int s = 0; s < 3; s++)
+            for (int p = 0; p < np && p < 64; p++) {
+                const dx_param *pr = dx_model_param(rig.m, p);
+                for (size_t i = 0; i < pr->numel; i++) {
+                    float want = value_of(salt, s, p, i);
+                    fv[i] = kind[s][p] == T_I32 ? (float)(int32_t)want : want;
+                }
+                sums[s][p] = dx_checkpoint_checksum(fv, pr->numel);
+                if (g[s] < 0 || kind[s][p] == T_MISSING) continue;
+                hid_t d = H5Dopen2(g[s], pr->name, H5P_DEFAULT); /* (fails for a group in its place) */
+                if (d < 0) continue;
+                int64_t col = p;
+                if (ck == 13 && s == 2 && p == 0) { /* one column missing or out of range */
+                    loadable = 0;
+                    if (fz_below(&b, 2)) col = np + (int64_t)fz_below(&b, 1000);
+                    else col = -1;
+                }
+                if (col >= 0) h5g_attr_i64(d, "checksum_column", col);
+                H5Dclose(d);
+            }
+        free(fv);
+        hsize_t dims[2] = {3, (hsize_t)np};
+        uint64_t flat[3 * 64];
+        for (int s = 0; s < 3; s++)
+            for (int p = 0; p < np && p < 64; p++) flat[(size_t)s * np + p] = sums[s][p];
+        if (ck == 12) { /* a wrong value */
+            flat[fz_below(&b, 3u * (unsigned)np)] ^= (uint64_t)1 << fz_below(&b, 64);
+            loadable = 0;
+        }
+        if (ck == 14) { /* another shape */
+            dims[0] = 2;
+            loadable = 0;
+        }
+        if (ck == 15) { /* strings */
+            hid_t st = H5Tcopy(H5T_C_S1);
+            H5G_OK(H5Tset_size(st, 8));
+            h5g_dataset(f, "checksums", st, 2, dims, flat, 0, 0);
+            H5Tclose(st);
+            loadable = 0;
+        } else {
+            h5g_dataset(f, "checksums", H5T_NATIVE_UINT64, 2, dims, flat, 0, 0);
+        }
+    }
     for (int s = 0; s < 3; s++)
         if (g[s] >= 0) H5Gclose(g[s]);
     if (opt >= 0) H5Gclose(opt);
@@ -264,7 +316,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     dx_ckpt_state st = {.step = -1, .consumed_samples = -1, .seed = 0, .grad_norm = 0};
     dx_fail("%s", "");
     fz_quiet(1);
-    int rc = dx_checkpoint_load(path, rig.m, rig.z, rig.world, rig.world, rig.total_params, &st);
+    int rc = dx_checkpoint_load(path, rig.m, rig.z, rig.world, rig.world, 0, rig.total_params, &st);
     fz_quiet(0);
     h5g_check_closed(&ids0, "dx_checkpoint_load");
     FZ_CHECK(rc == 0 || rc == -1, "dx_checkpoint_load returned %d", rc);
