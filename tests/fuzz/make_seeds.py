@@ -132,6 +132,16 @@ put("checkpoint", "v1", bytes([0, 11]))
 put("checkpoint", "missing-tensor", bytes(11) + bytes([52]))
 put("checkpoint", "huge-extent", bytes(11) + bytes([58, 5]) + bytes(62) + bytes([31]))
 put("checkpoint", "wrong-shapes", bytes(11) + bytes([53, 0, 1, 54, 55, 56, 57] * 3))
+# ... then the /checksums choice (8-11 right, 12 a wrong value: which and which bit, 13 one
+# checksum_column missing or out of range, 14 another shape, 15 strings)
+ck = bytes(11) + bytes(63) + bytes([0])
+put("checkpoint", "checksums-right", ck + bytes([8]))
+put("checkpoint", "checksums-f64-int32", bytes([0, 15]) + bytes(9) + bytes([50, 51] * 31 + [50]) + bytes([0, 9]))
+put("checkpoint", "checksums-wrong-value", ck + bytes([12, 40, 17]))
+put("checkpoint", "checksums-column-missing", ck + bytes([13, 0]))
+put("checkpoint", "checksums-column-out-of-range", ck + bytes([13, 1, 5, 0, 0, 0]))
+put("checkpoint", "checksums-shape", ck + bytes([14]))
+put("checkpoint", "checksums-strings", ck + bytes([15]))
 # fuzz_hf_import: sharded?, salt, then per tensor dtype, [shard,] perturbation; then the
 # inv_freq buffer, the header length, __metadata__, the index.
 put("hf_import", "sharded", bytes([3, 9]) + bytes([0, 1, 0] * 21))
