@@ -258,7 +258,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
      * (the file's float32 values hashed by dx_checkpoint_checksum), or damaged */
     unsigned ck = fz_below(&b, 16);
     if (ck >= 8 && np <= 64) {
-        uint64_t sums[3][64] = {{0}};
+        uint64_t flat[3 * 64]; /* [3, np] */
         float *fv = malloc(maxn * sizeof *fv);
         if (!fv) abort();
         for (int s = 0; s < 3; s++)
@@ -268,7 +268,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                     float want = value_of(salt, s, p, i);
                     fv[i] = kind[s][p] == T_I32 ? (float)(int32_t)want : want;
                 }
-                sums[s][p] = dx_checkpoint_checksum(fv, pr->numel);
+                flat[(size_t)s * np + p] = dx_checkpoint_checksum(fv, pr->numel);
                 if (g[s] < 0 || kind[s][p] == T_MISSING) continue;
                 hid_t d = H5Dopen2(g[s], pr->name, H5P_DEFAULT); /* (fails for a group in its place) */
                 if (d < 0) continue;
@@ -283,9 +283,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             }
         free(fv);
         hsize_t dims[2] = {3, (hsize_t)np};
-        uint64_t flat[3 * 64];
-        for (int s = 0; s < 3; s++)
-            for (int p = 0; p < np && p < 64; p++) flat[(size_t)s * np + p] = sums[s][p];
         if (ck == 12) { /* a wrong value */
             flat[fz_below(&b, 3u * (unsigned)np)] ^= (uint64_t)1 << fz_below(&b, 64);
             loadable = 0;
